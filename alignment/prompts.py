@@ -1,0 +1,26 @@
+"""Prompt templates (files in the top-level prompts/ folder) and their reward functions."""
+
+from pathlib import Path
+
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+PROMPT_NAMES = ("r1_zero", "question_only")
+
+
+def load_prompt(name_or_path: str) -> str:
+    """A template by name (`r1_zero`, `question_only`) or from a file; it must contain `{question}`."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        if name_or_path not in PROMPT_NAMES:
+            raise ValueError(
+                f"unknown prompt {name_or_path!r}: expected one of {', '.join(PROMPT_NAMES)} or a template file"
+            )
+        path = PROMPTS_DIR / f"{name_or_path}.prompt"
+    template = path.read_text()
+    if "{question}" not in template:
+        raise ValueError(f"prompt template {path} has no {{question}} placeholder")
+    return template
+
+
+def format_prompt(template: str, question: str) -> str:
+    """Fill `{question}`; plain replacement, so LaTeX braces elsewhere in a template are left alone."""
+    return template.replace("{question}", question)
