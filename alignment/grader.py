@@ -5,11 +5,12 @@ a ground truth after normalization (see math_answers), as an exact number, or sy
 within a time bound; pathological input costs at most about `timeout_s` and scores 0.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from alignment.math_answers import canonical_answer, clean_answer, last_boxed, parse_number
 from alignment.symbolic import symbolically_equal
 
+RewardFn = Callable[..., dict[str, float]]
 GroundTruth = str | int | float | Sequence[str | int | float]
 
 _MAX_SYMBOLIC_CHARS = 500  # real final answers are short; longer ones are not worth a sympy parse

@@ -4,7 +4,7 @@
 
 Two workloads of 1,000 r1_zero responses each: GSM8K gold answers fed back as <answer>N</answer> (the string
 fast path), and a mix in which a third need the symbolic checker (LaTeX forms of the answer), a third are
-wrong, and a third are badly formatted.
+wrong, and a third are badly formatted; the mix is graded once in this process and once by a worker pool.
 """
 
 import platform
@@ -15,6 +15,7 @@ import typer
 
 from alignment.data import load_math_examples
 from alignment.grader import r1_zero_reward_fn
+from alignment.parallel_grading import ParallelGrader
 
 
 def mixed_responses(examples: list, n: int) -> list[tuple[str, str]]:
@@ -31,7 +32,7 @@ def mixed_responses(examples: list, n: int) -> list[tuple[str, str]]:
     return pairs
 
 
-def main(data: Path = Path("../shared/data/gsm8k/test.jsonl"), n: int = 1000) -> None:
+def main(data: Path = Path("../shared/data/gsm8k/test.jsonl"), n: int = 1000, workers: int = 2) -> None:
     examples = load_math_examples(str(data), kind="gsm8k")
     raw_finals = [e.solution.rsplit("####", 1)[1].strip() for e in examples]
     start = time.perf_counter()
@@ -46,6 +47,13 @@ def main(data: Path = Path("../shared/data/gsm8k/test.jsonl"), n: int = 1000) ->
         rewards = [r1_zero_reward_fn(response, truth)["reward"] for response, truth in pairs]
         seconds = time.perf_counter() - start
         print(f"{name}: {len(pairs)} responses in {seconds:.2f}s ({1000 * seconds / len(pairs):.2f} ms each), mean reward {sum(rewards) / len(rewards):.3f}")
+    mixed = mixed_responses(examples, n)
+    with ParallelGrader(r1_zero_reward_fn, workers) as grader:
+        grader([r for r, _ in mixed], [t for _, t in mixed])  # start the workers outside the timing
+        start = time.perf_counter()
+        scores = grader([r for r, _ in mixed], [t for _, t in mixed])
+        seconds = time.perf_counter() - start
+    print(f"mixed, {workers} worker processes: {n} responses in {seconds:.2f}s, mean reward {sum(s['reward'] for s in scores) / n:.3f}")
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
 
 

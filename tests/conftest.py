@@ -45,3 +45,13 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "gsm8k" / "test.jsonl").is_file():
         pytest.skip(f"shared data not found at {SHARED_DATA} (a fresh clone has no ../shared)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
+    """A tiny random Llama saved with SmolLM2's tokenizer, loadable by name like any HF folder."""
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(_tiny_config("llama", len(tokenizer), tokenizer.pad_token_id)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -1,0 +1,86 @@
+"""Zero-shot evaluation: format prompts, roll out, grade, and summarize into the handouts' categories."""
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from alignment.data import MathExample
+from alignment.parallel_grading import ParallelGrader
+from alignment.prompts import format_prompt
+from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
+
+
+@dataclass
+class GradedRollout:
+    prompt: str
+    ground_truth: str
+    response: str
+    format_reward: float
+    answer_reward: float
+    reward: float
+    num_tokens: int
+    mean_logprob: float
+    finish_reason: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def category(record: GradedRollout) -> str:
+    """The handouts' three buckets."""
+    if record.format_reward and record.answer_reward:
+        return "format1_answer1"
+    return "format1_answer0" if record.format_reward else "format0_answer0"
+
+
+def generate_and_grade(
+    engine: RolloutEngine,
+    examples: Sequence[MathExample],
+    template: str,
+    grader: ParallelGrader,
+    sampling: SamplingConfig,
+    n: int = 1,
+) -> tuple[list[GradedRollout], dict[str, float]]:
+    """n rollouts per example, graded; returns the records (example-major) and phase timings in seconds."""
+    prompts = [format_prompt(template, e.question) for e in examples]
+    start = time.perf_counter()
+    rollouts: list[Rollout] = engine.generate(prompts, n, sampling)
+    generated = time.perf_counter()
+    truths = [examples[r.prompt_index].answer for r in rollouts]
+    scores = grader([r.text for r in rollouts], truths)
+    graded = time.perf_counter()
+    records = [
+        GradedRollout(
+            prompt=prompts[r.prompt_index],
+            ground_truth=truth,
+            response=r.text,
+            format_reward=s["format_reward"],
+            answer_reward=s["answer_reward"],
+            reward=s["reward"],
+            num_tokens=len(r.token_ids),
+            mean_logprob=sum(r.logprobs) / max(1, len(r.logprobs)),
+            finish_reason=r.finish_reason,
+        )
+        for r, truth, s in zip(rollouts, truths, scores)
+    ]
+    return records, {"generation_s": generated - start, "grading_s": graded - generated}
+
+
+def summarize(records: Sequence[GradedRollout], timings: dict[str, float]) -> dict:
+    """Counts per category, accuracy, format rate, response length and throughput."""
+    counts = {"format1_answer1": 0, "format1_answer0": 0, "format0_answer0": 0}
+    for record in records:
+        counts[category(record)] += 1
+    total = len(records)
+    tokens = sum(r.num_tokens for r in records)
+    return {
+        "num_examples": total,
+        "counts": counts,
+        "accuracy": sum(r.answer_reward for r in records) / total,
+        "format_rate": sum(r.format_reward for r in records) / total,
+        "mean_response_tokens": tokens / total,
+        "truncated_fraction": sum(r.finish_reason == "length" for r in records) / total,
+        "generated_tokens": tokens,
+        "generated_tokens_per_s": tokens / timings["generation_s"] if timings["generation_s"] > 0 else None,
+        "timings_s": timings,
+    }

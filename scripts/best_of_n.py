@@ -1,0 +1,126 @@
+"""pass@N and Best@N from one generation of N_max samples per problem.
+
+    uv run scripts/best_of_n.py --dataset ../shared/data/gsm8k/test.jsonl --model smollm2-135m --limit 8 --n-max 4 --ns 1 --ns 2 --ns 4
+
+pass@N: the unbiased estimator 1 - C(n-c, N)/C(n, N). Best@N: a verifier-free pick, the sample with the
+highest mean token log-prob among N, graded; reported as its exact expectation over the N-subsets of the
+n samples (see alignment.pass_at_k.best_at_k), so Best@1 = pass@1 on the same samples.
+Writes generations.jsonl (every sample), summary.json and best_of_n.png in --output-dir.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import typer  # noqa: E402
+
+from alignment import cli  # noqa: E402
+from alignment.atomic import atomic_write_json, atomic_write_jsonl  # noqa: E402
+from alignment.evaluation import GradedRollout, generate_and_grade  # noqa: E402
+from alignment.parallel_grading import ParallelGrader  # noqa: E402
+from alignment.pass_at_k import best_at_k, pass_at_k  # noqa: E402
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@dataclass
+class BestOfNConfig(cli.GenerationConfig):
+    n_max: int
+    ns: list[int]
+
+
+def curves(records: list[GradedRollout], n_max: int, ns: list[int]) -> dict[str, dict[int, float]]:
+    """Mean over problems of pass@N and Best@N; records are problem-major, n_max per problem."""
+    groups = [records[i : i + n_max] for i in range(0, len(records), n_max)]
+    result: dict[str, dict[int, float]] = {"pass_at": {}, "best_at": {}}
+    for n in ns:
+        result["pass_at"][n] = sum(pass_at_k(n_max, sum(r.answer_reward > 0 for r in g), n) for g in groups) / len(groups)
+        result["best_at"][n] = sum(
+            best_at_k([r.answer_reward > 0 for r in g], [r.mean_logprob for r in g], n) for g in groups
+        ) / len(groups)
+    return result
+
+
+def plot(result: dict[str, dict[int, float]], path: Path, title: str) -> None:
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for key, label in (("pass_at", "pass@N (oracle verifier)"), ("best_at", "Best@N (max mean log-prob)")):
+        ns = sorted(result[key])
+        ax.plot(ns, [result[key][n] for n in ns], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(result["pass_at"]), [str(n) for n in sorted(result["pass_at"])])
+    ax.set_xlabel("N samples")
+    ax.set_ylabel("accuracy")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(config: BestOfNConfig) -> dict:
+    if config.n_max < 1:
+        raise cli.bad_flag("--n-max", f"must be >= 1, got {config.n_max}")
+    too_big = [n for n in config.ns if not 1 <= n <= config.n_max]
+    if too_big:
+        raise cli.bad_flag("--ns", f"every N must be in [1, --n-max={config.n_max}]; got {too_big}")
+    setup = cli.set_up(config)
+    with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
+        records, timings = generate_and_grade(
+            setup.engine, setup.examples, setup.template, grader, setup.sampling, n=config.n_max
+        )
+    result = curves(records, config.n_max, sorted(set(config.ns)))
+    tokens = sum(r.num_tokens for r in records)
+    summary = {
+        "num_problems": len(setup.examples),
+        "n_max": config.n_max,
+        "pass_at": result["pass_at"],
+        "best_at": result["best_at"],
+        "generated_tokens": tokens,
+        "generated_tokens_per_s": tokens / timings["generation_s"] if timings["generation_s"] > 0 else None,
+        "timings_s": timings,
+        "backend": setup.backend,
+        "config": cli.config_json(config),
+    }
+    rows = [r.to_json() | {"problem": i // config.n_max, "sample": i % config.n_max} for i, r in enumerate(records)]
+    atomic_write_jsonl(setup.output_dir / "generations.jsonl", rows)
+    title = f"{config.model} on {Path(config.dataset).name}, {len(setup.examples)} problems"
+    plot(result, setup.output_dir / "best_of_n.png", title)
+    atomic_write_json(setup.output_dir / "summary.json", summary)  # last: its presence means the run finished
+    shown = ("num_problems", "n_max", "pass_at", "best_at", "generated_tokens_per_s", "timings_s")
+    typer.echo(json.dumps({k: summary[k] for k in shown}, indent=2))
+    return summary
+
+
+@app.command()
+def main(
+    dataset: cli.Dataset = "gsm8k",
+    prompt: cli.Prompt = "r1_zero",
+    model: cli.Model = "Qwen/Qwen2.5-Math-1.5B",
+    limit: cli.Limit = None,
+    n_max: Annotated[int, typer.Option(help="Samples generated per problem (one generation call).")] = 16,
+    ns: Annotated[list[int], typer.Option(help="N values to report (repeatable); each must be <= --n-max.")] = [1, 4, 8, 16],  # noqa: B006
+    temperature: cli.Temperature = 1.0,
+    top_p: cli.TopP = 1.0,
+    max_tokens: cli.MaxTokens = 1024,
+    min_tokens: cli.MinTokens = 0,
+    stop: cli.Stop = ["</answer>"],  # noqa: B006  (typer reads the defaults; they are never mutated)
+    seed: cli.Seed = 0,
+    output_dir: cli.OutputDir = Path("outputs/best_of_n"),
+    backend: cli.BackendFlag = "auto",
+    device: cli.Device = None,
+    gpu_memory_utilization: cli.GpuMemoryUtilization = 0.85,
+    grader_workers: cli.GraderWorkers = None,
+    overwrite: cli.Overwrite = False,
+) -> None:
+    """Sample N_max responses per problem, grade them all, and report pass@N and Best@N."""
+    run(BestOfNConfig(**locals()))
+
+
+if __name__ == "__main__":
+    app()
