@@ -86,29 +86,32 @@ class HFRolloutEngine:
         if n < 1:
             raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
         prompt_ids = self.tokenizer(list(prompts))["input_ids"]
-        jobs = [(i, prompt_ids[i]) for i in range(len(prompts)) for _ in range(n)]
         generator = None
         if sampling.seed is not None:
             generator = torch.Generator(device=self.model.device).manual_seed(sampling.seed)
         rows = self.batch_size_for(max(len(p) for p in prompt_ids) + sampling.max_tokens)
+        per_batch = max(1, rows // n)  # whole groups per batch (at least one, even past the budget)
         rollouts: list[Rollout] = []
-        with tqdm(total=len(jobs), desc="generating", unit="seq", disable=not self.progress, leave=False) as bar:
-            for start in range(0, len(jobs), rows):
-                rollouts += self._generate_batch(jobs[start : start + rows], sampling, generator, bar)
+        with tqdm(total=len(prompts) * n, desc="generating", unit="seq", disable=not self.progress, leave=False) as bar:
+            for start in range(0, len(prompts), per_batch):
+                group = [(i, prompt_ids[i]) for i in range(start, min(start + per_batch, len(prompts)))]
+                rollouts += self._generate_batch(group, n, sampling, generator, bar)
         return rollouts
 
     def _generate_batch(
         self,
-        jobs: list[tuple[int, list[int]]],
+        prompts: list[tuple[int, list[int]]],
+        n: int,
         sampling: SamplingConfig,
         generator: torch.Generator | None,
         bar: tqdm,
     ) -> list[Rollout]:
+        """n samples of each prompt; each prompt is prefilled once and its cache copied to its n rows."""
         device = self.model.device
-        width = max(len(ids) for _, ids in jobs)
-        input_ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(jobs), width), dtype=torch.long)
-        for row, (_, ids) in enumerate(jobs):
+        width = max(len(ids) for _, ids in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, (_, ids) in enumerate(prompts):
             input_ids[row, width - len(ids) :] = torch.tensor(ids)
             attention[row, width - len(ids) :] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
@@ -119,6 +122,11 @@ class HFRolloutEngine:
             input_ids=input_ids, attention_mask=attention, position_ids=positions,
             past_key_values=cache, use_cache=True, logits_to_keep=1,
         )
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            out.logits = out.logits.repeat_interleave(n, dim=0)
+            attention, positions = attention.repeat_interleave(n, dim=0), positions.repeat_interleave(n, dim=0)
+        jobs = [job for job in prompts for _ in range(n)]
         next_position = positions[:, -1] + 1
         live = list(range(len(jobs)))  # batch row -> job index
         tokens: list[list[int]] = [[] for _ in jobs]
@@ -145,8 +153,8 @@ class HFRolloutEngine:
                 if done[row]:
                     finish[job] = "stop"
             keep = [row for row, d in enumerate(done) if not d]
-            bar.set_postfix(step=step + 1, live=len(keep))
-            bar.update(len(live) - len(keep))
+            bar.set_postfix(step=step + 1, live=len(keep), refresh=False)
+            bar.update(len(live) - len(keep))  # redraws at most every mininterval, also when 0
             if not keep or step + 1 == sampling.max_tokens:
                 bar.update(len(keep))
                 break

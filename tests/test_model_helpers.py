@@ -71,3 +71,18 @@ def test_right_padding_does_not_change_log_probs(tiny_model, tokenizer):
         single = run_get_response_log_probs(tiny_model, alone["input_ids"], alone["labels"], False)["log_probs"]
         n = single.shape[1]
         np.testing.assert_allclose(padded[i, :n].detach().numpy(), single[0].detach().numpy(), atol=1e-5)
+
+
+def test_response_only_head_matches_full_scoring_on_response_tokens(tiny_model, tokenizer):
+    batch = run_tokenize_prompt_and_output(PROMPTS, OUTPUTS, tokenizer)
+    mask = batch["response_mask"]
+    full = run_get_response_log_probs(tiny_model, batch["input_ids"], batch["labels"], True)
+    from alignment.logprobs import get_response_log_probs
+
+    part = get_response_log_probs(tiny_model, batch["input_ids"], batch["labels"], True, response_mask=mask)
+    for key in ("log_probs", "token_entropy"):
+        np.testing.assert_allclose(part[key][mask].detach().numpy(), full[key][mask].detach().numpy(), atol=1e-5)
+        assert (part[key][~mask] == 0).all()
+    part["log_probs"].sum().backward()  # gradients flow through the gathered positions
+    assert tiny_model.get_output_embeddings().weight.grad is not None
+    tiny_model.zero_grad()

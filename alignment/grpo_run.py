@@ -1,0 +1,134 @@
+"""Everything around the GRPO loop: data, models, devices, evaluation, logging, checkpoints and resume."""
+
+import random
+import time
+
+import torch
+
+from alignment.checkpoint import load_checkpoint, save_checkpoint
+from alignment.data import HUB_DATASETS, load_math_examples
+from alignment.grader import REWARD_FNS
+from alignment.grpo_config import GRPOConfig, validate
+from alignment.grpo_trainer import GRPOTrainer, evaluate, progress
+from alignment.task import Task
+from alignment.hf_rollout import HFRolloutEngine
+from alignment.keywords import DEFAULT_KEYWORDS, keyword_tasks, load_keywords
+from alignment.metrics_log import MetricsLog
+from alignment.models import load_model_and_tokenizer
+from alignment.parallel_grading import ParallelGrader
+from alignment.prompts import load_prompt
+from alignment.rollout import RolloutEngine, SamplingConfig, make_rollout_engine, resolve_backend
+
+
+def math_tasks(config: GRPOConfig) -> tuple[Task, Task]:
+    """Training and validation tasks from MATH-style or GSM8K data."""
+    if config.prompt not in REWARD_FNS:
+        raise ValueError(f"--prompt {config.prompt!r} is not one of {', '.join(REWARD_FNS)}")
+    if config.validation_dataset is None and config.dataset not in HUB_DATASETS:
+        raise ValueError(f"--validation-dataset is required when --dataset is a path ({config.dataset})")
+    template, reward_fn = load_prompt(config.prompt), REWARD_FNS[config.prompt]
+    train = load_math_examples(config.dataset, split=config.dataset_split)
+    validation = load_math_examples(config.validation_dataset or config.dataset, split="test", limit=config.n_eval_examples)
+    return (
+        Task([e.question for e in train], [e.answer for e in train], template, reward_fn),
+        Task([e.question for e in validation], [e.answer for e in validation], template, reward_fn),
+    )
+
+
+def chat_template(tokenizer) -> str:
+    """The model's chat turn around `{question}`, or the bare question for models without a chat template."""
+    if not tokenizer.chat_template:
+        return "{question}\n"
+    return tokenizer.apply_chat_template([{"role": "user", "content": "{question}"}], add_generation_prompt=True, tokenize=False)
+
+
+def devices(config: GRPOConfig) -> tuple[str, str]:
+    """(policy, rollout): two GPUs when there are two, one shared GPU, or the CPU."""
+    gpus = torch.cuda.device_count()
+    policy = config.policy_device or ("cuda:0" if gpus else "cpu")
+    rollout = config.rollout_device or ("cuda:1" if gpus >= 2 and policy == "cuda:0" else policy)
+    return policy, rollout
+
+
+def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, policy_device: str) -> RolloutEngine:
+    """The hf backend on the policy's own device samples from the policy object itself: no weight copies."""
+    backend = resolve_backend(config.backend)  # type: ignore[arg-type]
+    if backend == "hf" and rollout_device == policy_device:
+        return HFRolloutEngine(policy, tokenizer)
+    return make_rollout_engine(config.model, backend, rollout_device, gpu_memory_utilization=config.gpu_memory_utilization, seed=config.seed)
+
+
+def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | None = None, resume: bool = False) -> list[dict]:
+    """Run (or resume) GRPO; returns the metrics rows of this invocation. Tasks default to math data."""
+    validate(config)
+    words: list[str] = []
+    if task is None or validation is None:  # data errors surface before any model loads
+        if config.task == "math":
+            task, validation = math_tasks(config)
+        else:
+            words = load_keywords(config.keywords_file or DEFAULT_KEYWORDS)
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    policy_device, rollout_device = devices(config)
+    dtype = getattr(torch, config.dtype) if config.dtype else (torch.bfloat16 if policy_device.startswith("cuda") else torch.float32)
+    policy, tokenizer = load_model_and_tokenizer(config.model, policy_device, dtype)
+    if words:
+        task, validation = keyword_tasks(
+            chat_template(tokenizer), words, config.n_train_prompts, config.n_eval_examples, config.keywords_per_prompt, config.seed
+        )
+    assert task is not None and validation is not None
+    if config.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+    engine = build_engine(config, policy, tokenizer, rollout_device, policy_device)
+    grader = ParallelGrader(task.reward_fn, config.grader_workers)
+    trainer = GRPOTrainer(config, policy, tokenizer, engine, task, grader)
+    if resume:
+        state = load_checkpoint(config.output_dir, config)
+        policy.load_state_dict(state["policy"])
+        trainer.optimizer.load_state_dict(state["optimizer"])
+        trainer.step_index, trainer.order.position = state["step"], state["order_position"]
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+        engine.load_policy_weights(policy.state_dict())
+    started = time.perf_counter() - (state["elapsed_s"] if resume else 0.0)
+    log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, trainer.step_index)
+    eval_max_tokens = config.eval_max_tokens or config.sampling_max_tokens
+    eval_sampling = SamplingConfig(
+        temperature=config.sampling_temperature, top_p=config.sampling_top_p,
+        max_tokens=eval_max_tokens, min_tokens=min(config.sampling_min_tokens, eval_max_tokens),
+        stop=config.stop, seed=config.seed,
+    )
+
+    def validate_now() -> float:
+        reward, examples = evaluate(engine, policy, validation, grader, eval_sampling)
+        log.log({"grpo_step": trainer.step_index, "eval_reward": reward, "time_elapsed_s": time.perf_counter() - started})
+        log.log_rollouts(trainer.step_index, "eval", examples)
+        return reward
+
+    rows: list[dict] = []
+    try:
+        eval_reward = validate_now() if trainer.step_index == 0 else float("nan")
+        with progress(config.n_grpo_steps, trainer.step_index) as bar:
+            while trainer.step_index < config.n_grpo_steps:
+                step_rows = trainer.step()
+                for row in step_rows:
+                    row["time_elapsed_s"] = time.perf_counter() - started
+                    log.log(row)
+                rows += step_rows
+                step = trainer.step_index
+                if step % config.eval_every == 0 or step == config.n_grpo_steps:
+                    eval_reward = validate_now()
+                if step % config.checkpoint_every == 0 or step == config.n_grpo_steps:
+                    save_checkpoint(config.output_dir, {
+                        "step": step, "order_position": trainer.order.position, "policy": policy.state_dict(),
+                        "optimizer": trainer.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                        "python_rng": random.getstate(), "elapsed_s": time.perf_counter() - started,
+                    }, config)
+                last = step_rows[-1]
+                bar.set_postfix(reward=f"{last['train_reward']:.2f}", eval=f"{eval_reward:.2f}",
+                                rollout=f"{last.get('time_rollout_s', 0):.1f}s", train=f"{last.get('time_train_s', 0):.1f}s")
+                bar.update(1)
+    finally:
+        grader.close()
+        log.close()
+    return rows

@@ -1,0 +1,219 @@
+"""The GRPO train loop (Algorithm 1 of the handouts): roll out, grade, normalize, update, sync weights.
+
+Read `train` top to bottom: each step samples questions, generates `group_size` answers each, grades them,
+turns rewards into group-normalized advantages, optionally scores the batch under the current (old) policy
+and the frozen reference, then runs `epochs_per_rollout_batch` epochs of optimizer steps over it and pushes
+the new weights to the rollout engine.
+"""
+
+import copy
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from alignment.advantages import normalize_group_rewards
+from alignment.grpo_config import GRPOConfig
+from alignment.grpo_step import grpo_microbatch_train_step
+from alignment.kl import kl_estimates
+from alignment.logprobs import get_response_log_probs
+from alignment.masked import masked_mean
+from alignment.parallel_grading import ParallelGrader
+from alignment.prompts import format_prompt
+from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
+from alignment.rollout_batch import RolloutBatch, collate
+from alignment.task import Task
+
+
+class PromptOrder:
+    """A fresh seeded permutation of the questions each pass; `position` is all that resuming needs."""
+
+    def __init__(self, size: int, seed: int, position: int = 0) -> None:
+        self.size, self.seed, self.position = size, seed, position
+
+    def take(self, count: int) -> list[int]:
+        picked = []
+        for _ in range(count):
+            epoch, offset = divmod(self.position, self.size)
+            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + epoch))
+            picked.append(int(order[offset]))
+            self.position += 1
+        return picked
+
+
+class PhaseTimer:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        start = time.perf_counter()
+        yield
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+
+@torch.inference_mode()
+def score(model: PreTrainedModel, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
+    """Log-probs of the batch's labels under `model`, computed in microbatches. -> (batch, seq) on CPU."""
+    device = next(model.parameters()).device
+    chunks = []
+    for start in range(0, len(batch), micro_batch_size):
+        part = batch.select(slice(start, start + micro_batch_size))
+        log_probs = get_response_log_probs(
+            model, part.input_ids.to(device), part.labels.to(device), response_mask=part.response_mask.to(device)
+        )["log_probs"]
+        chunks.append(torch.nn.functional.pad(log_probs.float().cpu(), (0, batch.input_ids.shape[1] - log_probs.shape[1])))
+    return torch.cat(chunks)
+
+
+def rollout_stats(rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]], max_tokens: int) -> dict[str, float]:
+    lengths = [len(r.token_ids) for r in rollouts]
+    n = len(rollouts)
+    return {
+        "train_reward": sum(s["reward"] for s in scores) / n,
+        "train_format_reward": sum(s.get("format_reward", 0.0) for s in scores) / n,
+        "train_answer_reward": sum(s.get("answer_reward", 0.0) for s in scores) / n,
+        "response_length_mean": sum(lengths) / n,
+        "response_length_max": max(lengths),
+        "truncated_fraction": sum(r.finish_reason == "length" and len(r.token_ids) >= max_tokens for r in rollouts) / n,
+    }
+
+
+class GRPOTrainer:
+    """Holds the policy, optimizer, rollout engine and grader; `step()` runs one GRPO step."""
+
+    def __init__(
+        self,
+        config: GRPOConfig,
+        policy: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        engine: RolloutEngine,
+        task: Task,
+        grader: ParallelGrader,
+    ) -> None:
+        self.config, self.policy, self.tokenizer, self.engine, self.task, self.grader = (
+            config, policy, tokenizer, engine, task, grader
+        )
+        self.optimizer = torch.optim.AdamW(
+            policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay,
+            betas=(config.adam_beta1, config.adam_beta2),
+            fused=next(policy.parameters()).device.type in ("cpu", "cuda"),  # one kernel: 2.7x faster on 2 cores
+        )
+        self.reference = copy.deepcopy(policy).eval().requires_grad_(False) if config.kl_reference else None
+        self.order = PromptOrder(len(task.questions), config.seed)
+        self.step_index = 0
+        self.prompt_ids = [tokenizer(format_prompt(task.template, q))["input_ids"] for q in task.questions]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.policy.parameters()).device
+
+    def sampling(self, step: int) -> SamplingConfig:
+        c = self.config
+        return SamplingConfig(
+            temperature=c.sampling_temperature, top_p=c.sampling_top_p, max_tokens=c.sampling_max_tokens,
+            min_tokens=c.sampling_min_tokens, stop=c.stop,
+            seed=c.seed * 1_000_003 + step,  # a function of the step alone, so a resumed run samples the same
+        )
+
+    def step(self) -> list[dict[str, float]]:
+        """One GRPO step; returns one metrics row per optimizer step."""
+        c, timer = self.config, PhaseTimer()
+        questions = self.order.take(c.n_prompts_per_rollout_batch)
+        prompts = [format_prompt(self.task.template, self.task.questions[q]) for q in questions]
+        with timer("rollout"):
+            self.policy.eval()
+            rollouts = self.engine.generate(prompts, c.group_size, self.sampling(self.step_index))
+        with timer("grading"):
+            truths = [self.task.truths[questions[r.prompt_index]] for r in rollouts]
+            scores = self.grader([r.text for r in rollouts], truths)
+        raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
+        advantages = normalize_group_rewards(raw, c.group_size, c.advantage_eps, c.use_std_normalization)
+        batch = collate([self.prompt_ids[q] for q in questions], rollouts, raw, advantages, self.tokenizer.pad_token_id)
+        extra: dict[str, float] = {}
+        with timer("old_logprob"):
+            # On-policy, the old policy is the one being trained: its log-probs are the training forward's own
+            # (ratio exactly 1), so a separate pass is only needed off-policy or for the KL monitors.
+            if (c.needs_old_log_probs and c.off_policy) or self.reference is not None or c.kl_prev:
+                batch.old_log_probs = score(self.policy, batch, c.micro_train_batch_size)
+            if self.reference is not None:
+                reference = score(self.reference, batch, c.micro_train_batch_size)
+                extra |= {f"kl_ref_{k}": v for k, v in kl_estimates(batch.old_log_probs, reference, batch.response_mask).items()}
+        rows = []
+        with timer("train"):
+            self.policy.train()
+            shuffle = torch.Generator().manual_seed(c.seed * 1_000_003 + self.step_index)
+            for _ in range(c.epochs_per_rollout_batch):
+                permutation = torch.randperm(len(batch), generator=shuffle)  # a new order every epoch
+                for start in range(0, len(batch), c.train_batch_size):
+                    rows.append(self.optimizer_step(batch.select(permutation[start : start + c.train_batch_size])))
+        if c.kl_prev:
+            with timer("old_logprob"):
+                updated = score(self.policy, batch, c.micro_train_batch_size)
+                extra |= {f"kl_prev_{k}": v for k, v in kl_estimates(updated, batch.old_log_probs, batch.response_mask).items()}
+        with timer("weight_sync"):
+            self.engine.load_policy_weights(self.policy.state_dict())
+        self.step_index += 1
+        shared = rollout_stats(rollouts, scores, c.sampling_max_tokens) | extra | {
+            f"time_{k}_s": v for k, v in timer.seconds.items()
+        }
+        return [{"grpo_step": self.step_index} | row | shared for row in rows]
+
+    def optimizer_step(self, batch: RolloutBatch) -> dict[str, float]:
+        c, device = self.config, self.device
+        constant = (c.normalize_constant or c.sampling_max_tokens) if c.length_normalization == "masked_normalize" else None
+        losses, entropies, clip_fractions = [], [], []
+        for start in range(0, len(batch), c.micro_train_batch_size):
+            micro = batch.select(slice(start, start + c.micro_train_batch_size))
+            mask = micro.response_mask.to(device)
+            out = get_response_log_probs(
+                self.policy, micro.input_ids.to(device), micro.labels.to(device), return_token_entropy=True,
+                response_mask=mask,
+            )
+            old = None
+            if c.needs_old_log_probs:
+                old = out["log_probs"].detach() if micro.old_log_probs is None else micro.old_log_probs.to(device)
+            loss, meta = grpo_microbatch_train_step(
+                out["log_probs"], mask, c.gradient_accumulation_steps, c.loss_type,  # type: ignore[arg-type]
+                raw_rewards=micro.raw_rewards.to(device), advantages=micro.advantages.to(device),
+                old_log_probs=old, cliprange=c.cliprange, normalize_constant=constant,
+            )
+            losses.append(loss.item())
+            entropies.append(masked_mean(out["token_entropy"], mask).item())
+            if "clip_fraction" in meta:
+                clip_fractions.append(meta["clip_fraction"].item())
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm).item()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        row = {
+            "loss": sum(losses),
+            "grad_norm": grad_norm,
+            "token_entropy": sum(entropies) / len(entropies),
+            "learning_rate": self.optimizer.param_groups[0]["lr"],
+        }
+        if clip_fractions:
+            row["clip_fraction"] = sum(clip_fractions) / len(clip_fractions)
+        return row
+
+
+def evaluate(
+    engine: RolloutEngine, policy: PreTrainedModel, task: Task, grader: ParallelGrader, sampling: SamplingConfig
+) -> tuple[float, list[dict[str, Any]]]:
+    """Mean reward of one sample per validation question, and a few example rollouts."""
+    policy.eval()
+    prompts = [format_prompt(task.template, q) for q in task.questions]
+    rollouts = engine.generate(prompts, 1, sampling)
+    scores = grader([r.text for r in rollouts], task.truths)
+    examples = [
+        {"prompt": prompts[i], "response": rollouts[i].text, "truth": task.truths[i], "reward": scores[i]["reward"]}
+        for i in range(min(3, len(rollouts)))
+    ]
+    return sum(s["reward"] for s in scores) / len(scores), examples
+
+
+def progress(total: int, initial: int) -> tqdm:
+    return tqdm(total=total, initial=initial, desc="GRPO", unit="step")

@@ -1,0 +1,20 @@
+"""KL estimators between the policy and a reference, from log-probs of tokens the policy sampled.
+
+With r = log pi_ref(o_t) - log pi(o_t) for tokens o_t ~ pi:
+  k1 = -r               (unbiased for KL(pi || pi_ref), high variance, can be negative per token)
+  k3 = exp(r) - r - 1   (unbiased, always >= 0; Schulman, "Approximating KL divergence", 2020)
+"""
+
+import torch
+
+from alignment.masked import masked_mean
+
+
+def kl_estimates(
+    policy_log_probs: torch.Tensor, reference_log_probs: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """Mean k1 and k3 over response tokens. Inputs: (batch, seq)."""
+    log_ratio = (reference_log_probs - policy_log_probs).float()
+    k1 = -log_ratio
+    k3 = torch.exp(log_ratio) - log_ratio - 1
+    return {"k1": masked_mean(k1, response_mask).item(), "k3": masked_mean(k3, response_mask).item()}

@@ -1,0 +1,115 @@
+"""Figures of GRPO runs from metrics.jsonl files or wandb CSV exports: several runs per figure."""
+
+import csv
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
+CURVES = {  # file name -> (y label, metric keys)
+    "token_entropy": ("token entropy (nats)", ["token_entropy"]),
+    "grad_norm": ("gradient norm (before clipping)", ["grad_norm"]),
+    "response_length": ("response tokens", ["response_length_mean", "response_length_max"]),
+    "kl": ("KL estimate", ["kl_ref_k1", "kl_ref_k3", "kl_prev_k1", "kl_prev_k3"]),
+    "clip_fraction": ("clipped token fraction", ["clip_fraction"]),
+    "train_reward": ("train reward", ["train_reward", "train_format_reward"]),
+}
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Rows of a metrics.jsonl, or of a wandb CSV export (`_step`/`Step` read as grpo_step)."""
+    if not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    if path.suffix == ".csv":
+        rows = []
+        with path.open() as f:
+            for record in csv.DictReader(f):
+                row = {k: float(v) for k, v in record.items() if v not in ("", None) and _is_number(v)}
+                row["grpo_step"] = row.pop("_step", row.pop("Step", row.get("grpo_step", 0.0)))
+                rows.append(row)
+        return rows
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def series(rows: list[dict], key: str, x: str = "grpo_step") -> tuple[list[float], list[float]]:
+    points = [(row[x], row[key]) for row in rows if key in row and x in row]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def line_figure(runs: dict[str, list[dict]], keys: list[str], ylabel: str, path: Path, x: str = "grpo_step") -> bool:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = False
+    for label, rows in runs.items():
+        for key in keys:
+            xs, ys = series(rows, key, x)
+            if xs:
+                name = label if len(keys) == 1 else f"{label}: {key}"
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=name)
+                drawn = True
+    if drawn:
+        ax.set_xlabel("wall time (s)" if x == "time_elapsed_s" else "GRPO step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return drawn
+
+
+def phase_figure(label: str, rows: list[dict], path: Path) -> bool:
+    """Stacked seconds per phase for each GRPO step (the first optimizer-step row of each)."""
+    by_step: dict[float, dict] = {}
+    for row in rows:
+        if any(f"time_{p}_s" in row for p in PHASES):
+            by_step.setdefault(row["grpo_step"], row)
+    if not by_step:
+        return False
+    steps = sorted(by_step)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bottom = [0.0] * len(steps)
+    for phase in PHASES:
+        values = [by_step[s].get(f"time_{phase}_s", 0.0) for s in steps]
+        ax.bar(steps, values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"time per phase: {label}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_runs(paths: list[Path], labels: list[str], output_dir: Path) -> list[Path]:
+    if labels and len(labels) != len(paths):
+        raise ValueError(f"got {len(labels)} labels for {len(paths)} runs (--label)")
+    labels = labels or [p.parent.name or p.stem for p in paths]
+    runs = {label: read_rows(path) for label, path in zip(labels, paths)}
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    figures = {
+        "eval_reward_vs_step": (["eval_reward"], "validation reward", "grpo_step"),
+        "eval_reward_vs_time": (["eval_reward"], "validation reward", "time_elapsed_s"),
+    } | {name: (keys, ylabel, "grpo_step") for name, (ylabel, keys) in CURVES.items()}
+    for name, (keys, ylabel, x) in figures.items():
+        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x):
+            written.append(output_dir / f"{name}.png")
+    for label, rows in runs.items():
+        path = output_dir / f"phase_times_{label.replace('/', '_')}.png"
+        if phase_figure(label, rows, path):
+            written.append(path)
+    return written

@@ -1,0 +1,13 @@
+"""What a GRPO run trains on: questions, their ground truths, a prompt template and a reward function."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Task:
+    questions: list[str]
+    truths: list[Any]  # whatever reward_fn takes as ground truth: an answer string, a keyword list, ...
+    template: str  # contains {question}
+    reward_fn: Callable[[str, Any], dict[str, float]]

@@ -1,0 +1,32 @@
+"""Plot GRPO runs: one or more metrics.jsonl files (or wandb CSV exports) into PNGs, one figure per metric.
+
+    uv run scripts/plot.py outputs/run_a/metrics.jsonl outputs/run_b/metrics.jsonl --label clip --label no-clip
+
+Writes, to --output-dir: eval_reward_vs_step.png, eval_reward_vs_time.png, token_entropy.png, grad_norm.png,
+response_length.png, kl.png, clip_fraction.png, train_reward.png, and one phase_times_<label>.png per run.
+A figure whose metric no run has is skipped.
+"""
+
+from pathlib import Path
+
+import typer
+
+from alignment.plotting import plot_runs
+
+
+def main(
+    runs: list[Path] = typer.Argument(..., help="metrics.jsonl files or wandb CSV exports."),
+    label: list[str] = typer.Option([], help="A label per run, in order (default: each file's folder name)."),
+    output_dir: Path = typer.Option(Path("outputs/plots"), help="Where the PNGs go."),
+) -> None:
+    """Turn GRPO metrics into PNG figures, several runs per figure."""
+    try:
+        written = plot_runs(runs, label, output_dir)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    for path in written:
+        typer.echo(str(path))
+
+
+if __name__ == "__main__":
+    typer.run(main)
