@@ -16,7 +16,7 @@ from alignment.grpo_config import GRPOConfig
 RESUMABLE_CHANGES = {
     "n_grpo_steps", "output_dir", "eval_every", "n_eval_examples", "eval_max_tokens", "checkpoint_every",
     "wandb_project", "wandb_mode", "gpu_memory_utilization", "backend", "policy_device", "rollout_device",
-    "grader_workers",
+    "grader_workers", "overwrite",
 }
 _MARKER = "COMPLETE"
 

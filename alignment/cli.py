@@ -1,9 +1,11 @@
-"""What the generation scripts share: their common flags, checking them before anything heavy loads, and
-the output folder."""
+"""What the scripts share: flags made from config dataclasses, checks that run before anything heavy loads,
+and the output folder."""
 
-from dataclasses import dataclass
+import inspect
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Annotated
+from typing import Any
 
 import typer
 
@@ -14,43 +16,70 @@ from alignment.rollout import RolloutEngine, SamplingConfig, make_rollout_engine
 
 RESULT_FILES = ("generations.jsonl", "summary.json")
 
-# Flag declarations shared by scripts/eval_zero_shot.py and scripts/best_of_n.py.
-Dataset = Annotated[str, typer.Option(help="`math` (MATH-500), `gsm8k`, a .jsonl file, a local dataset folder or a hub id.")]
-Prompt = Annotated[str, typer.Option(help="Prompt template: r1_zero or question_only (each with its reward function).")]
-Model = Annotated[str, typer.Option(help="A local HF folder, a hub id, or `smollm2-135m` (packaged, offline).")]
-Limit = Annotated[int | None, typer.Option(help="Use only the first N examples.")]
-Temperature = Annotated[float, typer.Option(help="Sampling temperature (0 = greedy).")]
-TopP = Annotated[float, typer.Option(help="Nucleus sampling mass.")]
-MaxTokens = Annotated[int, typer.Option(help="Maximum new tokens per response.")]
-MinTokens = Annotated[int, typer.Option(help="EOS and stop strings are ignored before this many new tokens.")]
-Stop = Annotated[list[str], typer.Option(help="Stop string (repeatable); it is kept in the output.")]
-Seed = Annotated[int, typer.Option(help="Sampling seed.")]
-OutputDir = Annotated[Path, typer.Option(help="Where the result files go.")]
-BackendFlag = Annotated[str, typer.Option("--backend", help="auto (vllm if installed and CUDA present, else hf), hf, or vllm.")]
-Device = Annotated[str | None, typer.Option(help="Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")]
-GpuMemoryUtilization = Annotated[float, typer.Option(help="vLLM: fraction of GPU memory to use.")]
-GraderWorkers = Annotated[int | None, typer.Option(help="Grading processes (default: CPU count, at most 8).")]
-Overwrite = Annotated[bool, typer.Option(help="Replace results already in --output-dir.")]
-
-
 @dataclass
 class GenerationConfig:
-    dataset: str
-    prompt: str
-    model: str
-    limit: int | None
-    temperature: float
-    top_p: float
-    max_tokens: int
-    min_tokens: int
-    stop: list[str]
-    seed: int
-    output_dir: Path
-    backend: str
-    device: str | None
-    gpu_memory_utilization: float
-    grader_workers: int | None
-    overwrite: bool
+    """Settings of scripts/eval_zero_shot.py (and the base of scripts/best_of_n.py's); each is a flag."""
+
+    dataset: str = "gsm8k"
+    prompt: str = "r1_zero"
+    model: str = "Qwen/Qwen2.5-Math-1.5B"
+    limit: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+    min_tokens: int = 0
+    stop: list[str] = field(default_factory=lambda: ["</answer>"])
+    seed: int = 0
+    output_dir: Path = Path("outputs/eval")
+    backend: str = "auto"
+    device: str | None = None
+    gpu_memory_utilization: float = 0.85
+    grader_workers: int | None = None
+    overwrite: bool = False
+
+
+GENERATION_HELP = {
+    "dataset": "`math` (MATH-500), `gsm8k`, a .jsonl file, a local dataset folder or a hub id.",
+    "prompt": "Prompt template: r1_zero or question_only (each with its reward function).",
+    "model": "A local HF folder, a hub id, or `smollm2-135m` (packaged, offline).",
+    "limit": "Use only the first N examples.",
+    "temperature": "Sampling temperature (0 = greedy).",
+    "top_p": "Nucleus sampling mass.",
+    "max_tokens": "Maximum new tokens per response.",
+    "min_tokens": "EOS and stop strings are ignored before this many new tokens.",
+    "stop": "Stop string (repeatable); it is kept in the output.",
+    "seed": "Sampling seed.",
+    "output_dir": "Where the result files go.",
+    "backend": "auto (vllm if installed and CUDA present, else hf), hf, or vllm.",
+    "device": "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).",
+    "gpu_memory_utilization": "vLLM: fraction of GPU memory to use.",
+    "grader_workers": "Grading processes (default: CPU count, at most 8).",
+    "overwrite": "Replace results already in --output-dir.",
+}
+
+
+def option_parameters(config_cls: type, help_texts: dict[str, str]) -> list[inspect.Parameter]:
+    """One documented typer option per field of a config dataclass, defaulting to the field's default."""
+    params = []
+    for f in fields(config_cls):
+        default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
+        params.append(inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
+            default=typer.Option(default, help=help_texts[f.name]),
+        ))
+    return params
+
+
+def config_command(config_cls: type, help_texts: dict[str, str], run: Callable[[Any], Any], summary: str) -> typer.Typer:
+    """A typer app whose flags are the fields of `config_cls` and which calls run(config_cls(**flags))."""
+
+    def main(**flags: Any) -> None:
+        run(config_cls(**flags))
+
+    main.__signature__ = inspect.Signature(option_parameters(config_cls, help_texts))  # type: ignore[attr-defined]
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(help=summary)(main)
+    return app
 
 
 @dataclass

@@ -55,6 +55,7 @@ class GRPOConfig:
     dtype: str | None = None  # default: bfloat16 on GPU, float32 on CPU
     seed: int = 0
     output_dir: Path = Path("outputs/grpo")
+    overwrite: bool = False  # a fresh run may replace an earlier run's files in output_dir
     checkpoint_every: int = 50
     wandb_project: str | None = None
     wandb_mode: str = "disabled"  # online, offline or disabled

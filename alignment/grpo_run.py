@@ -61,6 +61,10 @@ def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, pol
 def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | None = None, resume: bool = False) -> list[dict]:
     """Run (or resume) GRPO; returns the metrics rows of this invocation. Tasks default to math data."""
     validate(config)
+    earlier = [name for name in ("metrics.jsonl", "checkpoint") if (config.output_dir / name).exists()]
+    if earlier and not resume and not config.overwrite:
+        raise ValueError(f"--output-dir {config.output_dir} holds an earlier run ({', '.join(earlier)}); "
+                         "pass --resume to continue it or --overwrite to replace it")
     words: list[str] = []
     if task is None or validation is None:  # data errors surface before any model loads
         if config.task == "math":

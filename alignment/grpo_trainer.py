@@ -154,7 +154,9 @@ class GRPOTrainer:
         if c.kl_prev:
             with timer("old_logprob"):
                 updated = score(self.policy, batch, c.micro_train_batch_size)
-                extra |= {f"kl_prev_{k}": v for k, v in kl_estimates(updated, batch.old_log_probs, batch.response_mask).items()}
+                # KL(before || after), estimated on the rollouts, which the policy before the step sampled
+                kl = kl_estimates(batch.old_log_probs, updated, batch.response_mask)
+                extra |= {f"kl_prev_{k}": v for k, v in kl.items()}
         with timer("weight_sync"):
             self.engine.load_policy_weights(self.policy.state_dict())
         self.step_index += 1

@@ -143,7 +143,7 @@ class HFRolloutEngine:
                 chosen = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
             chosen_lp = log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
             done = torch.isin(chosen, eos_ids).tolist()
-            for row, (job, token, lp) in enumerate(zip(live, chosen.tolist(), chosen_lp.tolist())):
+            for job, token, lp in zip(live, chosen.tolist(), chosen_lp.tolist()):
                 tokens[job].append(token)
                 logprobs[job].append(lp)
             if sampling.stop and step + 1 >= sampling.min_tokens:

@@ -13,7 +13,10 @@ from alignment.masked import masked_mean
 def kl_estimates(
     policy_log_probs: torch.Tensor, reference_log_probs: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
-    """Mean k1 and k3 over response tokens. Inputs: (batch, seq)."""
+    """Mean k1 and k3 of KL(policy || reference) over response tokens. Inputs: (batch, seq).
+
+    The tokens must have been sampled from the policy side (the first argument).
+    """
     log_ratio = (reference_log_probs - policy_log_probs).float()
     k1 = -log_ratio
     k3 = torch.exp(log_ratio) - log_ratio - 1

@@ -9,9 +9,8 @@ Writes generations.jsonl (every sample), summary.json and best_of_n.png in --out
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
 
 import matplotlib
 
@@ -25,13 +24,19 @@ from alignment.evaluation import GradedRollout, generate_and_grade  # noqa: E402
 from alignment.parallel_grading import ParallelGrader  # noqa: E402
 from alignment.pass_at_k import best_at_k, pass_at_k  # noqa: E402
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 @dataclass
 class BestOfNConfig(cli.GenerationConfig):
-    n_max: int
-    ns: list[int]
+    output_dir: Path = Path("outputs/best_of_n")
+    n_max: int = 16
+    ns: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
+
+
+HELP = cli.GENERATION_HELP | {
+    "n_max": "Samples generated per problem (one generation call).",
+    "ns": "N values to report (repeatable); each must be <= --n-max.",
+}
 
 
 def curves(records: list[GradedRollout], n_max: int, ns: list[int]) -> dict[str, dict[int, float]]:
@@ -97,30 +102,9 @@ def run(config: BestOfNConfig) -> dict:
     return summary
 
 
-@app.command()
-def main(
-    dataset: cli.Dataset = "gsm8k",
-    prompt: cli.Prompt = "r1_zero",
-    model: cli.Model = "Qwen/Qwen2.5-Math-1.5B",
-    limit: cli.Limit = None,
-    n_max: Annotated[int, typer.Option(help="Samples generated per problem (one generation call).")] = 16,
-    ns: Annotated[list[int], typer.Option(help="N values to report (repeatable); each must be <= --n-max.")] = [1, 4, 8, 16],  # noqa: B006
-    temperature: cli.Temperature = 1.0,
-    top_p: cli.TopP = 1.0,
-    max_tokens: cli.MaxTokens = 1024,
-    min_tokens: cli.MinTokens = 0,
-    stop: cli.Stop = ["</answer>"],  # noqa: B006  (typer reads the defaults; they are never mutated)
-    seed: cli.Seed = 0,
-    output_dir: cli.OutputDir = Path("outputs/best_of_n"),
-    backend: cli.BackendFlag = "auto",
-    device: cli.Device = None,
-    gpu_memory_utilization: cli.GpuMemoryUtilization = 0.85,
-    grader_workers: cli.GraderWorkers = None,
-    overwrite: cli.Overwrite = False,
-) -> None:
-    """Sample N_max responses per problem, grade them all, and report pass@N and Best@N."""
-    run(BestOfNConfig(**locals()))
-
+app = cli.config_command(
+    BestOfNConfig, HELP, run, "Sample N_max responses per problem, grade them all, and report pass@N and Best@N."
+)
 
 if __name__ == "__main__":
     app()

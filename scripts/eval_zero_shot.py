@@ -7,7 +7,6 @@ Writes OUTPUT_DIR/generations.jsonl (one line per example) and OUTPUT_DIR/summar
 
 import json
 import textwrap
-from pathlib import Path
 
 import typer
 
@@ -16,7 +15,6 @@ from alignment.atomic import atomic_write_json, atomic_write_jsonl
 from alignment.evaluation import GradedRollout, category, generate_and_grade, summarize
 from alignment.parallel_grading import ParallelGrader
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 EvalConfig = cli.GenerationConfig
 
 
@@ -40,28 +38,10 @@ def run(config: EvalConfig) -> dict:
     return summary
 
 
-@app.command()
-def main(
-    dataset: cli.Dataset = "gsm8k",
-    prompt: cli.Prompt = "r1_zero",
-    model: cli.Model = "Qwen/Qwen2.5-Math-1.5B",
-    limit: cli.Limit = None,
-    temperature: cli.Temperature = 1.0,
-    top_p: cli.TopP = 1.0,
-    max_tokens: cli.MaxTokens = 1024,
-    min_tokens: cli.MinTokens = 0,
-    stop: cli.Stop = ["</answer>"],  # noqa: B006  (typer reads the default; it is never mutated)
-    seed: cli.Seed = 0,
-    output_dir: cli.OutputDir = Path("outputs/eval"),
-    backend: cli.BackendFlag = "auto",
-    device: cli.Device = None,
-    gpu_memory_utilization: cli.GpuMemoryUtilization = 0.85,
-    grader_workers: cli.GraderWorkers = None,
-    overwrite: cli.Overwrite = False,
-) -> None:
-    """Generate one response per example, grade it, and write generations.jsonl and summary.json."""
-    run(EvalConfig(**locals()))
-
+app = cli.config_command(
+    EvalConfig, cli.GENERATION_HELP, run,
+    "Generate one response per example, grade it, and write generations.jsonl and summary.json.",
+)
 
 if __name__ == "__main__":
     app()

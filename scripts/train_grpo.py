@@ -11,13 +11,13 @@ Every field of alignment.grpo_config.GRPOConfig is a flag (`--n-grpo-steps`, `--
 
 import inspect
 import tomllib
-from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 import typer
 import yaml
 
+from alignment.cli import option_parameters
 from alignment.grpo_config import GRPOConfig, field_names
 from alignment.grpo_run import train_grpo
 from alignment.plotting import plot_runs, read_rows
@@ -67,6 +67,7 @@ HELP = {
     "dtype": "Policy dtype: bfloat16, float32, ... (default: bfloat16 on GPU, float32 on CPU).",
     "seed": "Seed for prompt order, sampling and initialization.",
     "output_dir": "Where metrics, rollouts and the checkpoint go.",
+    "overwrite": "Let a fresh run replace an earlier run's files in --output-dir.",
     "checkpoint_every": "Save a checkpoint every N steps (and at the end).",
     "wandb_project": "wandb project name.",
     "wandb_mode": "online, offline (no network needed) or disabled.",
@@ -114,18 +115,13 @@ def report(output_dir: Path) -> None:
 
 
 def _parameters() -> list[inspect.Parameter]:
-    params = [
+    return [
         inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
         inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
                           default=typer.Option(None, help="TOML or YAML file of settings; flags override it.")),
         inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
                           default=typer.Option(None, help="Continue the run whose output folder this is.")),
-    ]
-    for f in fields(GRPOConfig):
-        default = f.default if f.default is not MISSING else None
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
-                                        default=typer.Option(default, help=HELP[f.name])))
-    return params
+    ] + option_parameters(GRPOConfig, HELP)
 
 
 main.__signature__ = inspect.Signature(_parameters())  # type: ignore[attr-defined]

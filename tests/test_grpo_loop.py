@@ -133,6 +133,8 @@ def test_resume_refuses_incomplete_or_foreign_checkpoints(tiny_model_dir, tmp_pa
     train_grpo(config, TASK, TASK)
     with pytest.raises(ValueError, match=r"another configuration \(learning_rate: checkpoint 0.001 vs now 0.002\)"):
         train_grpo(replace(config, learning_rate=2e-3, n_grpo_steps=2), TASK, TASK, resume=True)
+    with pytest.raises(ValueError, match="holds an earlier run .*--resume.*--overwrite"):
+        train_grpo(config, TASK, TASK)  # a fresh run must not silently replace the finished one
     (config.output_dir / "checkpoint" / "COMPLETE").unlink()
     with pytest.raises(ValueError, match="no complete checkpoint"):
         train_grpo(replace(config, n_grpo_steps=2), TASK, TASK, resume=True)
