@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from alignment.hf_rollout import HFRolloutEngine, sampling_log_probs
+from alignment.hf_rollout import HFRolloutEngine, sample_tokens, sampling_log_probs
 from alignment.rollout import SamplingConfig, resolve_backend, vllm_usable
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy", "1 2 3 4"]
@@ -137,3 +137,14 @@ def test_sampling_config_validation():
         SamplingConfig(top_p=0.0)
     with pytest.raises(ValueError, match="min_tokens"):
         SamplingConfig(max_tokens=4, min_tokens=5)
+
+
+def test_sample_tokens_follows_the_distribution_and_skips_zero_mass():
+    probs = torch.tensor([[0.5, 0.3, 0.0, 0.15, 0.05]]).repeat(400_000, 1)
+    draws = sample_tokens(probs, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=5).double() / len(draws)
+    assert torch.allclose(freq, probs[0].double(), atol=3e-3)
+    assert freq[2] == 0
+    one_hot = torch.zeros(3, 7)
+    one_hot[torch.arange(3), torch.tensor([6, 0, 3])] = 1.0  # certain tokens, including the first and last
+    assert sample_tokens(one_hot, None).tolist() == [6, 0, 3]
