@@ -2,6 +2,7 @@
 
 import json
 import math
+import zlib
 from dataclasses import replace
 
 import pytest
@@ -16,14 +17,14 @@ from alignment.parallel_grading import ParallelGrader
 from alignment.rollout_batch import collate
 
 
-def length_reward(response: str, truth: str) -> dict[str, float]:
-    """Varies within a group, so advantages are non-zero and every loss moves the parameters."""
-    r = (len(response) % 5) / 4
+def hash_reward(response: str, truth: str) -> dict[str, float]:
+    """Varies within a group (a hash of the text), so advantages are non-zero and every loss moves the parameters."""
+    r = (zlib.crc32(response.encode()) % 5) / 4
     return {"format_reward": 1.0, "answer_reward": r, "reward": r}
 
 
 QUESTIONS = ["What is 1 + 1?", "Name a fruit.", "Count to three.", "Say hello."]
-TASK = Task(QUESTIONS, ["2", "apple", "3", "hello"], "Q: {question}\nA:", length_reward)
+TASK = Task(QUESTIONS, ["2", "apple", "3", "hello"], "Q: {question}\nA:", hash_reward)
 
 
 def tiny_config(model_dir, tmp_path, **overrides) -> GRPOConfig:
@@ -49,8 +50,10 @@ def test_one_step_for_every_loss(tiny_model_dir, tmp_path, loss_type, off_policy
     initial = load_model_and_tokenizer(str(tiny_model_dir))[0].state_dict()
     rows = train_grpo(config, TASK, TASK)
     assert len(rows) == (4 if off_policy else 1)  # epochs x (rollout / train batch) optimizer steps
+    # a 2-row off-policy batch whose advantages are all 0 (a group of equal rewards) has no gradient
+    assert any(row["grad_norm"] > 0 for row in rows)
     for row in rows:
-        assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"]) and row["grad_norm"] > 0
+        assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
         assert row["kl_ref_k1"] == 0.0 and row["kl_ref_k3"] == 0.0  # step 0: policy == reference
         assert ("clip_fraction" in row) == (loss_type == "grpo_clip")
         assert {"time_rollout_s", "time_grading_s", "time_train_s", "time_weight_sync_s"} <= set(row)
@@ -64,7 +67,7 @@ def test_one_step_for_every_loss(tiny_model_dir, tmp_path, loss_type, off_policy
 def test_old_log_probs_carry_no_gradient(tiny_model, tokenizer):
     engine = HFRolloutEngine(tiny_model, tokenizer, progress=False)
     config = GRPOConfig(rollout_batch_size=4, group_size=2, train_batch_size=4, gradient_accumulation_steps=2)
-    trainer = GRPOTrainer(config, tiny_model, tokenizer, engine, TASK, ParallelGrader(length_reward, 1))
+    trainer = GRPOTrainer(config, tiny_model, tokenizer, engine, TASK, ParallelGrader(hash_reward, 1))
     rollouts = engine.generate(QUESTIONS[:2], 2, trainer.sampling(0))
     batch = collate(trainer.prompt_ids[:2], rollouts, torch.ones(4), torch.ones(4), tokenizer.pad_token_id)
     old = score(tiny_model, batch, 2)
@@ -103,7 +106,7 @@ class CrashOnStep:
         self.calls += 1
         if self.calls > 4 + 2 * (4 + 4):  # step-0 eval, then two steps each graded and validated (4 each)
             raise KeyboardInterrupt("killed")
-        return length_reward(response, truth)
+        return hash_reward(response, truth)
 
 
 def test_resume_reproduces_an_uninterrupted_run(tiny_model_dir, tmp_path):
