@@ -31,10 +31,13 @@ def compare(reference, tokenizer) -> float:
     return (got[real] - expected[real]).abs().max().item()
 
 
-def test_logits_match_tiny_random_llama(tiny_model, tokenizer):
-    if type(tiny_model).__name__ != "LlamaForCausalLM":
-        pytest.skip("the Llama layout is what TransformerLM loads")
-    assert compare(tiny_model, tokenizer) <= 1e-4
+@pytest.fixture(scope="module")
+def tiny_llama(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+def test_logits_match_tiny_random_llama(tiny_llama, tokenizer):
+    assert compare(tiny_llama, tokenizer) <= 1e-4
 
 
 def test_logits_match_smollm2_135m(tokenizer):
@@ -42,14 +45,12 @@ def test_logits_match_smollm2_135m(tokenizer):
     assert compare(reference, tokenizer) <= 1e-4
 
 
-def test_loading_rejects_foreign_checkpoints(tiny_model):
-    if type(tiny_model).__name__ != "LlamaForCausalLM":
-        pytest.skip("Llama only")
-    config = config_from_llama(tiny_model.config)
-    state = dict(tiny_model.state_dict())
+def test_loading_rejects_foreign_checkpoints(tiny_llama):
+    config = config_from_llama(tiny_llama.config)
+    state = dict(tiny_llama.state_dict())
     state.pop("model.layers.1.mlp.up_proj.weight")
     with pytest.raises(ValueError, match="lacks model.layers.1.mlp.up_proj.weight"):
         from_llama_state_dict(config, state)
-    state = dict(tiny_model.state_dict()) | {"model.layers.0.self_attn.q_norm.weight": torch.ones(16)}
+    state = dict(tiny_llama.state_dict()) | {"model.layers.0.self_attn.q_norm.weight": torch.ones(16)}
     with pytest.raises(ValueError, match="does not use: model.layers.0.self_attn.q_norm.weight"):
         from_llama_state_dict(config, state)
