@@ -16,6 +16,7 @@ from alignment.rollout import RolloutEngine, SamplingConfig, make_rollout_engine
 
 RESULT_FILES = ("generations.jsonl", "summary.json")
 
+
 @dataclass
 class GenerationConfig:
     """Settings of scripts/eval_zero_shot.py (and the base of scripts/best_of_n.py's); each is a flag."""

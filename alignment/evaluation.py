@@ -3,8 +3,8 @@
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from alignment.data import MathExample
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import format_prompt
 from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
@@ -13,7 +13,7 @@ from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
 @dataclass
 class GradedRollout:
     prompt: str
-    ground_truth: str
+    ground_truth: Any  # an answer string, a keyword list, ...
     response: str
     format_reward: float
     answer_reward: float
@@ -35,18 +35,19 @@ def category(record: GradedRollout) -> str:
 
 def generate_and_grade(
     engine: RolloutEngine,
-    examples: Sequence[MathExample],
+    questions: Sequence[str],
+    ground_truths: Sequence[Any],
     template: str,
     grader: ParallelGrader,
     sampling: SamplingConfig,
     n: int = 1,
 ) -> tuple[list[GradedRollout], dict[str, float]]:
-    """n rollouts per example, graded; returns the records (example-major) and phase timings in seconds."""
-    prompts = [format_prompt(template, e.question) for e in examples]
+    """n rollouts per question, graded; returns the records (question-major) and phase timings in seconds."""
+    prompts = [format_prompt(template, q) for q in questions]
     start = time.perf_counter()
     rollouts: list[Rollout] = engine.generate(prompts, n, sampling)
     generated = time.perf_counter()
-    truths = [examples[r.prompt_index].answer for r in rollouts]
+    truths = [ground_truths[r.prompt_index] for r in rollouts]
     scores = grader([r.text for r in rollouts], truths)
     graded = time.perf_counter()
     records = [
@@ -54,8 +55,8 @@ def generate_and_grade(
             prompt=prompts[r.prompt_index],
             ground_truth=truth,
             response=r.text,
-            format_reward=s["format_reward"],
-            answer_reward=s["answer_reward"],
+            format_reward=s.get("format_reward", 0.0),
+            answer_reward=s.get("answer_reward", 0.0),
             reward=s["reward"],
             num_tokens=len(r.token_ids),
             mean_logprob=sum(r.logprobs) / max(1, len(r.logprobs)),

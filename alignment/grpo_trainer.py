@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.advantages import normalize_group_rewards
+from alignment.evaluation import generate_and_grade
 from alignment.grpo_config import GRPOConfig
 from alignment.grpo_step import grpo_microbatch_train_step
 from alignment.kl import kl_estimates
@@ -207,14 +208,9 @@ def evaluate(
 ) -> tuple[float, list[dict[str, Any]]]:
     """Mean reward of one sample per validation question, and a few example rollouts."""
     policy.eval()
-    prompts = [format_prompt(task.template, q) for q in task.questions]
-    rollouts = engine.generate(prompts, 1, sampling)
-    scores = grader([r.text for r in rollouts], task.truths)
-    examples = [
-        {"prompt": prompts[i], "response": rollouts[i].text, "truth": task.truths[i], "reward": scores[i]["reward"]}
-        for i in range(min(3, len(rollouts)))
-    ]
-    return sum(s["reward"] for s in scores) / len(scores), examples
+    records, _ = generate_and_grade(engine, task.questions, task.truths, task.template, grader, sampling)
+    examples = [{"prompt": r.prompt, "response": r.response, "truth": r.ground_truth, "reward": r.reward} for r in records[:3]]
+    return sum(r.reward for r in records) / len(records), examples
 
 
 def progress(total: int, initial: int) -> tqdm:

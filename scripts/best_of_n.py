@@ -77,7 +77,8 @@ def run(config: BestOfNConfig) -> dict:
     setup = cli.set_up(config)
     with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
         records, timings = generate_and_grade(
-            setup.engine, setup.examples, setup.template, grader, setup.sampling, n=config.n_max
+            setup.engine, [e.question for e in setup.examples], [e.answer for e in setup.examples], setup.template,
+            grader, setup.sampling, n=config.n_max,
         )
     result = curves(records, config.n_max, sorted(set(config.ns)))
     tokens = sum(r.num_tokens for r in records)

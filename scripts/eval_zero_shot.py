@@ -28,7 +28,8 @@ def show_examples(records: list[GradedRollout], per_category: int = 2) -> None:
 def run(config: EvalConfig) -> dict:
     setup = cli.set_up(config)
     with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
-        records, timings = generate_and_grade(setup.engine, setup.examples, setup.template, grader, setup.sampling)
+        questions, truths = [e.question for e in setup.examples], [e.answer for e in setup.examples]
+        records, timings = generate_and_grade(setup.engine, questions, truths, setup.template, grader, setup.sampling)
     summary = summarize(records, timings) | {"backend": setup.backend, "config": cli.config_json(config)}
     atomic_write_jsonl(setup.output_dir / "generations.jsonl", (r.to_json() for r in records))
     atomic_write_json(setup.output_dir / "summary.json", summary)  # last: its presence means the run finished
