@@ -51,7 +51,7 @@ GENERATION_HELP = {
     "stop": "Stop string (repeatable); it is kept in the output.",
     "seed": "Sampling seed.",
     "output_dir": "Where the result files go.",
-    "backend": "auto (vllm if installed and CUDA present, else hf), hf, or vllm.",
+    "backend": "auto (vllm if installed and CUDA present, else hf), hf, vllm, or transformer_lm (our own model and sampler).",
     "device": "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).",
     "gpu_memory_utilization": "vLLM: fraction of GPU memory to use.",
     "grader_workers": "Grading processes (default: CPU count, at most 8).",

@@ -11,8 +11,7 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.rollout import Rollout, SamplingConfig
-
-_STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
+from alignment.rollout_common import finish_rollout, load_unless_shared, stop_hits
 
 
 def kv_cache_bytes_per_token(model: PreTrainedModel) -> int:
@@ -83,10 +82,7 @@ class HFRolloutEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        own = self.model.state_dict()
-        if own.keys() == state_dict.keys() and all(own[k].data_ptr() == state_dict[k].data_ptr() for k in own):
-            return  # the engine samples from the policy's own tensors
-        self.model.load_state_dict(state_dict)
+        load_unless_shared(self.model, state_dict)
 
     def batch_size_for(self, sequence_tokens: int) -> int:
         """Rows per batch such that their KV cache and logits fit the memory budget."""
@@ -160,7 +156,7 @@ class HFRolloutEngine:
                 tokens[job].append(token)
                 logprobs[job].append(lp)
             if sampling.stop and step + 1 >= sampling.min_tokens:
-                hits = self._stop_hits([tokens[job] for job in live], sampling.stop)
+                hits = stop_hits(self.tokenizer, [tokens[job] for job in live], sampling.stop)
                 done = [d or h for d, h in zip(done, hits)]
             for row, job in enumerate(live):
                 if done[row]:
@@ -182,20 +178,7 @@ class HFRolloutEngine:
                 past_key_values=cache, use_cache=True,
             )
             next_position = next_position + 1
-        return [self._finish(jobs[j][0], tokens[j], logprobs[j], finish[j], sampling) for j in range(len(jobs))]
-
-    def _stop_hits(self, sequences: list[list[int]], stop: tuple[str, ...]) -> list[bool]:
-        tail = max(len(s) for s in stop) + _STOP_TAIL_TOKENS
-        texts = self.tokenizer.batch_decode([seq[-tail:] for seq in sequences], skip_special_tokens=True)
-        return [any(s in text for s in stop) for text in texts]
-
-    def _finish(
-        self, prompt_index: int, tokens: list[int], logprobs: list[float], finish: str, sampling: SamplingConfig
-    ) -> Rollout:
-        ends_with_eos = finish == "stop" and tokens[-1] in self.eos_ids.tolist()
-        text = self.tokenizer.decode(tokens[:-1] if ends_with_eos else tokens, skip_special_tokens=True)
-        hits = [(text.find(s), s) for s in sampling.stop if s in text]
-        if hits and finish == "stop":
-            at, s = min(hits)
-            text = text[: at + len(s)] if sampling.include_stop_str_in_output else text[:at]
-        return Rollout(prompt_index, text, tokens, logprobs, finish)  # type: ignore[arg-type]
+        eos = self.eos_ids.tolist()
+        return [
+            finish_rollout(self.tokenizer, eos, jobs[j][0], tokens[j], logprobs[j], finish[j], sampling) for j in range(len(jobs))
+        ]

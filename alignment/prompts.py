@@ -24,3 +24,10 @@ def load_prompt(name_or_path: str) -> str:
 def format_prompt(template: str, question: str) -> str:
     """Fill `{question}`; plain replacement, so LaTeX braces elsewhere in a template are left alone."""
     return template.replace("{question}", question)
+
+
+def chat_template(tokenizer) -> str:
+    """The model's chat turn around `{question}`, or the bare question for models without a chat template."""
+    if not tokenizer.chat_template:
+        return "{question}\n"
+    return tokenizer.apply_chat_template([{"role": "user", "content": "{question}"}], add_generation_prompt=True, tokenize=False)

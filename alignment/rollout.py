@@ -1,9 +1,10 @@
 """The rollout interface: prompts in, `group size` samples per prompt out, with tokens and log-probs.
 
-Backends: `hf` (transformers; CPU or GPU; alignment.hf_rollout) and `vllm` (CUDA; alignment.vllm_rollout).
-Both report, for every sampled token, its log-prob under the distribution it was sampled from (logits
-divided by the temperature, restricted to the top-p nucleus and renormalized; at temperature 0 the plain
-softmax). At temperature 1 and top_p 1 that is the policy's own log-prob.
+Backends: `hf` (transformers; CPU or GPU; alignment.hf_rollout), `vllm` (CUDA; alignment.vllm_rollout) and
+`transformer_lm` (our own TransformerLM and sampler; alignment.lm_rollout). All report, for every sampled
+token, its log-prob under the distribution it was sampled from (logits divided by the temperature, restricted
+to the top-p nucleus and renormalized; at temperature 0 the plain softmax). At temperature 1 and top_p 1
+that is the policy's own log-prob.
 """
 
 import importlib.util
@@ -13,7 +14,7 @@ from typing import Literal, Protocol
 
 import torch
 
-Backend = Literal["auto", "hf", "vllm"]
+Backend = Literal["auto", "hf", "vllm", "transformer_lm"]
 FinishReason = Literal["stop", "length"]
 
 
@@ -61,14 +62,15 @@ def vllm_usable() -> bool:
     return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
 
 
-def resolve_backend(backend: Backend) -> Literal["hf", "vllm"]:
-    """`auto` picks vllm when it is installed and CUDA is present, else hf; an impossible choice raises."""
+def resolve_backend(backend: Backend) -> Literal["hf", "vllm", "transformer_lm"]:
+    """`auto` picks vllm when it is installed and CUDA is present, else hf (never transformer_lm, which is
+    chosen by name); an impossible choice raises."""
     if backend == "auto":
         return "vllm" if vllm_usable() else "hf"
     if backend == "vllm" and not vllm_usable():
         raise ValueError("backend 'vllm' needs the vllm extra (uv sync --extra vllm) and a CUDA GPU; use --backend hf")
-    if backend not in ("hf", "vllm"):
-        raise ValueError(f"unknown backend {backend!r}: expected auto, hf or vllm")
+    if backend not in ("hf", "vllm", "transformer_lm"):
+        raise ValueError(f"unknown backend {backend!r}: expected auto, hf, vllm or transformer_lm")
     return backend
 
 
@@ -82,12 +84,20 @@ def make_rollout_engine(
 ) -> RolloutEngine:
     """Build an engine for `model` (a local folder, hub id, or `smollm2-135m`) on `device`.
 
-    dtype defaults to bfloat16 on GPU and float32 on CPU.
+    dtype defaults to bfloat16 on GPU and float32 on CPU. transformer_lm takes one of our TransformerLM
+    folders, an HF Llama folder or `smollm2-135m` (alignment.lm_checkpoint.load_transformer_lm).
     """
     from alignment.models import resolve_model
 
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-    if resolve_backend(backend) == "vllm":
+    resolved = resolve_backend(backend)
+    if resolved == "transformer_lm":
+        from alignment.lm_checkpoint import load_transformer_lm
+        from alignment.lm_rollout import TransformerLMRolloutEngine
+
+        lm, lm_tokenizer = load_transformer_lm(model, device, dtype)
+        return TransformerLMRolloutEngine(lm, lm_tokenizer)
+    if resolved == "vllm":
         from alignment.vllm_rollout import VLLMRolloutEngine
 
         return VLLMRolloutEngine(resolve_model(model), device, gpu_memory_utilization, dtype, seed)

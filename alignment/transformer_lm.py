@@ -3,6 +3,9 @@
 Pre-norm blocks of RMSNorm -> grouped-query causal attention with rotary position embeddings -> RMSNorm ->
 SwiGLU feed-forward, then a final RMSNorm and the LM head (optionally tied to the embedding). Its layout
 matches the Llama architecture, so Llama-family checkpoints (SmolLM2 among them) load into it.
+
+`forward_with_cache` also returns a `KVCache` that a later call continues from (decoding, or responses run
+against a prompt prefilled once); `forward` takes such a cache too and returns logits only.
 """
 
 import math
@@ -24,6 +27,14 @@ class TransformerConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads or self.head_dim % 2:
+            raise ValueError(f"need n_kv_heads | n_heads | d_model and an even head size; got d_model {self.d_model}, "
+                             f"n_heads {self.n_heads}, n_kv_heads {self.n_kv_heads}")
 
     @property
     def head_dim(self) -> int:
@@ -56,6 +67,28 @@ def rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tens
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
+@dataclass(frozen=True)
+class KVCache:
+    """Keys and values of the tokens seen so far, per layer, and which of them are real (not padding).
+
+    keys[i], values[i]: (batch, n_kv_heads, past, head_dim), keys already rotated; mask: (batch, past) bool.
+    A call never changes a cache; it returns a longer one built by concatenation. So a cache can sit in an
+    autograd graph, and one prompt cache can serve several continuations.
+    """
+
+    keys: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]
+    mask: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> "KVCache":
+        """The cache of batch rows `rows` ((batch',) long), in that order: drops finished rows, repeats prompts."""
+        return KVCache(tuple(k[rows] for k in self.keys), tuple(v[rows] for v in self.values), self.mask[rows])
+
+    def repeat_interleave(self, n: int) -> "KVCache":
+        """Each row n times in a row: prompt i's cache becomes rows i*n .. i*n+n-1."""
+        return self.select(torch.arange(self.mask.shape[0], device=self.mask.device).repeat_interleave(n))
+
+
 class Attention(nn.Module):
     def __init__(self, c: TransformerConfig) -> None:
         super().__init__()
@@ -65,18 +98,23 @@ class Attention(nn.Module):
         self.v = nn.Linear(c.d_model, c.n_kv_heads * c.head_dim, bias=False)
         self.out = nn.Linear(c.n_heads * c.head_dim, c.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x: (batch, seq, d_model); mask: (batch, 1, seq, seq) bool, True where attention is allowed."""
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: (batch, seq, d_model); mask: (batch, 1, seq, past + seq) bool, True where attention is allowed;
+        past: cached (keys, values), each (batch, n_kv_heads, past, head_dim). Returns the output and the
+        keys and values of past + seq."""
         b, s, _ = x.shape
         c = self.c
         q = self.q(x).view(b, s, c.n_heads, c.head_dim).transpose(1, 2)
         k = self.k(x).view(b, s, c.n_kv_heads, c.head_dim).transpose(1, 2)
         v = self.v(x).view(b, s, c.n_kv_heads, c.head_dim).transpose(1, 2)
         q, k = rotary(q, positions, c.rope_theta), rotary(k, positions, c.rope_theta)
-        repeat = c.n_heads // c.n_kv_heads  # each key/value head serves `repeat` query heads
-        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / math.sqrt(c.head_dim))
-        return self.out(y.transpose(1, 2).reshape(b, s, c.n_heads * c.head_dim))
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        # each key/value head serves n_heads / n_kv_heads query heads (GQA), without copying the cache
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / math.sqrt(c.head_dim), enable_gqa=True)
+        return self.out(y.transpose(1, 2).reshape(b, s, c.n_heads * c.head_dim)), k, v
 
 
 class SwiGLU(nn.Module):
@@ -96,9 +134,12 @@ class Block(nn.Module):
         self.attn_norm, self.attn = RMSNorm(c.d_model, c.norm_eps), Attention(c)
         self.ffn_norm, self.ffn = RMSNorm(c.d_model, c.norm_eps), SwiGLU(c)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), positions, mask)
-        return x + self.ffn(self.ffn_norm(x))
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        attended, k, v = self.attn(self.attn_norm(x), positions, mask, past)
+        x = x + attended
+        return x + self.ffn(self.ffn_norm(x)), k, v
 
 
 class TransformerLM(nn.Module):
@@ -112,19 +153,51 @@ class TransformerLM(nn.Module):
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (batch, seq, vocab). attention_mask (batch, seq): 1 for real tokens, 0 for padding (either side)."""
-        b, s = input_ids.shape
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        causal = torch.ones(s, s, dtype=torch.bool, device=input_ids.device).tril()
-        # a padded query row attends only to itself, so no row is empty (which would give NaN)
-        mask = (causal & attention_mask.bool()[:, None, None, :]) | torch.eye(s, dtype=torch.bool, device=input_ids.device)
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Logits (batch, seq, vocab); the arguments are those of forward_with_cache."""
+        return self.lm_head(self.forward_with_cache(input_ids, attention_mask, positions, cache)[0])
+
+    def forward_with_cache(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, KVCache]:
+        """Hidden states after the final norm (batch, seq, d_model) and the cache extended by these tokens.
+
+        input_ids: (batch, seq), continuing `cache` (batch, past) when given. attention_mask (batch, seq):
+        1 for real tokens, 0 for padding (either side), covering the new tokens only (the cache keeps its
+        own). positions (batch, seq): rotary positions; by default each real token's index among the real
+        tokens of its row, cache included. Apply `lm_head` for logits, where they are needed.
+        """
+        s, device = input_ids.shape[1], input_ids.device
+        new_mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        key_mask = new_mask if cache is None else torch.cat([cache.mask, new_mask], dim=1)  # (batch, past + seq)
+        past = key_mask.shape[1] - s
+        if positions is None:
+            positions = (key_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]
+        query_at = torch.arange(past, past + s, device=device)[:, None]  # each new token's own key column
+        key_at = torch.arange(past + s, device=device)[None, :]
+        # causal over real keys; a padded query also attends to itself, so no row is empty (which gives NaN)
+        mask = ((key_at <= query_at) & key_mask[:, None, None, :]) | (key_at == query_at)
         x = self.embed(input_ids)
-        for block in self.blocks:
-            x = block(x, positions, mask)
-        return self.lm_head(self.norm(x))
+        keys, values = [], []
+        for i, block in enumerate(self.blocks):
+            x, k, v = block(x, positions, mask, None if cache is None else (cache.keys[i], cache.values[i]))
+            keys.append(k)
+            values.append(v)
+        return self.norm(x), KVCache(tuple(keys), tuple(values), key_mask)
 
 
 _LLAMA_NAMES = {
@@ -146,7 +219,19 @@ _LLAMA_BLOCK_NAMES = {
 
 
 def config_from_llama(hf_config) -> TransformerConfig:
-    rope = getattr(hf_config, "rope_parameters", None) or {}
+    """Our config for a transformers LlamaConfig; features this model lacks (biases, rope scaling, a head
+    size other than hidden / heads) are an error naming the setting, rather than silently wrong logits."""
+    # transformers >= 5 keeps rope settings in rope_parameters; older versions put scaling in rope_scaling
+    rope = getattr(hf_config, "rope_parameters", None) or getattr(hf_config, "rope_scaling", None) or {}
+    unsupported = {
+        "attention_bias": getattr(hf_config, "attention_bias", False),
+        "mlp_bias": getattr(hf_config, "mlp_bias", False),
+        "rope_type": rope.get("rope_type", rope.get("type", "default")) != "default",
+        "head_dim": getattr(hf_config, "head_dim", None) not in (None, hf_config.hidden_size // hf_config.num_attention_heads),
+    }
+    used = [name for name, is_used in unsupported.items() if is_used]
+    if used:
+        raise ValueError(f"Llama config uses {', '.join(used)}, which TransformerLM does not support")
     return TransformerConfig(
         vocab_size=hf_config.vocab_size,
         d_model=hf_config.hidden_size,
