@@ -14,6 +14,7 @@ class GRPOConfig:
     model: str = "Qwen/Qwen2.5-Math-1.5B"
     task: str = "math"  # math (graded answers) or keywords (keyword inclusion)
     keywords_file: Path | None = None  # keywords task: one word per line (default: data/keywords.txt)
+    keywords_dataset: Path | None = None  # keywords task: a folder from scripts/build_keyword_dataset.py
     keywords_per_prompt: int = 2
     n_train_prompts: int = 1024  # keywords task: training prompts generated
     dataset: str = "math"  # training questions: a short name, a .jsonl file, a folder or a hub id
@@ -49,7 +50,7 @@ class GRPOConfig:
     kl_reference: bool = True  # keep a frozen copy of the initial policy to report KL against it
     kl_prev: bool = True  # one extra forward per step: KL between the policies before and after the step
     gradient_checkpointing: bool = False
-    backend: str = "auto"
+    backend: str = "auto"  # auto, hf, vllm, or transformer_lm: our own model as policy, sampled by its own decoder
     policy_device: str | None = None  # default: cuda:0 when present, else cpu
     rollout_device: str | None = None  # default: cuda:1 on a two-GPU box, else the policy device
     dtype: str | None = None  # default: bfloat16 on GPU, float32 on CPU
@@ -110,6 +111,8 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--task {c.task!r} is not math or keywords")
     if c.task == "keywords" and c.keywords_per_prompt < 1:
         _fail(f"--keywords-per-prompt must be >= 1, got {c.keywords_per_prompt}")
+    if c.backend == "transformer_lm" and c.gradient_checkpointing:
+        _fail("--gradient-checkpointing is not available with --backend transformer_lm (our TransformerLM)")
     if c.loss_type not in LOSS_TYPES:
         _fail(f"--loss-type {c.loss_type!r} is not one of {', '.join(LOSS_TYPES)}")
     if c.loss_type == "grpo_clip" and not c.cliprange > 0:

@@ -2,6 +2,7 @@
 
 import random
 import time
+from dataclasses import replace
 
 import torch
 
@@ -10,14 +11,17 @@ from alignment.data import HUB_DATASETS, load_math_examples
 from alignment.grader import REWARD_FNS
 from alignment.grpo_config import GRPOConfig, validate
 from alignment.grpo_trainer import GRPOTrainer, evaluate, progress
-from alignment.task import Task
 from alignment.hf_rollout import HFRolloutEngine
+from alignment.keyword_dataset import load_keyword_dataset
 from alignment.keywords import DEFAULT_KEYWORDS, keyword_tasks, load_keywords
+from alignment.lm_checkpoint import load_transformer_lm
+from alignment.lm_rollout import TransformerLMRolloutEngine
 from alignment.metrics_log import MetricsLog
 from alignment.models import load_model_and_tokenizer
 from alignment.parallel_grading import ParallelGrader
-from alignment.prompts import load_prompt
+from alignment.prompts import chat_template, load_prompt
 from alignment.rollout import RolloutEngine, SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.task import Task
 
 
 def math_tasks(config: GRPOConfig) -> tuple[Task, Task]:
@@ -35,13 +39,6 @@ def math_tasks(config: GRPOConfig) -> tuple[Task, Task]:
     )
 
 
-def chat_template(tokenizer) -> str:
-    """The model's chat turn around `{question}`, or the bare question for models without a chat template."""
-    if not tokenizer.chat_template:
-        return "{question}\n"
-    return tokenizer.apply_chat_template([{"role": "user", "content": "{question}"}], add_generation_prompt=True, tokenize=False)
-
-
 def devices(config: GRPOConfig) -> tuple[str, str]:
     """(policy, rollout): two GPUs when there are two, one shared GPU, or the CPU."""
     gpus = torch.cuda.device_count()
@@ -50,12 +47,40 @@ def devices(config: GRPOConfig) -> tuple[str, str]:
     return policy, rollout
 
 
+def keyword_run_tasks(config: GRPOConfig, template: str) -> tuple[Task, Task]:
+    """Keyword tasks from a built dataset folder (--keywords-dataset) or generated from --keywords-file."""
+    if config.keywords_dataset is not None:
+        train, validation = load_keyword_dataset(config.keywords_dataset, template)
+        n = config.n_eval_examples
+        return train, replace(validation, questions=validation.questions[:n], truths=validation.truths[:n])
+    words = load_keywords(config.keywords_file or DEFAULT_KEYWORDS)
+    return keyword_tasks(template, words, config.n_train_prompts, config.n_eval_examples, config.keywords_per_prompt, config.seed)
+
+
+def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype):
+    """(policy, tokenizer): our own TransformerLM for --backend transformer_lm, else a transformers model."""
+    if resolve_backend(config.backend) == "transformer_lm":  # type: ignore[arg-type]
+        return load_transformer_lm(config.model, device, dtype)
+    return load_model_and_tokenizer(config.model, device, dtype)
+
+
 def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, policy_device: str) -> RolloutEngine:
-    """The hf backend on the policy's own device samples from the policy object itself: no weight copies."""
+    """An in-process backend on the policy's own device samples from the policy object itself: no weight copies."""
     backend = resolve_backend(config.backend)  # type: ignore[arg-type]
+    if backend == "transformer_lm" and rollout_device == policy_device:
+        return TransformerLMRolloutEngine(policy, tokenizer)
     if backend == "hf" and rollout_device == policy_device:
         return HFRolloutEngine(policy, tokenizer)
     return make_rollout_engine(config.model, backend, rollout_device, gpu_memory_utilization=config.gpu_memory_utilization, seed=config.seed)
+
+
+def validation_sampling(config: GRPOConfig) -> SamplingConfig:
+    """One sample per validation question with the rollout settings, up to eval_max_tokens."""
+    max_tokens = config.eval_max_tokens or config.sampling_max_tokens
+    return SamplingConfig(
+        temperature=config.sampling_temperature, top_p=config.sampling_top_p, max_tokens=max_tokens,
+        min_tokens=min(config.sampling_min_tokens, max_tokens), stop=config.stop, seed=config.seed,
+    )
 
 
 def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | None = None, resume: bool = False) -> list[dict]:
@@ -65,22 +90,18 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
     if earlier and not resume and not config.overwrite:
         raise ValueError(f"--output-dir {config.output_dir} holds an earlier run ({', '.join(earlier)}); "
                          "pass --resume to continue it or --overwrite to replace it")
-    words: list[str] = []
     if task is None or validation is None:  # data errors surface before any model loads
         if config.task == "math":
             task, validation = math_tasks(config)
         else:
-            words = load_keywords(config.keywords_file or DEFAULT_KEYWORDS)
+            keyword_run_tasks(config, "{question}")  # checked now, built once the chat template is known
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     policy_device, rollout_device = devices(config)
     dtype = getattr(torch, config.dtype) if config.dtype else (torch.bfloat16 if policy_device.startswith("cuda") else torch.float32)
-    policy, tokenizer = load_model_and_tokenizer(config.model, policy_device, dtype)
-    if words:
-        task, validation = keyword_tasks(
-            chat_template(tokenizer), words, config.n_train_prompts, config.n_eval_examples, config.keywords_per_prompt, config.seed
-        )
-    assert task is not None and validation is not None
+    policy, tokenizer = load_policy(config, policy_device, dtype)
+    if task is None or validation is None:
+        task, validation = keyword_run_tasks(config, chat_template(tokenizer))
     if config.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     engine = build_engine(config, policy, tokenizer, rollout_device, policy_device)
@@ -96,12 +117,7 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
         engine.load_policy_weights(policy.state_dict())
     started = time.perf_counter() - (state["elapsed_s"] if resume else 0.0)
     log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, trainer.step_index)
-    eval_max_tokens = config.eval_max_tokens or config.sampling_max_tokens
-    eval_sampling = SamplingConfig(
-        temperature=config.sampling_temperature, top_p=config.sampling_top_p,
-        max_tokens=eval_max_tokens, min_tokens=min(config.sampling_min_tokens, eval_max_tokens),
-        stop=config.stop, seed=config.seed,
-    )
+    eval_sampling = validation_sampling(config)
 
     def validate_now() -> float:
         reward, examples = evaluate(engine, policy, validation, grader, eval_sampling)

@@ -21,12 +21,12 @@ from alignment.evaluation import generate_and_grade
 from alignment.grpo_config import GRPOConfig
 from alignment.grpo_step import grpo_microbatch_train_step
 from alignment.kl import kl_estimates
-from alignment.logprobs import get_response_log_probs
 from alignment.masked import masked_mean
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import format_prompt
 from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
 from alignment.rollout_batch import RolloutBatch, collate
+from alignment.shared_prompt import prompt_groups, shared_prompt_log_probs
 from alignment.task import Task
 
 
@@ -64,8 +64,8 @@ def score(model: PreTrainedModel, batch: RolloutBatch, micro_batch_size: int) ->
     chunks = []
     for start in range(0, len(batch), micro_batch_size):
         part = batch.select(slice(start, start + micro_batch_size))
-        log_probs = get_response_log_probs(
-            model, part.input_ids.to(device), part.labels.to(device), response_mask=part.response_mask.to(device)
+        log_probs = shared_prompt_log_probs(
+            model, part.input_ids.to(device), part.labels.to(device), part.response_mask.to(device)
         )["log_probs"]
         chunks.append(torch.nn.functional.pad(log_probs.float().cpu(), (0, batch.input_ids.shape[1] - log_probs.shape[1])))
     return torch.cat(chunks)
@@ -82,6 +82,15 @@ def rollout_stats(rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]
         "response_length_max": max(lengths),
         "truncated_fraction": sum(r.finish_reason == "length" and len(r.token_ids) >= max_tokens for r in rollouts) / n,
     }
+
+
+def rollout_sampling(c: GRPOConfig, step: int) -> SamplingConfig:
+    """Sampling settings of step `step`'s rollouts (shared with the Ray generators)."""
+    return SamplingConfig(
+        temperature=c.sampling_temperature, top_p=c.sampling_top_p, max_tokens=c.sampling_max_tokens,
+        min_tokens=c.sampling_min_tokens, stop=c.stop,
+        seed=c.seed * 1_000_003 + step,  # a function of the step alone, so a resumed run samples the same
+    )
 
 
 class GRPOTrainer:
@@ -114,27 +123,46 @@ class GRPOTrainer:
         return next(self.policy.parameters()).device
 
     def sampling(self, step: int) -> SamplingConfig:
-        c = self.config
-        return SamplingConfig(
-            temperature=c.sampling_temperature, top_p=c.sampling_top_p, max_tokens=c.sampling_max_tokens,
-            min_tokens=c.sampling_min_tokens, stop=c.stop,
-            seed=c.seed * 1_000_003 + step,  # a function of the step alone, so a resumed run samples the same
-        )
+        return rollout_sampling(self.config, step)
 
     def step(self) -> list[dict[str, float]]:
         """One GRPO step; returns one metrics row per optimizer step."""
         c, timer = self.config, PhaseTimer()
         questions = self.order.take(c.n_prompts_per_rollout_batch)
-        prompts = [format_prompt(self.task.template, self.task.questions[q]) for q in questions]
         with timer("rollout"):
-            self.policy.eval()
-            rollouts = self.engine.generate(prompts, c.group_size, self.sampling(self.step_index))
+            rollouts = self.generate(questions)
         with timer("grading"):
-            truths = [self.task.truths[questions[r.prompt_index]] for r in rollouts]
-            scores = self.grader([r.text for r in rollouts], truths)
+            scores = self.grade(questions, rollouts)
+        rows = self.learn(self.make_batch(questions, rollouts, scores), timer)
+        with timer("weight_sync"):
+            self.engine.load_policy_weights(self.policy.state_dict())
+        self.step_index += 1
+        shared = rollout_stats(rollouts, scores, c.sampling_max_tokens) | {f"time_{k}_s": v for k, v in timer.seconds.items()}
+        return [{"grpo_step": self.step_index} | shared | row for row in rows]
+
+    def generate(self, questions: Sequence[int]) -> list[Rollout]:
+        """group_size rollouts for each question index, prompt-major."""
+        self.policy.eval()
+        prompts = [format_prompt(self.task.template, self.task.questions[q]) for q in questions]
+        return self.engine.generate(prompts, self.config.group_size, self.sampling(self.step_index))
+
+    def grade(self, questions: Sequence[int], rollouts: Sequence[Rollout]) -> list[dict[str, float]]:
+        truths = [self.task.truths[questions[r.prompt_index]] for r in rollouts]
+        return self.grader([r.text for r in rollouts], truths)
+
+    def make_batch(self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]) -> RolloutBatch:
+        """Training tensors with group-normalized advantages; rollouts are prompt-major, group_size per question."""
+        c = self.config
         raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
         advantages = normalize_group_rewards(raw, c.group_size, c.advantage_eps, c.use_std_normalization)
-        batch = collate([self.prompt_ids[q] for q in questions], rollouts, raw, advantages, self.tokenizer.pad_token_id)
+        return collate([self.prompt_ids[q] for q in questions], rollouts, raw, advantages, self.tokenizer.pad_token_id)
+
+    def learn(self, batch: RolloutBatch, timer: PhaseTimer | None = None) -> list[dict[str, float]]:
+        """Old/reference log-probs when needed, then epochs_per_rollout_batch epochs of optimizer steps.
+
+        Returns one metrics row per optimizer step (KL monitors included); does not touch the rollout engine.
+        """
+        c, timer = self.config, timer or PhaseTimer()
         extra: dict[str, float] = {}
         with timer("old_logprob"):
             # On-policy, the old policy is the one being trained: its log-probs are the training forward's own
@@ -148,8 +176,11 @@ class GRPOTrainer:
         with timer("train"):
             self.policy.train()
             shuffle = torch.Generator().manual_seed(c.seed * 1_000_003 + self.step_index)
+            _, group = prompt_groups(batch.input_ids, batch.response_mask)
             for _ in range(c.epochs_per_rollout_batch):
-                permutation = torch.randperm(len(batch), generator=shuffle)  # a new order every epoch
+                # A new order every epoch, moving whole groups so that microbatches share their prompts
+                rank = torch.randperm(int(group.max()) + 1, generator=shuffle)[group]
+                permutation = torch.argsort(rank * len(batch) + torch.arange(len(batch)))
                 for start in range(0, len(batch), c.train_batch_size):
                     rows.append(self.optimizer_step(batch.select(permutation[start : start + c.train_batch_size])))
         if c.kl_prev:
@@ -158,13 +189,7 @@ class GRPOTrainer:
                 # KL(before || after), estimated on the rollouts, which the policy before the step sampled
                 kl = kl_estimates(batch.old_log_probs, updated, batch.response_mask)
                 extra |= {f"kl_prev_{k}": v for k, v in kl.items()}
-        with timer("weight_sync"):
-            self.engine.load_policy_weights(self.policy.state_dict())
-        self.step_index += 1
-        shared = rollout_stats(rollouts, scores, c.sampling_max_tokens) | extra | {
-            f"time_{k}_s": v for k, v in timer.seconds.items()
-        }
-        return [{"grpo_step": self.step_index} | row | shared for row in rows]
+        return [row | extra for row in rows]
 
     def optimizer_step(self, batch: RolloutBatch) -> dict[str, float]:
         c, device = self.config, self.device
@@ -173,9 +198,8 @@ class GRPOTrainer:
         for start in range(0, len(batch), c.micro_train_batch_size):
             micro = batch.select(slice(start, start + c.micro_train_batch_size))
             mask = micro.response_mask.to(device)
-            out = get_response_log_probs(
-                self.policy, micro.input_ids.to(device), micro.labels.to(device), return_token_entropy=True,
-                response_mask=mask,
+            out = shared_prompt_log_probs(
+                self.policy, micro.input_ids.to(device), micro.labels.to(device), mask, return_token_entropy=True
             )
             old = None
             if c.needs_old_log_probs:

@@ -3,6 +3,8 @@
 import torch
 from torch import nn
 
+from alignment.transformer_lm import TransformerLM
+
 
 def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim.  (..., vocab) -> (...).
@@ -26,6 +28,11 @@ def log_probs_of_labels(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     return chosen - torch.logsumexp(logits, dim=-1)
 
 
+def output_head(model: nn.Module) -> nn.Module:
+    """The LM head: the map from final hidden states to logits, for our TransformerLM or a transformers model."""
+    return model.lm_head if isinstance(model, TransformerLM) else model.get_output_embeddings()
+
+
 def get_response_log_probs(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -42,14 +49,18 @@ def get_response_log_probs(
     prompt logits are never used, and over a large vocabulary they cost a quarter of a training step.
     """
     if response_mask is None:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        logits = model(input_ids=input_ids, attention_mask=attention_mask)
+        logits = logits if isinstance(logits, torch.Tensor) else logits.logits
         out = {"log_probs": log_probs_of_labels(logits, labels)}
         if return_token_entropy:
             with torch.no_grad():
                 out["token_entropy"] = compute_entropy(logits.float())
         return out
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    logits = model.get_output_embeddings()(hidden[response_mask])  # (response tokens, vocab)
+    if isinstance(model, TransformerLM):
+        hidden = model.forward_with_cache(input_ids, attention_mask)[0]
+    else:
+        hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    logits = output_head(model)(hidden[response_mask])  # (response tokens, vocab)
     log_probs = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
     out = {"log_probs": log_probs.masked_scatter(response_mask, log_probs_of_labels(logits, labels[response_mask]))}
     if return_token_entropy:

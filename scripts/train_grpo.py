@@ -23,9 +23,10 @@ from alignment.grpo_run import train_grpo
 from alignment.plotting import plot_runs, read_rows
 
 HELP = {
-    "model": "Policy to train: a local HF folder, a hub id, or `smollm2-135m` (packaged).",
+    "model": "Policy to train: a local HF folder, a hub id, or `smollm2-135m` (packaged); with --backend transformer_lm also one of our TransformerLM folders.",
     "task": "math (graded answers to --dataset) or keywords (write text that uses given words).",
     "keywords_file": "keywords task: one word per line (default: data/keywords.txt).",
+    "keywords_dataset": "keywords task: a folder built by scripts/build_keyword_dataset.py (train.jsonl, validation.jsonl) instead of prompts generated from --keywords-file.",
     "keywords_per_prompt": "keywords task: words each prompt asks for.",
     "n_train_prompts": "keywords task: training prompts generated.",
     "dataset": "Training questions: `math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id.",
@@ -61,7 +62,7 @@ HELP = {
     "kl_reference": "Keep a frozen copy of the initial policy and log KL to it (costs its memory).",
     "kl_prev": "Log KL between the policies before and after each step (one extra forward pass).",
     "gradient_checkpointing": "Recompute activations in backward to save memory.",
-    "backend": "Rollout backend: auto, hf or vllm.",
+    "backend": "Rollout backend: auto, hf, vllm, or transformer_lm (the policy is our own TransformerLM, sampled by its own decoder).",
     "policy_device": "Policy device (default: cuda:0, else cpu).",
     "rollout_device": "Rollout device (default: cuda:1 with two GPUs, else the policy device).",
     "dtype": "Policy dtype: bfloat16, float32, ... (default: bfloat16 on GPU, float32 on CPU).",
@@ -74,27 +75,33 @@ HELP = {
 }
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """Values from a TOML or YAML file; unknown keys are an error naming them."""
+def read_config_file(path: Path, known: set[str] | None = None) -> dict[str, Any]:
+    """Values from a TOML or YAML file; keys outside `known` (default: GRPOConfig's fields) are an error naming them."""
     if not path.is_file():
         raise typer.BadParameter(f"no such file: {path}", param_hint="'--config'")
     text = path.read_text()
     values = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text) or {}
-    unknown = sorted(set(values) - field_names())
+    unknown = sorted(set(values) - (known or field_names()))
     if unknown:
         raise typer.BadParameter(f"{path}: unknown settings {', '.join(unknown)}", param_hint="'--config'")
     return {k: Path(v) if k == "output_dir" else v for k, v in values.items()}
 
 
-def main(ctx: typer.Context, config: Path | None = None, resume: Path | None = None, **flags: Any) -> None:
-    values = read_config_file(config) if config else {}
+def settings(ctx: typer.Context, config: Path | None, resume: Path | None, flags: dict[str, Any],
+             known: set[str] | None = None) -> dict[str, Any]:
+    """The --config file's values, overridden by flags given on the command line; --resume sets the output folder."""
+    values = read_config_file(config, known) if config else {}
     for name, value in flags.items():  # a flag given on the command line wins over the file
         source = ctx.get_parameter_source(name)  # typer may vendor click: compare the enum by name
         if (source is not None and source.name == "COMMANDLINE") or name not in values:
             values[name] = value
     if resume is not None:
         values["output_dir"] = resume
-    run = GRPOConfig(**values)
+    return values
+
+
+def main(ctx: typer.Context, config: Path | None = None, resume: Path | None = None, **flags: Any) -> None:
+    run = GRPOConfig(**settings(ctx, config, resume, flags))
     try:
         train_grpo(run, resume=resume is not None)
     except ValueError as err:
@@ -114,17 +121,18 @@ def report(output_dir: Path) -> None:
         typer.echo(f"plot: {path}")
 
 
-def _parameters() -> list[inspect.Parameter]:
+def command_parameters(config_cls: type = GRPOConfig, help_texts: dict[str, str] = HELP) -> list[inspect.Parameter]:
+    """ctx, --config and --resume, then one flag per field of `config_cls`."""
     return [
         inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
         inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
                           default=typer.Option(None, help="TOML or YAML file of settings; flags override it.")),
         inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
                           default=typer.Option(None, help="Continue the run whose output folder this is.")),
-    ] + option_parameters(GRPOConfig, HELP)
+    ] + option_parameters(config_cls, help_texts)
 
 
-main.__signature__ = inspect.Signature(_parameters())  # type: ignore[attr-defined]
+main.__signature__ = inspect.Signature(command_parameters())  # type: ignore[attr-defined]
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 app.command(help="Train a policy with GRPO (see the module docstring).")(main)
 

@@ -1,0 +1,106 @@
+"""Scoring each distinct prompt once must give the same log-probs, entropies and gradients as scoring every row."""
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from alignment.logprobs import get_response_log_probs
+from alignment.rollout import Rollout
+from alignment.rollout_batch import collate
+from alignment.shared_prompt import can_share_prompts, shared_prompt_log_probs
+from alignment.transformer_lm import TransformerLM, config_from_llama, from_llama_state_dict
+
+
+def rollout(prompt_index: int, tokens: list[int]) -> Rollout:
+    return Rollout(prompt_index, "", tokens, [0.0] * len(tokens), "stop")
+
+
+def make_batch(tokenizer, group_size: int = 3):
+    """Three prompts of different lengths (so the shared pass is left-padded), responses of different lengths."""
+    prompts = [tokenizer(p)["input_ids"] for p in ("Name a river.", "What is two plus two? Answer briefly, please.", "Hi there")]
+    generator = torch.Generator().manual_seed(0)
+    rollouts = [
+        rollout(p, torch.randint(5, 1000, (int(torch.randint(1, 9, (1,), generator=generator)),), generator=generator).tolist())
+        for p in range(len(prompts))
+        for _ in range(group_size)
+    ]
+    n = len(rollouts)
+    return collate(prompts, rollouts, torch.zeros(n), torch.zeros(n), tokenizer.pad_token_id)
+
+
+def scored(model, batch, shared: bool):
+    model.zero_grad(set_to_none=True)
+    fn = shared_prompt_log_probs if shared else lambda *a, **k: get_response_log_probs(*a[:3], k["return_token_entropy"], response_mask=a[3])
+    out = fn(model, batch.input_ids, batch.labels, batch.response_mask, return_token_entropy=True)
+    weights = torch.linspace(-1, 1, batch.labels.numel()).view_as(batch.labels)  # a loss that weighs every token differently
+    (out["log_probs"] * weights).sum().backward()
+    return out, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tiny_model_dir) -> LlamaForCausalLM:
+    return LlamaForCausalLM.from_pretrained(tiny_model_dir).eval()
+
+
+def as_transformer_lm(model: LlamaForCausalLM) -> TransformerLM:
+    return from_llama_state_dict(config_from_llama(model.config), model.state_dict())
+
+
+@pytest.fixture(params=["transformers", "transformer_lm"])
+def policy(request, tiny_model, tiny_llama):
+    """A tiny transformers model (Llama or Qwen2), or the tiny Llama's weights in our own TransformerLM."""
+    return copy.deepcopy(tiny_model).train() if request.param == "transformers" else as_transformer_lm(tiny_llama).train()
+
+
+def test_shared_prompts_match_full_rows(policy, tokenizer):
+    model = policy
+    batch = make_batch(tokenizer)
+    assert can_share_prompts(model, batch.response_mask)
+    shared, shared_grads = scored(model, batch, shared=True)
+    full, full_grads = scored(model, batch, shared=False)
+    torch.testing.assert_close(shared["log_probs"], full["log_probs"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared["token_entropy"], full["token_entropy"], atol=1e-5, rtol=1e-5)
+    assert (shared["log_probs"][~batch.response_mask] == 0).all() and (shared["log_probs"][batch.response_mask] < 0).all()
+    assert shared_grads.keys() == full_grads.keys()
+    for name, grad in full_grads.items():
+        assert torch.isfinite(shared_grads[name]).all(), name
+        torch.testing.assert_close(shared_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_rows_of_one_prompt_in_any_order(tiny_model, tokenizer):
+    """Group membership comes from the tokens, so shuffled rows and singleton groups are handled."""
+    batch = make_batch(tokenizer)
+    picked = batch.select(torch.tensor([4, 0, 8, 3, 1]))
+    with torch.no_grad():
+        shared = shared_prompt_log_probs(tiny_model, picked.input_ids, picked.labels, picked.response_mask)
+        full = get_response_log_probs(tiny_model, picked.input_ids, picked.labels, response_mask=picked.response_mask)
+    torch.testing.assert_close(shared["log_probs"], full["log_probs"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_sharing_is_off_under_gradient_checkpointing(tiny_model, tokenizer, checkpointing):
+    model = copy.deepcopy(tiny_model)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    assert can_share_prompts(model, make_batch(tokenizer).response_mask) is not checkpointing
+
+
+def test_one_token_prompt_is_scored_in_full(tiny_model, tokenizer):
+    """A one-token prompt leaves nothing to share (its only token predicts the first response token)."""
+    batch = collate([[tokenizer.bos_token_id or 1]], [rollout(0, [7, 8]), rollout(0, [9])], torch.zeros(2), torch.zeros(2), 0)
+    assert not can_share_prompts(tiny_model, batch.response_mask)
+    with torch.no_grad():
+        out = shared_prompt_log_probs(tiny_model, batch.input_ids, batch.labels, batch.response_mask)
+    assert out["log_probs"][batch.response_mask].lt(0).all()
+
+
+def test_transformer_lm_policy_scores_like_transformers(tiny_llama, tokenizer):
+    """Our model as a train-loop policy: same log-probs as the transformers model holding the same weights."""
+    ours = as_transformer_lm(tiny_llama)
+    batch = make_batch(tokenizer)
+    with torch.no_grad():
+        theirs = get_response_log_probs(tiny_llama, batch.input_ids, batch.labels, response_mask=batch.response_mask)
+        mine = shared_prompt_log_probs(ours, batch.input_ids, batch.labels, batch.response_mask)
+    torch.testing.assert_close(mine["log_probs"], theirs["log_probs"], atol=1e-4, rtol=1e-4)
