@@ -4,17 +4,14 @@ Prompts go in batches of whole groups sized to a memory budget, like the hf back
 from the model object it is given, so a policy trained in place needs no weight copies.
 """
 
-import dataclasses
 from collections.abc import Sequence
 
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from alignment.hf_rollout import default_memory_budget
 from alignment.lm_sampler import sample
 from alignment.rollout import Rollout, SamplingConfig
-from alignment.rollout_common import load_unless_shared
+from alignment.rollout_common import default_memory_budget, generate_in_groups, load_unless_shared
 from alignment.transformer_lm import TransformerLM
 
 
@@ -56,20 +53,10 @@ class TransformerLMRolloutEngine:
         return max(1, budget // per_row)
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
-        if n < 1:
-            raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
-        prompt_ids = self.tokenizer(list(prompts))["input_ids"]
-        generator = None
-        if sampling.seed is not None:
-            generator = torch.Generator(device=self.model.device).manual_seed(sampling.seed)
-        rows = self.batch_size_for(max(len(p) for p in prompt_ids) + sampling.max_tokens)
-        per_batch = max(1, rows // n)  # whole groups per batch (at least one, even past the budget)
-        rollouts: list[Rollout] = []
-        with tqdm(total=len(prompts) * n, desc="generating", unit="seq", disable=not self.progress, leave=False) as bar:
-            for start in range(0, len(prompts), per_batch):
-                batch = sample(
-                    self.model, self.tokenizer, prompt_ids[start : start + per_batch], n, sampling, self.eos_ids,
-                    generator, self.use_cache, bar,
-                )
-                rollouts += [dataclasses.replace(r, prompt_index=start + r.prompt_index) for r in batch]
-        return rollouts
+        return generate_in_groups(
+            self.tokenizer, prompts, n, sampling, self.model.device, self.batch_size_for,
+            lambda prompt_ids, generator, bar: sample(
+                self.model, self.tokenizer, prompt_ids, n, sampling, self.eos_ids, generator, self.use_cache, bar
+            ),
+            self.progress,
+        )

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from alignment.hf_rollout import HFRolloutEngine, sample_tokens, sampling_log_probs
+from alignment.hf_rollout import HFRolloutEngine
+from alignment.rollout_common import sample_tokens, sampling_log_probs
 from alignment.rollout import SamplingConfig, resolve_backend, vllm_usable
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy", "1 2 3 4"]

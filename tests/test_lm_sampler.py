@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from alignment.hf_rollout import HFRolloutEngine, sampling_log_probs
+from alignment.hf_rollout import HFRolloutEngine
+from alignment.rollout_common import sampling_log_probs
 from alignment.lm_checkpoint import load_transformer_lm
 from alignment.lm_rollout import TransformerLMRolloutEngine
 from alignment.lm_sampler import sample
