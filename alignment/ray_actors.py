@@ -1,0 +1,204 @@
+"""The actors of GRPO on Ray: plain classes that `spawn` makes remote, each wrapping library code.
+
+- Generator: a rollout engine and the version of the weights it samples with.
+- Scorer (alignment.ray_scorer, a light process): grades the generated texts.
+- Learner: the policy, its optimizer and GRPOTrainer.learn (old/reference log-probs, microbatch steps),
+  checkpoints.
+- ColocatedWorker: a Generator and a Learner sharing one policy on one device, plus GRPOTrainer's frozen
+  reference when --kl-reference; in-process backends (hf, transformer_lm) sample from the policy itself, so
+  syncing is free.
+"""
+
+import hashlib
+import random
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from alignment.checkpoint import load_checkpoint, save_checkpoint
+from alignment.grpo_run import build_engine, load_policy
+from alignment.grpo_trainer import GRPOTrainer, PhaseTimer, evaluate, rollout_sampling
+from alignment.parallel_grading import ParallelGrader
+from alignment.prompts import format_prompt
+from alignment.ray_config import RayGRPOConfig, fingerprinted
+from alignment.ray_env import ray
+from alignment.rollout import Rollout, RolloutEngine, SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.task import Task
+from alignment.weight_sync import Placement
+
+
+@dataclass
+class Generated:
+    rollouts: list[Rollout]  # group_size per question, prompt-major
+    version: int  # policy version of the weights that sampled them
+    seconds: float
+
+
+@dataclass
+class Learned:
+    rows: list[dict[str, float]]  # one per optimizer step
+    checksum: int  # token_checksum of the response tokens the optimizer steps saw
+    version: int  # the learner's policy version after this update
+    seconds: dict[str, float]  # old_logprob and train phases
+
+
+def token_checksum(token_lists: Iterable[Sequence[int]]) -> int:
+    """CRC32 of the token ids in order, for checking that what was sent is what was trained on."""
+    crc = 0
+    for tokens in token_lists:
+        crc = zlib.crc32(np.asarray(tokens, dtype=np.int64).tobytes(), crc)
+    return crc
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter and buffer, bit for bit, in state-dict order."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def model_dtype(config: RayGRPOConfig, device: str) -> torch.dtype:
+    return getattr(torch, config.dtype) if config.dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+
+
+class _Actor:
+    name = "actor"
+
+    def ping(self) -> str:
+        return self.name
+
+    def placement(self) -> Placement:
+        gpus = ray.get_gpu_ids()
+        if gpus and torch.cuda.is_available():
+            return Placement(self.name, "cuda", f"{ray.get_runtime_context().get_node_id()}/{gpus[0]}")
+        return Placement(self.name, "cpu")
+
+
+class Generator(_Actor):
+    name = "Generator"
+
+    def __init__(self, config: RayGRPOConfig, task: Task, validation: Task, device: str, threads: int) -> None:
+        torch.set_num_threads(threads)
+        dtype = model_dtype(config, device)
+        if resolve_backend(config.backend) == "vllm":  # type: ignore[arg-type]
+            engine = make_rollout_engine(config.model, "vllm", device, dtype, config.gpu_memory_utilization, config.seed)
+            self._attach(config, task, validation, None, engine)  # vLLM keeps its own copy of the weights
+        else:  # hf or transformer_lm: an in-process engine over this actor's own copy of the policy
+            model, tokenizer = load_policy(config, device, dtype)
+            self._attach(config, task, validation, model.eval(), build_engine(config, model, tokenizer, device, device))
+
+    def _attach(self, config: RayGRPOConfig, task: Task, validation: Task, model: torch.nn.Module | None,
+                engine: RolloutEngine) -> None:
+        if hasattr(engine, "progress"):
+            engine.progress = False  # the driver shows progress; bars from actors would interleave with it
+        self.config, self.task, self.validation, self.model, self.engine = config, task, validation, model, engine
+        self.weights_version = 0
+        self.eval_grader = ParallelGrader(validation.reward_fn, 1)
+
+    def generate(self, questions: Sequence[int], step: int) -> tuple[Generated, list[tuple[int, str]]]:
+        """The rollouts, and (prompt index, text) pairs for the scorer (call with num_returns=2)."""
+        start = time.perf_counter()
+        if self.model is not None:
+            self.model.eval()  # a colocated learner leaves it in train mode
+        prompts = [format_prompt(self.task.template, self.task.questions[q]) for q in questions]
+        rollouts = self.engine.generate(prompts, self.config.group_size, rollout_sampling(self.config, step))
+        generated = Generated(rollouts, self.weights_version, time.perf_counter() - start)
+        return generated, [(r.prompt_index, r.text) for r in rollouts]
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
+        start = time.perf_counter()
+        self.engine.load_policy_weights(state_dict)
+        self.weights_version = version
+        return time.perf_counter() - start
+
+    def validate(self, sampling: SamplingConfig) -> tuple[float, list[dict[str, Any]]]:
+        # evaluate() only switches the policy to eval mode; vLLM has no module here to switch
+        return evaluate(self.engine, self.model if self.model is not None else torch.nn.Identity(), self.validation, self.eval_grader, sampling)
+
+    def digest(self) -> str:
+        if self.model is None:
+            raise ValueError("weights digests need the hf backend (vLLM keeps its weights to itself)")
+        return weights_digest(self.model)
+
+
+class Learner(_Actor):
+    name = "Learner"
+
+    def __init__(self, config: RayGRPOConfig, task: Task, device: str, threads: int) -> None:
+        torch.set_num_threads(threads)
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        policy, tokenizer = load_policy(config, device, model_dtype(config, device))
+        if config.gradient_checkpointing:
+            policy.gradient_checkpointing_enable()
+        self.config = config
+        # no rollout engine: GRPOTrainer.learn never samples (ColocatedWorker attaches one)
+        self.trainer = GRPOTrainer(config.learner_config(), policy, tokenizer, None, task, ParallelGrader(task.reward_fn, 1))  # type: ignore[arg-type]
+
+    def learn(self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]) -> Learned:
+        """One GRPO update on these groups (prompt-major, group_size rollouts per question)."""
+        timer = PhaseTimer()
+        batch = self.trainer.make_batch(questions, rollouts, scores)
+        checksum = token_checksum(batch.labels[i][batch.response_mask[i]].tolist() for i in range(len(batch)))
+        rows = self.trainer.learn(batch, timer)
+        self.trainer.step_index += 1
+        return Learned(rows, checksum, self.trainer.step_index, timer.seconds)
+
+    def weights(self, on_cpu: bool) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu() if on_cpu else v.detach() for k, v in self.trainer.policy.state_dict().items()}
+
+    def digest(self) -> str:
+        return weights_digest(self.trainer.policy)
+
+    def save(self, folder: Path, driver_state: dict[str, Any]) -> int:
+        """Checkpoint the policy, optimizer and RNGs with the driver's state; returns the step saved."""
+        t = self.trainer
+        save_checkpoint(folder, driver_state | {
+            "step": t.step_index, "policy": t.policy.state_dict(), "optimizer": t.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
+        }, fingerprinted(self.config))
+        return t.step_index
+
+    def restore(self, folder: Path) -> dict[str, Any]:
+        """Load a checkpoint; returns the driver's part of it (step, elapsed time, replay buffer)."""
+        state = load_checkpoint(folder, fingerprinted(self.config))
+        t = self.trainer
+        t.policy.load_state_dict(state.pop("policy"))
+        t.optimizer.load_state_dict(state.pop("optimizer"))
+        torch.set_rng_state(state.pop("torch_rng"))
+        random.setstate(state.pop("python_rng"))
+        t.step_index = state["step"]
+        return state
+
+
+class ColocatedWorker(Generator, Learner):
+    name = "ColocatedWorker"
+
+    def __init__(self, config: RayGRPOConfig, task: Task, validation: Task, device: str, threads: int) -> None:
+        Learner.__init__(self, config, task, device, threads)
+        t = self.trainer
+        t.engine = build_engine(config, t.policy, t.tokenizer, device, device)  # hf, transformer_lm: the policy itself
+        self._attach(config, task, validation, t.policy, t.engine)
+
+    def sync_engine(self) -> float:
+        """Hand the updated policy to the rollout engine (a no-op for hf, which samples from the policy)."""
+        return self.load_weights(self.trainer.policy.state_dict(), self.trainer.step_index)
+
+    def restore(self, folder: Path) -> dict[str, Any]:
+        state = Learner.restore(self, folder)
+        self.sync_engine()
+        return state
+
+
+def spawn(cls: type, cpus: float, gpus: float, *args: Any) -> Any:
+    """A remote instance of `cls` holding these resources; never restarted (a death ends the run)."""
+    remote = ray.remote(enable_tensor_transport=True, max_restarts=0)(cls)
+    return remote.options(num_cpus=cpus, num_gpus=gpus).remote(*args)

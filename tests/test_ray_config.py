@@ -1,0 +1,57 @@
+"""RayGRPOConfig: each bad Ray flag is refused naming it, before any actor starts; and the script's flags."""
+
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from alignment.ray_config import RayGRPOConfig, fingerprinted, validate_ray
+from scripts import train_grpo_ray as script
+
+BASE = RayGRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=4)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"strategy": "async"}, "--strategy 'async' is not one of colocated-sync, colocated-multistep"),
+    ({"multistep_k": 0}, "--multistep-k must be >= 1"),
+    ({"multistep_k": 4}, "--multistep-k (4) applies only to --strategy colocated-multistep"),
+    ({"strategy": "colocated-multistep", "multistep_k": 2}, "pass --loss-type grpo_clip (got 'reinforce_with_baseline')"),
+    ({"strategy": "colocated-multistep", "multistep_k": 2, "loss_type": "grpo_clip", "epochs_per_rollout_batch": 2},
+     "keep --epochs-per-rollout-batch 1"),
+    ({"strategy": "replay-buffer", "buffer_capacity": 1}, "--buffer-capacity (1) must hold at least one rollout batch (2 groups"),
+    ({"buffer_policy": "lifo"}, "--buffer-policy 'lifo' is not one of fifo, uniform, newest"),
+    ({"weight_sync": "rdma"}, "--weight-sync 'rdma' is not one of object_store, nccl, gloo"),
+    ({"weight_sync": "nccl"}, "--weight-sync nccl needs two actors; --strategy colocated-sync"),
+    ({"ray_timeout_s": 0}, "--ray-timeout-s must be > 0"),
+    ({"group_size": 3}, "--rollout-batch-size (8) must be divisible by --group-size (3)"),  # GRPOConfig's own checks too
+])
+def test_bad_flags_are_named(overrides, message):
+    with pytest.raises(ValueError) as info:
+        validate_ray(replace(BASE, **overrides))
+    assert message in str(info.value)
+
+
+def test_multistep_runs_k_passes_and_resuming_may_change_transport_and_timeout():
+    multistep = replace(BASE, strategy="colocated-multistep", multistep_k=4, loss_type="grpo_clip")
+    validate_ray(multistep)
+    assert multistep.learner_config().epochs_per_rollout_batch == 4 and multistep.learner_config().off_policy
+    assert BASE.learner_config() is BASE
+    moved = replace(BASE, strategy="disaggregated-one-behind", weight_sync="gloo", ray_timeout_s=5.0)
+    assert fingerprinted(moved) == fingerprinted(replace(moved, weight_sync="object_store", ray_timeout_s=600.0))
+    assert fingerprinted(moved) != fingerprinted(replace(moved, strategy="replay-buffer"))
+
+
+def test_script_reads_ray_settings_from_file_and_flags(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(script, "train_grpo_ray", lambda config, resume=False: seen.update(config=config, resume=resume))
+    monkeypatch.setattr(script, "report", lambda output_dir: None)
+    path = tmp_path / "run.toml"
+    path.write_text('strategy = "replay-buffer"\nbuffer_policy = "uniform"\ngroup_size = 4\n')
+    result = CliRunner().invoke(script.app, ["--config", str(path), "--buffer-capacity", "16", "--resume", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    config = seen["config"]
+    assert (config.strategy, config.buffer_policy, config.buffer_capacity, config.group_size) == ("replay-buffer", "uniform", 16, 4)
+    assert seen["resume"] is True and config.output_dir == tmp_path / "r"
+    path.write_text("buffer_size = 3\n")
+    result = CliRunner().invoke(script.app, ["--config", str(path)])
+    assert result.exit_code != 0 and "unknown settings buffer_size" in result.output

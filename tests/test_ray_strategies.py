@@ -1,0 +1,127 @@
+"""Every strategy on a 2-CPU Ray cluster with the tiny model: the lag bound, the tokens trained on, identical
+weights after each sync (object store and gloo direct transport), and dead actors (error, checkpoint, resume)."""
+
+import json
+import sys
+from dataclasses import replace
+
+import pytest
+
+from alignment.models import load_model_and_tokenizer
+from alignment.ray_actors import weights_digest
+from alignment.ray_cluster import ActorFailure
+from alignment.ray_config import RayGRPOConfig
+from alignment.ray_env import ray
+from alignment.ray_strategies import train_grpo_ray
+from alignment.task import Task
+from tests.test_grpo_loop import QUESTIONS
+
+PHASES = {"time_rollout_s", "time_grading_s", "time_train_s", "time_weight_sync_s", "time_step_s"}
+
+
+def make_task() -> Task:
+    def distinct_words(response: str, truth: str) -> dict[str, float]:
+        # defined in here, Ray ships it by value: the scorer process imports no test module (and no torch)
+        reward = len(set(response.split())) % 3 / 2
+        return {"format_reward": 1.0, "answer_reward": reward, "reward": reward}
+
+    return Task(QUESTIONS, [""] * len(QUESTIONS), "Q: {question}\nA:", distinct_words)
+
+
+TASK = make_task()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def config_for(model_dir, tmp_path, **overrides) -> RayGRPOConfig:
+    base = RayGRPOConfig(
+        model=str(model_dir), n_grpo_steps=3, learning_rate=1e-2, rollout_batch_size=4, group_size=2,
+        train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2,
+        eval_every=1, n_eval_examples=4, checkpoint_every=1, grader_workers=1, backend="hf",
+        output_dir=tmp_path / "run", prompt="question_only", ray_timeout_s=120.0,
+    )
+    return replace(base, **overrides)
+
+
+def logged(config: RayGRPOConfig) -> list[dict]:
+    return [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def check_rows(rows: list[dict], max_lag: int) -> None:
+    for row in rows:
+        assert PHASES <= set(row) and row["samples_per_s"] > 0 and row["device_hours"] > 0
+        assert row["tokens_checksum_trained"] == row["tokens_checksum_sent"]  # trained on exactly what was sent
+        assert 0 <= row["version_lag"] <= max_lag and row["weights_version"] == row["grpo_step"]
+    assert len({row["tokens_checksum_sent"] for row in rows}) == len({row["grpo_step"] for row in rows})  # new data each step
+
+
+def test_colocated_sync_a_light_scorer_and_a_dead_learner(cluster, tiny_model_dir, tmp_path):
+    config = config_for(tiny_model_dir, tmp_path)
+    scorer_imports = []
+
+    def look_then_kill_worker(step, actors):
+        if step == 1:
+            scorer_imports.append(ray.get(actors.scorer.__ray_call__.remote(
+                lambda scorer: [m for m in ("torch", "transformers") if m in sys.modules]), timeout=60))
+        if step == 2:
+            ray.kill(actors.learner)
+
+    with pytest.raises(ActorFailure, match=r"actor ColocatedWorker died while .*; the last checkpoint is step 2 in .*--resume"):
+        train_grpo_ray(config, TASK, TASK, on_step=look_then_kill_worker)
+    assert scorer_imports == [[]]  # the scorer's process starts without torch
+    rows = [row for row in logged(config) if "loss" in row]
+    assert [row["grpo_step"] for row in rows] == [1, 2]
+    check_rows(rows, max_lag=0)
+    assert all(row["kl_ref_k1"] is not None for row in rows)  # the worker's frozen reference model
+    assert [row["grpo_step"] for row in logged(config) if "eval_reward" in row] == [0, 1, 2]
+
+
+def test_colocated_multistep_takes_k_steps_per_batch(cluster, tiny_model_dir, tmp_path):
+    config = config_for(tiny_model_dir, tmp_path, strategy="colocated-multistep", multistep_k=2, loss_type="grpo_clip", n_grpo_steps=2)
+    rows = train_grpo_ray(config, TASK, TASK)
+    assert [row["grpo_step"] for row in rows] == [1, 1, 2, 2]  # k optimizer steps per rollout batch
+    check_rows(rows, max_lag=0)
+    assert all("clip_fraction" in row and row["time_old_logprob_s"] > 0 for row in rows)  # old log-probs stored once
+
+
+def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_model_dir, tmp_path):
+    config = config_for(tiny_model_dir, tmp_path, strategy="disaggregated-one-behind")
+    initial = weights_digest(load_model_and_tokenizer(str(tiny_model_dir))[0])
+    digests = []
+
+    def check_sync_then_kill(step, actors):
+        digests.append(ray.get([actors.learner.digest.remote(), actors.generator.digest.remote()], timeout=60))
+        ray.kill(actors.generator)
+
+    with pytest.raises(ActorFailure, match=r"actor Generator died while .*; checkpoint of step 2 saved in .*--resume"):
+        train_grpo_ray(config, TASK, TASK, on_step=check_sync_then_kill)
+    [(learner, generator)] = digests
+    assert learner == generator != initial  # after the step-1 sync, both hold the updated weights bit for bit
+    assert json.loads((config.output_dir / "checkpoint" / "COMPLETE").read_text()) == 2
+
+    resumed = train_grpo_ray(config, TASK, TASK, resume=True)
+    assert [row["grpo_step"] for row in resumed] == [3]
+    rows = [row for row in logged(config) if "loss" in row]
+    assert [row["grpo_step"] for row in rows] == [1, 2, 3]
+    check_rows(rows, max_lag=1)
+    assert [row["version_lag"] for row in rows] == [0, 1, 0]  # batch 1 overlapped learning on batch 0; resumed fresh
+
+
+def test_replay_buffer_over_the_gloo_direct_transport(cluster, tiny_model_dir, tmp_path):
+    config = config_for(tiny_model_dir, tmp_path, strategy="replay-buffer", buffer_capacity=3, buffer_policy="uniform",
+                        weight_sync="gloo")
+    digests = []
+    rows = train_grpo_ray(config, TASK, TASK, on_step=lambda step, actors: digests.append(
+        ray.get([actors.learner.digest.remote(), actors.generator.digest.remote()], timeout=60)))
+    assert [row["grpo_step"] for row in rows] == [1, 2, 3]
+    check_rows(rows, max_lag=1)
+    assert all(learner == generator for learner, generator in digests) and len({d for d, _ in digests}) == 3
+    assert [row["buffer_size"] for row in rows] == [2, 3, 3] and rows[-1]["buffer_evicted"] == 3  # 2 groups per batch
+    assert all(0 <= row["staleness_mean"] <= row["staleness_max"] <= 2 for row in rows)
+    assert all(row["time_weight_sync_s"] > 0 for row in rows)
+

@@ -1,0 +1,60 @@
+"""Weight sync without a cluster: which transports are refused where, and that the learner's weights (and
+exactly the tokens it was sent) reach the generator bit for bit. The Ray transports run in test_ray_strategies."""
+
+import pytest
+import torch
+
+from alignment.ray_actors import Generator, Learner, token_checksum
+from alignment.ray_config import RayGRPOConfig
+from alignment.weight_sync import Placement, check_transport
+from tests.test_grpo_loop import TASK, hash_reward
+
+CPU = [Placement("Learner", "cpu"), Placement("Generator", "cpu")]
+
+
+@pytest.mark.parametrize("transport", ["object_store", "gloo"])
+def test_cpu_transports_are_accepted_on_cpus(transport):
+    check_transport(transport, CPU)
+
+
+@pytest.mark.parametrize("placements,message", [
+    (CPU, "--weight-sync nccl needs every actor on a GPU, but Learner, Generator run on the CPU"),
+    ([Placement("Learner", "cuda", "node/0"), Placement("Generator", "cpu")], "but Generator run on the CPU"),
+    ([Placement("Learner", "cuda", "node/0"), Placement("Generator", "cuda", "node/0")], "needs one GPU per actor"),
+])
+def test_nccl_is_refused_unless_each_actor_has_its_own_gpu(placements, message):
+    with pytest.raises(ValueError, match=message):
+        check_transport("nccl", placements)
+
+
+def test_unknown_transport_names_the_flag():
+    with pytest.raises(ValueError, match="--weight-sync 'tcp' is not one of object_store, nccl, gloo"):
+        check_transport("tcp", CPU)
+
+
+@pytest.fixture
+def keep_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)  # the actors set their own thread count
+
+
+def test_learner_weights_reach_the_generator_bit_for_bit(tiny_model_dir, keep_threads):
+    config = RayGRPOConfig(model=str(tiny_model_dir), rollout_batch_size=4, group_size=2, train_batch_size=4,
+                           gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2, learning_rate=1e-2,
+                           prompt="question_only", backend="hf", kl_reference=False, kl_prev=False)
+    learner, generator = Learner(config, TASK, "cpu", 1), Generator(config, TASK, TASK, "cpu", 1)
+    assert learner.digest() == generator.digest()  # both loaded the same checkpoint
+
+    generated, texts = generator.generate([0, 1], step=0)
+    assert texts == [(r.prompt_index, r.text) for r in generated.rollouts] and [i for i, _ in texts] == [0, 0, 1, 1]
+    scores = [hash_reward(r.text, "") for r in generated.rollouts]
+    learned = learner.learn([0, 1], generated.rollouts, scores)
+    assert learned.version == 1 and len(learned.rows) == 1
+    assert learned.checksum == token_checksum(r.token_ids for r in generated.rollouts)
+    tampered = [generated.rollouts[1], generated.rollouts[0]] + generated.rollouts[2:]
+    assert learned.checksum != token_checksum(r.token_ids for r in tampered)  # order matters
+
+    assert learner.digest() != generator.digest()  # the update moved the policy
+    generator.load_weights(learner.weights(on_cpu=True), learned.version)
+    assert learner.digest() == generator.digest() and generator.weights_version == 1
