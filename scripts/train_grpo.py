@@ -11,6 +11,7 @@ Every field of alignment.grpo_config.GRPOConfig is a flag (`--n-grpo-steps`, `--
 
 import inspect
 import tomllib
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,9 @@ HELP = {
 }
 
 
+PATH_SETTINGS = {f.name for f in fields(GRPOConfig) if "Path" in str(f.type)}  # files hold them as strings
+
+
 def read_config_file(path: Path, known: set[str] | None = None) -> dict[str, Any]:
     """Values from a TOML or YAML file; keys outside `known` (default: GRPOConfig's fields) are an error naming them."""
     if not path.is_file():
@@ -84,7 +88,7 @@ def read_config_file(path: Path, known: set[str] | None = None) -> dict[str, Any
     unknown = sorted(set(values) - (known or field_names()))
     if unknown:
         raise typer.BadParameter(f"{path}: unknown settings {', '.join(unknown)}", param_hint="'--config'")
-    return {k: Path(v) if k == "output_dir" else v for k, v in values.items()}
+    return {k: Path(v) if k in PATH_SETTINGS and v is not None else v for k, v in values.items()}
 
 
 def settings(ctx: typer.Context, config: Path | None, resume: Path | None, flags: dict[str, Any],

@@ -1,6 +1,7 @@
 """scripts/train_grpo.py: a --config file (TOML or YAML) with command-line flags overriding it."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -18,8 +19,8 @@ def captured(monkeypatch):
 
 
 @pytest.mark.parametrize("suffix,text", [
-    (".toml", 'task = "keywords"\nlearning_rate = 3e-5\noutput_dir = "from_file"\ngroup_size = 4\n'),
-    (".yaml", "task: keywords\nlearning_rate: 3.0e-5\noutput_dir: from_file\ngroup_size: 4\n"),
+    (".toml", 'task = "keywords"\nlearning_rate = 3e-5\noutput_dir = "from_file"\ngroup_size = 4\nkeywords_dataset = "kw"\n'),
+    (".yaml", "task: keywords\nlearning_rate: 3.0e-5\noutput_dir: from_file\ngroup_size: 4\nkeywords_dataset: kw\n"),
 ])
 def test_flags_override_the_config_file(tmp_path, captured, suffix, text):
     path = tmp_path / f"run{suffix}"
@@ -27,7 +28,8 @@ def test_flags_override_the_config_file(tmp_path, captured, suffix, text):
     result = CliRunner().invoke(script.app, ["--config", str(path), "--learning-rate", "0.5", "--no-use-std-normalization"])
     assert result.exit_code == 0, result.output
     config = captured["config"]
-    assert config.task == "keywords" and config.group_size == 4 and str(config.output_dir) == "from_file"  # file
+    assert config.task == "keywords" and config.group_size == 4 and config.output_dir == Path("from_file")  # file
+    assert config.keywords_dataset == Path("kw")  # path settings arrive as paths, as the loaders expect
     assert config.learning_rate == 0.5 and config.use_std_normalization is False  # flags win
     assert config.n_grpo_steps == 200 and captured["resume"] is False  # defaults stay
 
