@@ -39,10 +39,18 @@ def save_checkpoint(folder: Path, state: dict[str, Any], config: GRPOConfig) -> 
     return target
 
 
+def complete_step(folder: Path) -> int | None:
+    """The step of the complete checkpoint in run folder `folder`, or None when there is none."""
+    target = folder / "checkpoint"
+    if not (target / _MARKER).is_file() or not (target / "state.pt").is_file():
+        return None
+    return int((target / _MARKER).read_text())
+
+
 def load_checkpoint(folder: Path, config: GRPOConfig) -> dict[str, Any]:
     """The saved state; raises ValueError if it is missing, incomplete, or from another configuration."""
     target = folder / "checkpoint"
-    if not (target / _MARKER).is_file() or not (target / "state.pt").is_file():
+    if complete_step(folder) is None:
         raise ValueError(f"--resume: no complete checkpoint in {folder} (expected {target}/state.pt and {_MARKER})")
     state = torch.load(target / "state.pt", map_location="cpu", weights_only=False)
     saved, current = state["config"], fingerprint(config)

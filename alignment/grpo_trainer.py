@@ -147,7 +147,7 @@ class GRPOTrainer:
         return self.engine.generate(prompts, self.config.group_size, self.sampling(self.step_index))
 
     def grade(self, questions: Sequence[int], rollouts: Sequence[Rollout]) -> list[dict[str, float]]:
-        truths = [self.task.truths[questions[r.prompt_index]] for r in rollouts]
+        truths = self.task.truths_for(questions, [r.prompt_index for r in rollouts])
         return self.grader([r.text for r in rollouts], truths)
 
     def make_batch(self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]) -> RolloutBatch:

@@ -14,6 +14,7 @@ from typing import Any
 
 from alignment.atomic import atomic_write_jsonl
 from alignment.keywords import TEMPLATES, keyword_inclusion_reward_fn
+from alignment.prompts import format_prompt
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.task import Task
 
@@ -56,7 +57,7 @@ def build_keyword_dataset(
     samples_per_prompt responses; the first one with reward 1 becomes its answer, and a prompt without one
     is dropped. The kept records are shuffled and round(20%) of them go to validation."""
     pairs = dataset_prompts(words, keyword_counts, prompts_per_count, seed)
-    rollouts = engine.generate([template.format(question=q) for q, _ in pairs], samples_per_prompt, sampling)
+    rollouts = engine.generate([format_prompt(template, q) for q, _ in pairs], samples_per_prompt, sampling)
     answers: dict[int, str] = {}
     for r in rollouts:
         if r.prompt_index not in answers and keyword_inclusion_reward_fn(r.text, pairs[r.prompt_index][1])["reward"] == 1:

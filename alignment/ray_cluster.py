@@ -8,7 +8,6 @@ its worker processes are its own). `devices` (GPUs, or CPU cores) is what device
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from alignment.ray_actors import ColocatedWorker, Generator, Learner, spawn
 from alignment.ray_config import RayGRPOConfig
@@ -88,8 +87,3 @@ def dead_actors(actors: Actors) -> list[str]:
             pass
     return dead
 
-
-def checkpoint_step(folder: Path) -> int | None:
-    """The step of the complete checkpoint in `folder`, if there is one."""
-    marker = folder / "checkpoint" / "COMPLETE"
-    return int(marker.read_text()) if marker.is_file() else None

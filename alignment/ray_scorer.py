@@ -30,6 +30,6 @@ class Scorer:
     def grade(self, questions: Sequence[int], texts: Sequence[tuple[int, str]]) -> Scored:
         """Scores of (prompt index, response) pairs; prompt index i asked questions[i]."""
         start = time.perf_counter()
-        truths = [self.task.truths[questions[prompt]] for prompt, _ in texts]
+        truths = self.task.truths_for(questions, [prompt for prompt, _ in texts])
         scores = self.grader([text for _, text in texts], truths)
         return Scored(scores, time.perf_counter() - start)

@@ -19,13 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from alignment.checkpoint import complete_step
 from alignment.grpo_run import keyword_run_tasks, math_tasks, validation_sampling
 from alignment.grpo_trainer import PromptOrder, progress, rollout_stats
 from alignment.metrics_log import MetricsLog
 from alignment.models import load_tokenizer
 from alignment.prompts import chat_template
 from alignment.ray_actors import Generated, Learned, token_checksum
-from alignment.ray_cluster import Actors, ActorFailure, checkpoint_step, dead_actors, start_actors
+from alignment.ray_cluster import Actors, ActorFailure, dead_actors, start_actors
 from alignment.ray_config import RayGRPOConfig, validate_ray
 from alignment.ray_env import ray
 from alignment.ray_scorer import Scored
@@ -231,12 +232,12 @@ class Driver:
                 saved = self.checkpoint()
             except (RayActorError, GetTimeoutError):
                 pass
+        step = saved if saved is not None else complete_step(folder)
         if saved is not None:
             where = f"checkpoint of step {saved} saved in {folder}"
         else:
-            step = checkpoint_step(folder)
             where = f"the last checkpoint is step {step} in {folder}" if step is not None else "no checkpoint was written"
-        hint = f"; continue with --resume {folder}" if saved is not None or checkpoint_step(folder) is not None else ""
+        hint = f"; continue with --resume {folder}" if step is not None else ""
         return ActorFailure(f"GRPO on Ray stopped: {what} while {doing} ({type(err).__name__}); {where}{hint}")
 
 
@@ -257,7 +258,7 @@ def train_grpo_ray(
     if earlier and not resume and not config.overwrite:
         raise ValueError(f"--output-dir {config.output_dir} holds an earlier run ({', '.join(earlier)}); "
                          "pass --resume to continue it or --overwrite to replace it")
-    if resume and checkpoint_step(config.output_dir) is None:  # before minutes of actor start-up
+    if resume and complete_step(config.output_dir) is None:  # before minutes of actor start-up
         raise ValueError(f"--resume: no complete checkpoint in {config.output_dir}")
     task, validation = tasks(config, task, validation)
     own_cluster = not ray.is_initialized()

@@ -1,6 +1,6 @@
 """What a GRPO run trains on: questions, their ground truths, a prompt template and a reward function."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,3 +11,7 @@ class Task:
     truths: list[Any]  # whatever reward_fn takes as ground truth: an answer string, a keyword list, ...
     template: str  # contains {question}
     reward_fn: Callable[[str, Any], dict[str, float]]
+
+    def truths_for(self, questions: Sequence[int], prompt_indices: Sequence[int]) -> list[Any]:
+        """Ground truths of responses to prompt_indices, where prompt i asked question questions[i]."""
+        return [self.truths[questions[i]] for i in prompt_indices]
