@@ -1,0 +1,163 @@
+"""The kissing verifier and the sandbox: exact checks, specific messages, and bad programs as results."""
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from alignment.kissing_verifier import closest_pair, evaluate_program, verify_points
+from alignment.sandbox import SandboxLimits, run_untrusted
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = SandboxLimits(timeout_s=5.0, memory_bytes=1024**3)
+
+
+def d11_roots() -> list[list[int]]:
+    points = []
+    for i, j in itertools.combinations(range(11), 2):
+        for si, sj in itertools.product((1, -1), repeat=2):
+            v = [0] * 11
+            v[i], v[j] = si, sj
+            points.append(v)
+    return points
+
+
+def test_valid_set_scores_its_size():
+    m = verify_points(d11_roots())
+    assert (m.num_points, m.dimension, m.validity, m.score) == (220, 11, 1.0, 220.0)
+    assert (m.min_squared_distance, m.max_squared_norm) == (2, 2)
+
+
+def test_failure_names_the_closest_pair_and_the_numbers():
+    axes = [[2 * s if k == i else 0 for k in range(11)] for i in range(11) for s in (1, -1)]
+    m = verify_points(axes)
+    assert (m.validity, m.score, m.min_squared_distance, m.max_squared_norm) == (1.0, 22.0, 8, 4)
+    m = verify_points(axes[:17] + [[2, 1] + [0] * 9] + axes[17:])  # next to 2e_0 (point 0), norm 5
+    assert m.validity == 0.0 and m.score == 0.0 and m.num_points == 23
+    assert m.message == "Minimum squared distance 1 < maximum squared norm 5 (points 0 and 17)"
+
+
+@pytest.mark.parametrize("value, message", [
+    ([[1] * 11, [0] * 11], "point 1 is the zero vector"),
+    ([[1] * 11, [2] * 11, [1] * 11], "points 0 and 2 are equal (squared distance 0)"),
+    ([[1] * 11, [1] * 12], "point 1 has 12 coordinates; expected 11"),
+    ([[1] * 11, [1] * 10 + [1.0]], "point 1, coordinate 10 is 1.0 (float); coordinates must be integers"),
+    ([[1] * 11, [True] + [0] * 10], "point 1, coordinate 0 is True (bool); coordinates must be integers"),
+    ([[1] * 11, "abc"], "point 1 is a str, not a list of 11 integers"),
+    ({"a": 1}, "`points` must be a list of 11-dimensional integer vectors, got dict"),
+    ([], "`points` is empty"),
+])
+def test_each_kind_of_invalid_set_has_its_own_message(value, message):
+    m = verify_points(value)
+    assert m.validity == 0.0 and m.score == 0.0
+    assert m.message == message
+
+
+def test_huge_integers_are_exact_beyond_int64_or_refused_clearly():
+    big = 2**40  # squared norms near 2^80: past int64, exact with Python integers
+    valid = [[big * s if k == i else 0 for k in range(11)] for i in range(11) for s in (1, -1)]
+    assert verify_points(valid).score == 22.0
+    near = valid + [[big + 1] + [0] * 10]
+    m = verify_points(near)
+    assert m.message == f"Minimum squared distance 1 < maximum squared norm {(big + 1) ** 2} (points 0 and 22)"
+    m = verify_points([[10**200] + [0] * 10, [1] * 11])
+    assert m.validity == 0.0 and "point 0 has a coordinate of 201 digits" in m.message
+
+
+def test_chunked_scan_agrees_with_brute_force():
+    rng = np.random.default_rng(1)
+    x = rng.integers(-50, 50, size=(700, 11))
+    d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    d[np.tril_indices(700)] = 10**9
+    i, j = np.unravel_index(np.argmin(d), d.shape)
+    import alignment.kissing_verifier as kv
+    old, kv.CHUNK_ENTRIES = kv.CHUNK_ENTRIES, 700 * 37  # many uneven chunks
+    try:
+        assert closest_pair(x) == (int(d[i, j]), int(i), int(j))
+    finally:
+        kv.CHUNK_ENTRIES = old
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("while True:\n    pass\n", "timed out after 2 s"),
+    ("x = bytearray(100 * 10**9)\n", "MemoryError"),
+    ("import numpy as np\nx = np.ones(100 * 10**9 // 8)\n", "MemoryError"),
+    ("import socket\nsocket.create_connection(('127.0.0.1', 80), timeout=1)\n", "network access"),
+    ("import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)\n", "network access"),
+    ("import subprocess\nsubprocess.run(['true'])\n", "subprocess.Popen is not allowed"),
+    ("import os\nos.system('true')\n", "os.system is not allowed"),
+    ("import ctypes\nctypes.CDLL(None)\n", "ctypes.dlopen is not allowed"),
+    ("points = [[1] * 11]\nraise ValueError('boom')\n", "ValueError: boom (program.py line 2)"),
+    ("import sys\nsys.exit(3)\n", "exit(3)"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "killed (signal 9)"),
+    ("x = 1\n", "defines no global `points`"),
+    ("points = [[10**5000] * 11]\n", "cannot be sent back as JSON"),
+    ("points = object()\n", "cannot be sent back as JSON"),
+    ("import os\nwhile True:\n    os.write(1, b'x' * 65536)\n", "more than"),
+])
+def test_bad_programs_are_results_not_crashes(source, expected):
+    m = evaluate_program(source, SandboxLimits(timeout_s=2.0, memory_bytes=1024**3, max_output_bytes=65536))
+    assert m.validity == 0.0 and m.score == 0.0
+    assert m.message.startswith("program failed: ") and expected in m.message, m.message
+
+
+def test_writes_outside_the_folder_are_refused_and_inside_allowed(tmp_path):
+    target = tmp_path / "escape.txt"
+    outside = f"open({str(target)!r}, 'w').write('x')\n"
+    result = run_untrusted(outside, "points", FAST)
+    assert "outside the working folder" in result.error and not target.exists()
+    removal = tmp_path / "keep.txt"
+    removal.write_text("kept")
+    result = run_untrusted(f"import os\nos.remove({str(removal)!r})\n", "points", FAST)
+    assert "outside the working folder" in result.error and removal.read_text() == "kept"
+    inside = "open('note.txt', 'w').write('12')\npoints = [[int(open('note.txt').read())] + [0] * 10]\n"
+    assert run_untrusted(inside, "points", FAST).value == [[12] + [0] * 10]
+
+
+def test_non_utf8_output_and_prints_do_not_break_the_result():
+    source = "import os\nos.write(1, b'\\xff\\xfe\\x00 junk\\n')\nprint('hello')\npoints = [[2] + [0] * 10]\n"
+    result = run_untrusted(source, "points", FAST)
+    assert result.ok and result.value == [[2] + [0] * 10]
+    assert result.output == "hello\n"
+
+
+def test_environment_is_scrubbed_and_protections_recorded(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "secret-123")
+    source = "import os, tempfile\npoints = [sorted(os.environ), os.getcwd()]\n"
+    result = run_untrusted(source, "points", FAST)
+    names, cwd = result.value
+    assert "OPENAI_API_KEY" not in names and "secret" not in json.dumps(result.value)
+    assert Path(cwd).name.startswith("sandbox-") and not Path(cwd).exists()  # thrown away afterwards
+    p = result.protections
+    assert p["audit_hook"] and p["memory_bytes"] == FAST.memory_bytes and p["wall_clock_s"] == FAST.timeout_s
+    assert isinstance(p["network_namespace"], bool) and isinstance(p["unprivileged_user"], bool)
+
+
+def test_numpy_points_and_numpy_ints_are_accepted():
+    source = "import numpy as np\npoints = 2 * np.eye(11, dtype=np.int64)\n"
+    m = evaluate_program(source, FAST)
+    assert (m.validity, m.score, m.num_points) == (1.0, 11.0, 11)
+
+
+def test_float_and_ragged_and_twelve_dimensional_programs():
+    cases = {
+        "points = [[1.0] * 11]\n": "point 0, coordinate 0 is 1.0 (float); coordinates must be integers",
+        "points = [[1] * 11, [1] * 5]\n": "point 1 has 5 coordinates; expected 11",
+        "points = [[1] * 12]\n": "point 0 has 12 coordinates; expected 11",
+    }
+    for source, message in cases.items():
+        assert evaluate_program(source, FAST).message == message
+
+
+def test_evaluator_cli_prints_metrics_json():
+    out = subprocess.run(
+        [sys.executable, "data/kissing_number/evaluator.py", "data/kissing_number/program.py"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    metrics = json.loads(out.stdout)
+    assert out.returncode == 0
+    assert (metrics["num_points"], metrics["dimension"], metrics["validity"], metrics["score"]) == (220, 11, 1.0, 220.0)
