@@ -173,3 +173,17 @@ def program_source(points: np.ndarray, header: str) -> str:
         f'{comment}ROWS = """\n{rows}\n"""\n\n'
         "points = [[int(c) for c in line.split()] for line in ROWS.strip().splitlines()]\n"
     )
+
+
+def code_seeded_search(dimension: int, budget_s: float, seed: int = 0) -> tuple[np.ndarray, str]:
+    """The code seed (at most half the budget), then local search over the norm-4 shell for the rest.
+
+    Returns the points and a one-line account of what each stage gave."""
+    began = time.monotonic()
+    start = code_seed(dimension, budget_s / 2, seed)
+    seeded_s = time.monotonic() - began
+    points, history = search_shell(4, dimension, max(0.0, budget_s - seeded_s), seed, start=start)
+    note = (f"code seed: {len(start)} points ({seeded_s:.1f} s); local search over the {len(shell(4, dimension))} "
+            f"vectors of squared norm 4: {len(points)} points after {len(history) - 1} improvements "
+            f"({time.monotonic() - began:.1f} s in all)")
+    return points, note

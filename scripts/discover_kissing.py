@@ -1,0 +1,146 @@
+"""LLM-driven search for kissing configurations in dimension 11 (PKU NLPDL HW3 §7), judged by the sandboxed
+exact verifier.
+
+    uv run scripts/discover_kissing.py --mode evolve --backend openai --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen3-32B
+    uv run scripts/discover_kissing.py --mode refine --backend local --model smollm2-135m --iterations 8
+    uv run scripts/discover_kissing.py --search-budget-s 60 --output-dir data/kissing_number/run
+
+Writes to OUTPUT_DIR: conversation_log.json (every prompt, reply, program and verifier output), best_program.py
+and best.json (kept atomically), run_settings.json, report.md and score_over_time.png. `--resume` continues a
+stopped run from its log. The API key is read from the variable named by --api-key-env, never from a flag.
+"""
+
+import json
+import signal
+import sys
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Literal
+
+import typer
+
+from alignment import cli
+from alignment.atomic import atomic_write_json
+from alignment.kissing_discovery import BEST_JSON, BEST_PROGRAM, LOG_FILE, Discovery, DiscoverySettings
+from alignment.kissing_report import write_report
+from alignment.kissing_search import code_seeded_search, program_source
+from alignment.kissing_verifier import DIMENSION, evaluate_program
+from alignment.llm_client import ChatError, ChatModel, LocalChatModel, OpenAIChatClient
+from alignment.rollout import SamplingConfig
+from alignment.sandbox import SandboxLimits
+from alignment.settings import setting
+
+
+@dataclass
+class DiscoverConfig:
+    mode: Literal["best_of_n", "refine", "evolve"] = setting("evolve", "best_of_n, refine (verifier message fed back) or evolve (program database).")
+    backend: Literal["openai", "local"] = setting("local", "openai: an OpenAI-compatible endpoint (--base-url); local: --model on the project's rollout engine.")
+    model: str = setting("smollm2-135m", "Model name at the endpoint, or for local: a local HF folder, hub id or `smollm2-135m`.")
+    base_url: str = setting("http://127.0.0.1:8000/v1", "OpenAI-compatible endpoint, up to /v1.")
+    api_key_env: str = setting("OPENAI_API_KEY", "Environment variable holding the endpoint's key (unset: no key sent).")
+    rollout_backend: Literal["auto", "hf", "vllm", "transformer_lm"] = setting("auto", "Rollout engine for --backend local.")
+    device: str | None = setting(None, "Device for --backend local, e.g. cuda:0 or cpu (default: cuda:0 if present).")
+    iterations: int = setting(8, "Model calls in total (a resumed run counts those already in its log).")
+    temperature: float = setting(0.8, "Sampling temperature.")
+    top_p: float = setting(1.0, "Nucleus sampling mass.")
+    max_tokens: int = setting(1024, "Maximum tokens per reply.")
+    request_timeout_s: float = setting(300.0, "Seconds to wait for one endpoint reply.")
+    max_retries: int = setting(4, "Retries of a failed request (connection errors, timeouts, 429, 5xx), with exponential backoff.")
+    program_timeout_s: float = setting(60.0, "Wall-clock limit for running one candidate program.")
+    program_memory_mb: int = setting(2048, "Address-space limit for one candidate program (MiB).")
+    seed_programs: list[Path] = setting([Path("data/kissing_number/program.py")], "Program entered into the database before the first step (repeatable).")
+    search_budget_s: float = setting(0.0, "Seconds of the code-based search (constant-weight code seed, then local search over the norm-4 shell) whose result enters the database before the first step; 0: none.")
+    parent_temperature: float = setting(10.0, "evolve: parents are drawn with weight exp((score - best) / T); 0 takes the best.")
+    inspirations: int = setting(2, "evolve: best other programs shown beside the parent.")
+    prompt_program_chars: int = setting(6000, "Programs longer than this are shown in prompts with their middle cut.")
+    seed: int = setting(0, "Seed for sampling, parent choice and the search code.")
+    output_dir: Path = setting(Path("outputs/kissing"), "Where the log, best program and report go.")
+    resume: bool = setting(False, "Continue the run whose log is in --output-dir.")
+    overwrite: bool = setting(False, "Start over in an --output-dir that holds a run.")
+
+
+def check(config: DiscoverConfig) -> tuple[DiscoverySettings, SandboxLimits, list[str]]:
+    """Every flag checked, and the seed programs read, before anything is written or loaded."""
+    for flag, value, low in (("--iterations", config.iterations, 0), ("--inspirations", config.inspirations, 0),
+                             ("--max-retries", config.max_retries, 0), ("--prompt-program-chars", config.prompt_program_chars, 200),
+                             ("--search-budget-s", config.search_budget_s, 0), ("--parent-temperature", config.parent_temperature, 0)):
+        if value < low:
+            raise cli.bad_flag(flag, f"must be >= {low}, got {value}")
+    try:
+        sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, stop=())
+        limits = SandboxLimits(timeout_s=config.program_timeout_s, memory_bytes=config.program_memory_mb * 1024**2)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    seeds = []
+    for path in config.seed_programs:
+        try:
+            seeds.append(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as err:
+            raise cli.bad_flag("--seed-programs", f"cannot read {path}: {err}") from None
+    log = config.output_dir / LOG_FILE
+    if config.resume and not log.exists():
+        raise cli.bad_flag("--resume", f"{config.output_dir} holds no {LOG_FILE} to continue")
+    if log.exists() and not (config.resume or config.overwrite):
+        raise cli.bad_flag("--output-dir", f"{config.output_dir} holds a run; pass --resume to continue it or --overwrite to start over")
+    settings = DiscoverySettings(config.mode, config.iterations, sampling, config.parent_temperature,
+                                 config.inspirations, config.prompt_program_chars, config.seed)
+    return settings, limits, seeds
+
+
+def chat_model(config: DiscoverConfig) -> ChatModel:
+    if config.backend == "openai":
+        try:
+            return OpenAIChatClient(config.base_url, config.model, config.api_key_env, config.request_timeout_s, config.max_retries)
+        except ValueError as err:
+            raise cli.bad_flag("--base-url", str(err)) from None
+    from alignment.models import load_tokenizer
+    from alignment.rollout import make_rollout_engine
+
+    device = {"device": config.device} if config.device else {}
+    engine = make_rollout_engine(config.model, config.rollout_backend, **device, seed=config.seed)
+    return LocalChatModel(engine, load_tokenizer(config.model))
+
+
+def run(config: DiscoverConfig) -> dict:
+    settings, limits, seeds = check(config)
+    config.output_dir.mkdir(parents=True, exist_ok=True)
+    if config.overwrite and not config.resume:
+        for name in (LOG_FILE, BEST_PROGRAM, BEST_JSON):
+            (config.output_dir / name).unlink(missing_ok=True)
+    discovery = Discovery(config.output_dir, settings, lambda program: evaluate_program(program, limits))
+    saved = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    saved["seed_programs"] = [str(p) for p in config.seed_programs]
+    atomic_write_json(config.output_dir / "run_settings.json", saved)
+    if not discovery.candidates:
+        for path, source in zip(config.seed_programs, seeds):
+            discovery.add_program("seed", source, note=f"from {path}")
+        if config.search_budget_s > 0:
+            points, note = code_seeded_search(DIMENSION, config.search_budget_s, config.seed)
+            header = f"Found by the project's search code (alignment.kissing_search), no language model:\n{note}"
+            discovery.add_program("search-code", program_source(points, header), note=note)
+    chat = chat_model(config) if discovery.model_steps < config.iterations else None
+    try:
+        if chat is not None:
+            discovery.run(chat)
+    except ChatError as err:
+        raise typer.BadParameter(f"{err} (the log is kept; continue with --resume)", param_hint="'--base-url'") from None
+    finally:
+        retries = chat.usage.retries if chat is not None else 0
+        if discovery.candidates:
+            write_report(config.output_dir, discovery.candidates, saved, retries)
+    best = discovery.best
+    summary = {"best_score": best.score if best else 0.0, "best_source": best.source if best else None,
+               "candidates": len(discovery.candidates), "model_steps": discovery.model_steps,
+               "output_dir": str(config.output_dir)}
+    typer.echo(json.dumps(summary, indent=2))
+    return summary
+
+
+app = cli.config_command(
+    DiscoverConfig, {f.name: f.metadata["help"] for f in fields(DiscoverConfig)}, run,
+    "Search for kissing configurations in dimension 11 with a language model and the sandboxed verifier.",
+)
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still writes the report (finally blocks run)
+    app()
