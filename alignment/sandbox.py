@@ -1,8 +1,8 @@
 """Running untrusted Python (programs a model writes) in a child process and reading one global back as JSON.
 
 Protections, layered; which ones held is recorded in every result (`SandboxResult.protections`):
-- wall-clock deadline (the whole process group is killed), CPU-time, address-space, file-size and
-  process-count limits (`resource.setrlimit` in the child);
+- wall-clock deadline (the whole process group is killed), CPU-time, address-space and file-size limits
+  (`resource.setrlimit` in the child), and a process-count limit once the user is unprivileged;
 - a fresh network namespace with only a down loopback (`unshare(CLONE_NEWNET)`; needs root or user
   namespaces), so no connection can leave the process even through C code;
 - an unprivileged user (`nobody`) when running as root and the interpreter is reachable by that user, so the

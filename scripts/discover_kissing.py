@@ -66,6 +66,8 @@ def check(config: DiscoverConfig) -> tuple[DiscoverySettings, SandboxLimits, lis
                              ("--search-budget-s", config.search_budget_s, 0), ("--parent-temperature", config.parent_temperature, 0)):
         if value < low:
             raise cli.bad_flag(flag, f"must be >= {low}, got {value}")
+    if config.request_timeout_s <= 0:
+        raise cli.bad_flag("--request-timeout-s", f"must be > 0, got {config.request_timeout_s}")
     try:
         sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, stop=())
         limits = SandboxLimits(timeout_s=config.program_timeout_s, memory_bytes=config.program_memory_mb * 1024**2)
