@@ -6,21 +6,20 @@ exact verifier.
     uv run scripts/discover_kissing.py --search-budget-s 60 --output-dir data/kissing_number/run
 
 Writes to OUTPUT_DIR: conversation_log.json (every prompt, reply, program and verifier output), best_program.py
-and best.json (kept atomically), run_settings.json, report.md and score_over_time.png. `--resume` continues a
-stopped run from its log. The API key is read from the variable named by --api-key-env, never from a flag.
+and best.json (kept atomically), settings.json, report.md and score_over_time.png. `--resume DIR` alone
+continues a stopped run from its log and settings. The API key is read from the variable named by --api-key-env, never from a flag.
 """
 
 import json
 import signal
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import typer
 
 from alignment import cli
-from alignment.atomic import atomic_write_json
 from alignment.kissing_discovery import BEST_JSON, BEST_PROGRAM, LOG_FILE, Discovery, DiscoverySettings
 from alignment.kissing_report import write_report
 from alignment.kissing_search import code_seeded_search, program_source
@@ -28,7 +27,7 @@ from alignment.kissing_verifier import DIMENSION, evaluate_program
 from alignment.llm_client import ChatError, ChatModel, LocalChatModel, OpenAIChatClient
 from alignment.rollout import SamplingConfig
 from alignment.sandbox import SandboxLimits
-from alignment.settings import setting
+from alignment.settings import setting, to_json, write_run_settings
 
 
 @dataclass
@@ -48,18 +47,21 @@ class DiscoverConfig:
     max_retries: int = setting(4, "Retries of a failed request (connection errors, timeouts, 429, 5xx), with exponential backoff.")
     program_timeout_s: float = setting(60.0, "Wall-clock limit for running one candidate program.")
     program_memory_mb: int = setting(2048, "Address-space limit for one candidate program (MiB).")
-    seed_programs: list[Path] = setting([Path("data/kissing_number/program.py")], "Program entered into the database before the first step (repeatable).")
+    seed_programs: list[str] = setting(["data/kissing_number/program.py"], "Program file entered into the database before the first step (repeatable).")
     search_budget_s: float = setting(0.0, "Seconds of the code-based search (constant-weight code seed, then local search over the norm-4 shell) whose result enters the database before the first step; 0: none.")
     parent_temperature: float = setting(10.0, "evolve: parents are drawn with weight exp((score - best) / T); 0 takes the best.")
     inspirations: int = setting(2, "evolve: best other programs shown beside the parent.")
     prompt_program_chars: int = setting(6000, "Programs longer than this are shown in prompts with their middle cut.")
     seed: int = setting(0, "Seed for sampling, parent choice and the search code.")
     output_dir: Path = setting(Path("outputs/kissing"), "Where the log, best program and report go.")
-    resume: bool = setting(False, "Continue the run whose log is in --output-dir.")
     overwrite: bool = setting(False, "Start over in an --output-dir that holds a run.")
 
+    RESUMABLE: ClassVar[frozenset[str]] = frozenset({
+        "iterations", "output_dir", "base_url", "api_key_env", "request_timeout_s", "max_retries", "device",
+    })
 
-def check(config: DiscoverConfig) -> tuple[DiscoverySettings, SandboxLimits, list[str]]:
+
+def check(config: DiscoverConfig, resuming: bool) -> tuple[DiscoverySettings, SandboxLimits, list[str]]:
     """Every flag checked, and the seed programs read, before anything is written or loaded."""
     for flag, value, low in (("--iterations", config.iterations, 0), ("--inspirations", config.inspirations, 0),
                              ("--max-retries", config.max_retries, 0), ("--prompt-program-chars", config.prompt_program_chars, 200),
@@ -76,14 +78,12 @@ def check(config: DiscoverConfig) -> tuple[DiscoverySettings, SandboxLimits, lis
     seeds = []
     for path in config.seed_programs:
         try:
-            seeds.append(path.read_text(encoding="utf-8"))
+            seeds.append(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as err:
             raise cli.bad_flag("--seed-programs", f"cannot read {path}: {err}") from None
-    log = config.output_dir / LOG_FILE
-    if config.resume and not log.exists():
-        raise cli.bad_flag("--resume", f"{config.output_dir} holds no {LOG_FILE} to continue")
-    if log.exists() and not (config.resume or config.overwrite):
-        raise cli.bad_flag("--output-dir", f"{config.output_dir} holds a run; pass --resume to continue it or --overwrite to start over")
+    if (config.output_dir / LOG_FILE).exists() and not (resuming or config.overwrite):
+        message = f"{config.output_dir} holds a run; pass --resume {config.output_dir} to continue it or --overwrite to start over"
+        raise cli.bad_flag("--output-dir", message)
     settings = DiscoverySettings(config.mode, config.iterations, sampling, config.parent_temperature,
                                  config.inspirations, config.prompt_program_chars, config.seed)
     return settings, limits, seeds
@@ -103,16 +103,14 @@ def chat_model(config: DiscoverConfig) -> ChatModel:
     return LocalChatModel(engine, load_tokenizer(config.model))
 
 
-def run(config: DiscoverConfig) -> dict:
-    settings, limits, seeds = check(config)
+def run(config: DiscoverConfig, resuming: bool) -> dict:
+    settings, limits, seeds = check(config, resuming)
     config.output_dir.mkdir(parents=True, exist_ok=True)
-    if config.overwrite and not config.resume:
+    if config.overwrite and not resuming:
         for name in (LOG_FILE, BEST_PROGRAM, BEST_JSON):
             (config.output_dir / name).unlink(missing_ok=True)
     discovery = Discovery(config.output_dir, settings, lambda program: evaluate_program(program, limits))
-    saved = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
-    saved["seed_programs"] = [str(p) for p in config.seed_programs]
-    atomic_write_json(config.output_dir / "run_settings.json", saved)
+    write_run_settings(config)
     if not discovery.candidates:
         for path, source in zip(config.seed_programs, seeds):
             discovery.add_program("seed", source, note=f"from {path}")
@@ -125,11 +123,11 @@ def run(config: DiscoverConfig) -> dict:
         if chat is not None:
             discovery.run(chat)
     except ChatError as err:
-        raise typer.BadParameter(f"{err} (the log is kept; continue with --resume)", param_hint="'--base-url'") from None
+        raise typer.BadParameter(f"{err} (the log is kept; continue with --resume {config.output_dir})", param_hint="'--base-url'") from None
     finally:
         retries = chat.usage.retries if chat is not None else 0
         if discovery.candidates:
-            write_report(config.output_dir, discovery.candidates, saved, retries)
+            write_report(config.output_dir, discovery.candidates, to_json(config), retries)
     best = discovery.best
     summary = {"best_score": best.score if best else 0.0, "best_source": best.source if best else None,
                "candidates": len(discovery.candidates), "model_steps": discovery.model_steps,
@@ -138,9 +136,8 @@ def run(config: DiscoverConfig) -> dict:
     return summary
 
 
-app = cli.config_command(
-    DiscoverConfig, {f.name: f.metadata["help"] for f in fields(DiscoverConfig)}, run,
-    "Search for kissing configurations in dimension 11 with a language model and the sandboxed verifier.",
+app = cli.run_command(
+    DiscoverConfig, run, "Search for kissing configurations in dimension 11 with a language model and the sandboxed verifier."
 )
 
 if __name__ == "__main__":

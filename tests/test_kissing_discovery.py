@@ -118,8 +118,10 @@ def test_discover_script_end_to_end_against_a_real_server(tiny_model_dir, tokeni
         first = runner.invoke(discover_kissing.app, args + ["--iterations", "2"])
         assert first.exit_code == 0, first.output
         refused = runner.invoke(discover_kissing.app, args + ["--iterations", "3"])
-        assert refused.exit_code != 0 and "holds a run; pass --resume to continue it" in flat(refused.output)
-        resumed = runner.invoke(discover_kissing.app, args + ["--iterations", "3", "--resume"])
+        assert refused.exit_code != 0 and f"holds a run; pass --resume {out} to continue it" in flat(refused.output)
+        changed = runner.invoke(discover_kissing.app, ["--resume", str(out), "--mode", "refine"])
+        assert changed.exit_code != 0 and "--mode was 'evolve', now 'refine'" in flat(changed.output)
+        resumed = runner.invoke(discover_kissing.app, ["--resume", str(out), "--iterations", "3"])
         assert resumed.exit_code == 0, resumed.output
     log = json.loads((out / "conversation_log.json").read_text())
     assert [row["source"] for row in log] == ["seed", "search-code", "llm", "llm", "llm"]
@@ -134,6 +136,7 @@ def test_discover_script_end_to_end_against_a_real_server(tiny_model_dir, tokeni
     assert f"**Best: {best['score']:g}**" in report and "| search-code | 1 | 1 |" in report and "| llm | 3 |" in report
     assert (out / "score_over_time.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads(resumed.output[resumed.output.index("{"):])["model_steps"] == 3
+    assert json.loads((out / "settings.json").read_text())["iterations"] == 3
 
 
 def flat(output: str) -> str:
@@ -147,7 +150,7 @@ def test_script_refuses_bad_flags_before_writing(tmp_path):
     assert result.exit_code != 0 and "--iterations" in result.output and not out.exists()
     result = runner.invoke(discover_kissing.app, ["--seed-programs", str(tmp_path / "missing.py"), "--output-dir", str(out)])
     assert result.exit_code != 0 and "--seed-programs" in result.output and not out.exists()
-    result = runner.invoke(discover_kissing.app, ["--resume", "--output-dir", str(out)])
-    assert result.exit_code != 0 and "holds no conversation_log.json to continue" in flat(result.output)
+    result = runner.invoke(discover_kissing.app, ["--resume", str(out)])
+    assert result.exit_code != 0 and "is not a run folder" in flat(result.output)
     result = runner.invoke(discover_kissing.app, ["--mode", "greedy", "--output-dir", str(out)])
     assert result.exit_code != 0 and "--mode" in result.output
