@@ -5,7 +5,6 @@ import json
 import random
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from alignment.kissing_discovery import Candidate, Discovery, DiscoverySettings, extract_program, sample_parent

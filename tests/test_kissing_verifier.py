@@ -68,18 +68,14 @@ def test_huge_integers_are_exact_beyond_int64_or_refused_clearly():
     assert m.validity == 0.0 and "point 0 has a coordinate of 201 digits" in m.message
 
 
-def test_chunked_scan_agrees_with_brute_force():
+def test_chunked_scan_agrees_with_brute_force(monkeypatch):
     rng = np.random.default_rng(1)
     x = rng.integers(-50, 50, size=(700, 11))
     d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
     d[np.tril_indices(700)] = 10**9
     i, j = np.unravel_index(np.argmin(d), d.shape)
-    import alignment.kissing_verifier as kv
-    old, kv.CHUNK_ENTRIES = kv.CHUNK_ENTRIES, 700 * 37  # many uneven chunks
-    try:
-        assert closest_pair(x) == (int(d[i, j]), int(i), int(j))
-    finally:
-        kv.CHUNK_ENTRIES = old
+    monkeypatch.setattr("alignment.kissing_verifier.CHUNK_ENTRIES", 700 * 37)  # many uneven chunks
+    assert closest_pair(x) == (int(d[i, j]), int(i), int(j))
 
 
 @pytest.mark.parametrize("source, expected", [
