@@ -86,7 +86,7 @@ def write_report(output_dir: Path, candidates: list[Candidate], settings: dict[s
     model_made = sorted((c for c in candidates if c.source == "llm"), key=lambda c: (-c.score, c.id))[:3]
     lines += ["", "## Best prompts (the model's three best programs)", ""]
     if not model_made:
-        lines.append("No model steps yet.")
+        lines += ["No model steps yet.", ""]
     for c in model_made:
         lines += [f"### candidate {c.id}: score {c.score:g} ({c.metrics.get('message', '')})", "",
                   "Prompt (user turn):", "", _quote((c.prompt or [{}])[-1].get("content", "")), "",
