@@ -157,3 +157,10 @@ def test_evaluator_cli_prints_metrics_json():
     metrics = json.loads(out.stdout)
     assert out.returncode == 0
     assert (metrics["num_points"], metrics["dimension"], metrics["validity"], metrics["score"]) == (220, 11, 1.0, 220.0)
+
+
+def test_shipped_construction_verifies_past_the_lattice_bound():
+    source = (ROOT / "data/kissing_number/discovery/best_program.py").read_text()
+    best = json.loads((ROOT / "data/kissing_number/discovery/best.json").read_text())
+    m = evaluate_program(source, SandboxLimits(timeout_s=60.0))
+    assert m.validity == 1.0 and m.score == best["score"] >= 582  # 438 is the best lattice
