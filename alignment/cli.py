@@ -12,7 +12,8 @@ import typer
 from alignment.data import MathExample, load_math_examples
 from alignment.grader import REWARD_FNS, RewardFn
 from alignment.prompts import PROMPT_NAMES, load_prompt
-from alignment.rollout import RolloutEngine, SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.rollout import RolloutEngine, SamplingConfig
+from alignment.rollout_backends import make_rollout_engine, resolve_backend
 
 RESULT_FILES = ("generations.jsonl", "summary.json")
 
@@ -51,7 +52,7 @@ GENERATION_HELP = {
     "stop": "Stop string (repeatable); it is kept in the output.",
     "seed": "Sampling seed.",
     "output_dir": "Where the result files go.",
-    "backend": "auto (vllm if installed and CUDA present, else hf), hf, vllm, or transformer_lm (our own model and sampler).",
+    "backend": "auto (vllm where its installed build runs on the device, else hf), hf, vllm, or transformer_lm (our own model and sampler).",
     "device": "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).",
     "gpu_memory_utilization": "vLLM: fraction of GPU memory to use.",
     "grader_workers": "Grading processes (default: CPU count, at most 8).",

@@ -37,6 +37,7 @@ class GRPOConfig:
     loss_type: str = "reinforce_with_baseline"
     use_std_normalization: bool = True
     cliprange: float = 0.2
+    tis_cap: float | None = None  # truncated importance sampling: loss x min(pi_train / pi_rollout, tis_cap)
     length_normalization: LengthNormalization = "masked_mean"
     normalize_constant: float | None = None  # masked_normalize's constant; default sampling_max_tokens
     max_grad_norm: float = 1.0
@@ -119,6 +120,9 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--loss-type grpo_clip needs --cliprange > 0, got {c.cliprange}")
     if c.length_normalization not in ("masked_mean", "masked_normalize"):
         _fail(f"--length-normalization {c.length_normalization!r} is not masked_mean or masked_normalize")
+    if c.tis_cap is not None and not (c.tis_cap > 0 and c.sampling_temperature == 1 and c.sampling_top_p == 1):
+        _fail(f"--tis-cap ({c.tis_cap}) must be > 0 and needs --sampling-temperature 1 and --sampling-top-p 1 "
+              "(rollout log-probs are those of the tempered distribution)")
     if c.normalize_constant is not None and c.normalize_constant <= 0:
         _fail(f"--normalize-constant must be > 0, got {c.normalize_constant}")
     if not 0 <= c.sampling_min_tokens <= c.sampling_max_tokens:

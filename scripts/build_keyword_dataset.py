@@ -20,7 +20,8 @@ from alignment.keyword_dataset import build_keyword_dataset, dataset_prompts, ex
 from alignment.keywords import DEFAULT_KEYWORDS, load_keywords
 from alignment.models import load_tokenizer
 from alignment.prompts import chat_template
-from alignment.rollout import SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.rollout import SamplingConfig
+from alignment.rollout_backends import make_rollout_engine, resolve_backend
 
 
 @dataclass
@@ -51,7 +52,7 @@ HELP = {
     "top_p": "Nucleus sampling mass.",
     "max_tokens": "Maximum new tokens per response.",
     "seed": "Seed for prompts, sampling and the split.",
-    "backend": "auto (vllm if installed and CUDA present, else hf), hf, vllm, or transformer_lm (our own model).",
+    "backend": "auto (vllm where its installed build runs on the device, else hf), hf, vllm, or transformer_lm (our own model).",
     "device": "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).",
     "overwrite": "Replace a dataset already in --output-dir.",
 }

@@ -50,6 +50,7 @@ HELP = {
     "loss_type": "no_baseline, reinforce_with_baseline, grpo_clip or grpo_no_clip.",
     "use_std_normalization": "Divide advantages by the group std.",
     "cliprange": "GRPO-Clip epsilon.",
+    "tis_cap": "Truncated importance sampling: weight each token's policy-gradient loss by min(pi_train / pi_rollout, C) to correct the rollout engine's log-prob mismatch (off by default).",
     "length_normalization": "masked_mean (per-sequence mean) or masked_normalize (sum / constant, Dr. GRPO).",
     "normalize_constant": "Constant for masked_normalize (default: --sampling-max-tokens).",
     "max_grad_norm": "Gradient clipping norm.",
