@@ -120,3 +120,12 @@ def test_tis_on_grpo_clip_uses_old_log_probs_as_pi_train():
     )
     # ratio 0.6 / 0.5 = 1.2, clipped to 1.1 for A = 1; TIS weight old / rollout = 0.5 / 0.4 = 1.25 (not 0.6 / 0.4)
     assert loss.item() == pytest.approx(-1.1 * 1.25)
+
+
+@pytest.mark.parametrize("overrides", [dict(tis_cap=0.0), dict(tis_cap=2.0, sampling_temperature=0.7), dict(tis_cap=2.0, sampling_top_p=0.9)])
+def test_tis_cap_is_checked_before_a_run(overrides):
+    from alignment.grpo_config import GRPOConfig, validate
+
+    with pytest.raises(ValueError, match=r"--tis-cap .* needs --sampling-temperature 1 and --sampling-top-p 1"):
+        validate(GRPOConfig(**overrides))
+    validate(GRPOConfig(tis_cap=2.0))  # off-policy or on, any loss: only the cap and the sampling matter
