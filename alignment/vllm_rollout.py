@@ -80,6 +80,10 @@ class VLLMRolloutEngine:
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
         from vllm import SamplingParams
 
+        # OpenMP's team size is a per-thread setting: a thread other than the builder's (a Ray actor's task
+        # thread) starts at the core count, and the CPU attention kernel refuses a team that differs from torch's
+        torch.set_num_threads(torch.get_num_threads())
+
         params = SamplingParams(
             n=n,
             temperature=sampling.temperature,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from typer.testing import CliRunner
 
 from alignment.rollout import SamplingConfig
@@ -21,6 +21,19 @@ pytestmark = pytest.mark.skipif(
 PROMPTS = ["Hello", "1 2 3 4"]
 # |vLLM - transformers| per sampled token, float32, on the tiny random Llama; measured max 2e-5 on the CPU build
 LOGPROB_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory, tokenizer):
+    """conftest's tiny random Llama, with head_dim 64: vLLM's CPU attention has no kernel for its head_dim 16."""
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny-llama-vllm")
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +113,19 @@ def test_auto_picks_vllm_where_its_build_runs_and_a_wrong_device_is_refused():
         VLLMRolloutEngine("unused", "cuda:0")
 
 
-def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_model_dir, tmp_path):
+def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    from alignment.grpo_run import train_grpo
     from scripts import train_grpo as script
+    from tests.test_grpo_loop import TASK
 
-    words = tmp_path / "words.txt"
-    words.write_text("apple\nriver\nstone\ncloud\n")
+    # the script's flags and run, on a task whose reward varies within a group (a random model earns no
+    # keyword or math reward, so its advantages, and its updates, would all be zero)
+    monkeypatch.setattr(script, "train_grpo", lambda config, resume=False: train_grpo(config, TASK, TASK, resume=resume))
     out = tmp_path / "run"
-    args = ["--model", str(tiny_model_dir), "--backend", "vllm", "--task", "keywords", "--keywords-file", str(words),
-            "--n-train-prompts", "4", "--n-eval-examples", "2", "--rollout-batch-size", "4", "--group-size", "2",
-            "--train-batch-size", "4", "--gradient-accumulation-steps", "2", "--sampling-max-tokens", "6",
-            "--learning-rate", "1e-2", "--loss-type", "grpo_clip", "--eval-every", "1", "--checkpoint-every", "1",
-            "--grader-workers", "1", "--no-kl-reference", "--no-kl-prev", "--tis-cap", "2.0"]
+    args = ["--model", str(tiny_model_dir), "--backend", "vllm", "--prompt", "question_only", "--n-eval-examples", "2",
+            "--rollout-batch-size", "4", "--group-size", "2", "--train-batch-size", "4", "--gradient-accumulation-steps", "2",
+            "--sampling-max-tokens", "6", "--learning-rate", "1e-2", "--loss-type", "grpo_clip", "--eval-every", "1",
+            "--checkpoint-every", "1", "--grader-workers", "1", "--no-kl-reference", "--no-kl-prev", "--tis-cap", "2.0"]
     first = CliRunner().invoke(script.app, args + ["--output-dir", str(out), "--n-grpo-steps", "1"])
     assert first.exit_code == 0, first.output
     resumed = CliRunner().invoke(script.app, args + ["--resume", str(out), "--n-grpo-steps", "2"])
@@ -123,7 +138,8 @@ def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_
         # the engine samples from the policy being trained: at step 2 (after a resume) its log-probs still
         # agree with the trainer's, although lr 1e-2 moved the policy far from the weights it was built with
         assert row["rollout_logprob_diff_max"] < LOGPROB_TOLERANCE and row["rollout_kl_k3"] < 1e-8
-        assert row["tis_weight_mean"] == pytest.approx(1.0, abs=1e-3) and row["grad_norm"] > 0
+        assert row["tis_weight_mean"] == pytest.approx(1.0, abs=1e-3)
+        assert row["grad_norm"] > 0
     trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     trained.load_state_dict(torch.load(out / "checkpoint" / "state.pt", weights_only=False)["policy"])
     assert any(not torch.equal(v, initial[k]) for k, v in trained.state_dict().items())
