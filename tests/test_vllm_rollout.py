@@ -173,8 +173,7 @@ def cluster():
     ray.shutdown()
 
 
-@pytest.mark.parametrize("transport", ["object_store", "gloo"])  # nccl needs two GPUs
-def test_ray_generator_holding_vllm_receives_the_learners_weights(cluster, tiny_model_dir, transport):
+def test_ray_generator_holding_vllm_receives_the_learners_weights(cluster, tiny_model_dir):
     from alignment.ray_actors import Generator, Learner, spawn
     from alignment.ray_config import RayGRPOConfig
     from alignment.weight_sync import WeightSync
@@ -183,9 +182,9 @@ def test_ray_generator_holding_vllm_receives_the_learners_weights(cluster, tiny_
     ray = cluster
     config = RayGRPOConfig(model=str(tiny_model_dir), backend="vllm", rollout_batch_size=4, group_size=2,
                            train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2,
-                           learning_rate=1e-2, prompt="question_only", kl_reference=False, kl_prev=False, weight_sync=transport)
+                           learning_rate=1e-2, prompt="question_only", kl_reference=False, kl_prev=False)
     learner, generator = spawn(Learner, 1, 0, config, TASK, "cpu", 1), spawn(Generator, 1, 0, config, TASK, TASK, "cpu", 1)
-    sync = WeightSync(transport, learner, [generator], ray.get([learner.placement.remote(), generator.placement.remote()]), 120)
+    sync = WeightSync("object_store", learner, [generator], ray.get([learner.placement.remote(), generator.placement.remote()]), 120)
 
     def step(questions: list[int], index: int) -> dict:
         generated, _ = generator.generate.options(num_returns=2).remote(questions, index)
@@ -204,3 +203,15 @@ def test_ray_generator_holding_vllm_receives_the_learners_weights(cluster, tiny_
         sync.close()
         ray.kill(learner)
         ray.kill(generator)
+
+
+@pytest.mark.parametrize("transport", ["gloo", "nccl"])
+def test_collective_transports_are_refused_for_a_vllm_generator(transport):
+    """Measured here: gloo's group fails to form in an actor whose vLLM engine already holds the process's
+    torch.distributed group ("the new group's world size should be less or equal to the world size set by
+    init_process_group"); nccl forms the same kind of group (and needs two GPUs)."""
+    from alignment.ray_config import RayGRPOConfig, validate_ray
+
+    config = RayGRPOConfig(backend="vllm", strategy="disaggregated-one-behind", weight_sync=transport)
+    with pytest.raises(ValueError, match=f"--weight-sync {transport} cannot reach a vLLM generator"):
+        validate_ray(config)
