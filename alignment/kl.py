@@ -11,8 +11,12 @@ from alignment.masked import masked_mean
 
 
 def k3(log_ratio: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 from r = log pi_other - log pi_sampler: exp(r) - r - 1 (>= 0)."""
-    return torch.exp(log_ratio) - log_ratio - 1
+    """Per-token k3 from r = log pi_other - log pi_sampler: exp(r) - r - 1 (>= 0).
+
+    Written as expm1(r) - r: near r = 0 (a rollout engine against its trainer) the plain form loses to
+    rounding and can come out negative.
+    """
+    return torch.expm1(log_ratio) - log_ratio
 
 
 def kl_estimates(

@@ -80,12 +80,30 @@ def mismatch(engine: VLLMRolloutEngine, policy, tokenizer, prompts: list[str], g
     print("  " + stats("sampled vs prompt log-probs (both vLLM)", kernel - sampled))
 
 
+def timings(engine: VLLMRolloutEngine, hf: HFRolloutEngine, demo: list[str], gsm8k: list[str], eval_tokens: int,
+            state: dict[str, torch.Tensor], updates: int) -> None:
+    for name, backend in (("hf", hf), ("vllm", engine)):
+        backend.generate(demo[:2], 1, SamplingConfig(max_tokens=4, stop=(), seed=0))  # warm-up
+        rate, seconds = tokens_per_second(backend, demo, 4, 32)
+        print(f"demo rollouts 8 x 4 x 32, {name}: {seconds:.2f} s, {rate:.0f} tokens/s")
+    for name, backend in (("hf", hf), ("vllm", engine)):
+        rate, seconds = tokens_per_second(backend, gsm8k, 1, eval_tokens)
+        print(f"evaluation {len(gsm8k)} x {eval_tokens}, {name}: {seconds:.1f} s, {rate:.0f} tokens/s")
+    latencies = []
+    for _ in range(updates):
+        start = time.perf_counter()
+        engine.load_policy_weights(state)
+        latencies.append(time.perf_counter() - start)
+    print(f"weight update (reload_weights + prefix-cache reset), median of {updates}: {statistics.median(latencies):.2f} s")
+
+
 def main(
     data: str = typer.Option(..., help="GSM8K test questions (.jsonl) for the evaluation shape."),
     eval_prompts: int = 16,
     eval_tokens: int = 1024,
     updates: int = 5,
     dtypes: list[str] = typer.Option(["float32", "bfloat16"], help="Engine dtypes for the mismatch."),
+    speed: bool = typer.Option(True, help="Time generation and weight updates (needs an otherwise idle machine)."),
 ) -> None:
     device = default_device()
     policy, tokenizer = load_model_and_tokenizer(SMOLLM2, device, torch.float32)
@@ -99,23 +117,8 @@ def main(
     start = time.perf_counter()
     engine = VLLMRolloutEngine(resolve_model(SMOLLM2), device, torch.float32, seed=0)
     print(f"vLLM engine build (float32, eager): {time.perf_counter() - start:.1f} s; threads after: {torch.get_num_threads()}")
-    hf = HFRolloutEngine(policy, tokenizer)
-    hf.progress = False
-    for name, backend in (("hf", hf), ("vllm", engine)):
-        backend.generate(demo[:2], 1, SamplingConfig(max_tokens=4, stop=(), seed=0))  # warm-up
-        rate, seconds = tokens_per_second(backend, demo, 4, 32)
-        print(f"demo rollouts 8 x 4 x 32, {name}: {seconds:.2f} s, {rate:.0f} tokens/s")
-    for name, backend in (("hf", hf), ("vllm", engine)):
-        rate, seconds = tokens_per_second(backend, gsm8k, 1, eval_tokens)
-        print(f"evaluation {len(gsm8k)} x {eval_tokens}, {name}: {seconds:.1f} s, {rate:.0f} tokens/s")
-
-    state = policy.state_dict()
-    latencies = []
-    for _ in range(updates):
-        start = time.perf_counter()
-        engine.load_policy_weights(state)
-        latencies.append(time.perf_counter() - start)
-    print(f"weight update (reload_weights + prefix-cache reset), median of {updates}: {statistics.median(latencies):.2f} s")
+    if speed:
+        timings(engine, HFRolloutEngine(policy, tokenizer, progress=False), demo, gsm8k, eval_tokens, policy.state_dict(), updates)
 
     print("log-prob mismatch, demo shape, temperature 1, top_p 1, trainer float32:")
     for dtype in dtypes:
