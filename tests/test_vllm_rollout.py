@@ -174,6 +174,7 @@ def cluster():
     ray.shutdown()
 
 
+@pytest.mark.slow  # a minute: Ray, then a learner and a generator that builds its own engine
 def test_ray_generator_holding_vllm_receives_the_learners_weights(cluster, tiny_model_dir):
     from alignment.ray_actors import Generator, Learner, spawn
     from alignment.ray_config import RayGRPOConfig
