@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 
 import torch
 
+Backend = Literal["auto", "hf", "vllm", "transformer_lm"]  # the names; alignment.rollout_backends builds them
 FinishReason = Literal["stop", "length"]
 
 

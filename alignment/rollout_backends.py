@@ -10,9 +10,8 @@ from typing import Literal
 
 import torch
 
-from alignment.rollout import RolloutEngine
+from alignment.rollout import Backend, RolloutEngine
 
-Backend = Literal["auto", "hf", "vllm", "transformer_lm"]
 VLLMBuild = Literal["cuda", "cpu"]
 
 
