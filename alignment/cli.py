@@ -18,7 +18,8 @@ from alignment.data import MathExample, load_math_examples
 from alignment.grader import REWARD_FNS, RewardFn
 from alignment.grpo_config import Prompt
 from alignment.prompts import load_prompt
-from alignment.rollout import Backend, RolloutEngine, SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.rollout import Backend, RolloutEngine, SamplingConfig
+from alignment.rollout_backends import make_rollout_engine, resolve_backend
 from alignment.settings import SETTINGS_FILE, choices_of, default_of, flag, help_of, read_run_settings, setting, typed_values
 
 RESULT_FILES = ("generations.jsonl", "summary.json")
@@ -41,7 +42,7 @@ class GenerationConfig:
     stop: list[str] = setting(["</answer>"], "Stop string (repeatable); it is kept in the output.")
     seed: int = setting(0, "Sampling seed.")
     output_dir: Path = setting(Path("outputs/eval"), "Where the result files go.")
-    backend: Backend = setting("auto", "Generation backend; auto: vllm if installed and CUDA present, else hf; transformer_lm: our own model and sampler.")
+    backend: Backend = setting("auto", "Generation backend; auto: vllm where its installed build runs on the device, else hf; transformer_lm: our own model and sampler.")
     device: str | None = setting(None, "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")
     gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of GPU memory to use.")
     grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8).")

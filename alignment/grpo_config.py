@@ -45,6 +45,7 @@ class GRPOConfig:
     loss_type: LossType = setting("reinforce_with_baseline", "Policy-gradient loss (alignment/losses.py).")
     use_std_normalization: bool = setting(True, "Divide advantages by the group std.")
     cliprange: float = setting(0.2, "GRPO-Clip epsilon.")
+    tis_cap: float | None = setting(None, "Truncated importance sampling: weight each token's policy-gradient loss by min(pi_train / pi_rollout, C) to correct the rollout engine's log-prob mismatch (off by default).")
     length_normalization: LengthNormalization = setting("masked_mean", "masked_mean: per-sequence mean; masked_normalize: sum / constant (Dr. GRPO).")
     normalize_constant: float | None = setting(None, "Constant for masked_normalize (default: --sampling-max-tokens).")
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.")
@@ -129,6 +130,9 @@ def validate(config: GRPOConfig) -> None:
         _fail("--gradient-checkpointing is not available with --backend transformer_lm (our TransformerLM)")
     if c.loss_type == "grpo_clip" and not c.cliprange > 0:
         _fail(f"--loss-type grpo_clip needs --cliprange > 0, got {c.cliprange}")
+    if c.tis_cap is not None and not (c.tis_cap > 0 and c.sampling_temperature == 1 and c.sampling_top_p == 1):
+        _fail(f"--tis-cap ({c.tis_cap}) must be > 0 and needs --sampling-temperature 1 and --sampling-top-p 1 "
+              "(rollout log-probs are those of the tempered distribution)")
     if c.normalize_constant is not None and c.normalize_constant <= 0:
         _fail(f"--normalize-constant must be > 0, got {c.normalize_constant}")
     if not 0 <= c.sampling_min_tokens <= c.sampling_max_tokens:

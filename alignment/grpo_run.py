@@ -20,7 +20,8 @@ from alignment.metrics_log import MetricsLog
 from alignment.models import load_model_and_tokenizer
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import chat_template, load_prompt
-from alignment.rollout import RolloutEngine, SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.rollout import RolloutEngine, SamplingConfig
+from alignment.rollout_backends import make_rollout_engine, resolve_backend
 from alignment.settings import write_run_settings
 from alignment.task import Task
 

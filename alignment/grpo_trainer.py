@@ -20,7 +20,7 @@ from alignment.advantages import normalize_group_rewards
 from alignment.evaluation import generate_and_grade
 from alignment.grpo_config import GRPOConfig
 from alignment.grpo_step import grpo_microbatch_train_step
-from alignment.kl import kl_estimates
+from alignment.kl import k3, kl_estimates
 from alignment.masked import masked_mean
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import format_prompt
@@ -69,6 +69,18 @@ def score(model: PreTrainedModel, batch: RolloutBatch, micro_batch_size: int) ->
         )["log_probs"]
         chunks.append(torch.nn.functional.pad(log_probs.float().cpu(), (0, batch.input_ids.shape[1] - log_probs.shape[1])))
     return torch.cat(chunks)
+
+
+def rollout_mismatch(delta: torch.Tensor) -> dict[str, float]:
+    """How far the engine's log-probs are from the trainer's: delta = trainer - engine, one per response token.
+
+    `rollout_kl_k3` estimates KL(engine || trainer) on the engine's own samples.
+    """
+    return {
+        "rollout_logprob_diff_mean": delta.abs().mean().item(),
+        "rollout_logprob_diff_max": delta.abs().max().item(),
+        "rollout_kl_k3": k3(delta).mean().item(),
+    }
 
 
 def rollout_stats(rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]], max_tokens: int) -> dict[str, float]:
@@ -167,7 +179,8 @@ class GRPOTrainer:
         with timer("old_logprob"):
             # On-policy, the old policy is the one being trained: its log-probs are the training forward's own
             # (ratio exactly 1), so a separate pass is only needed off-policy or for the KL monitors.
-            if (c.needs_old_log_probs and c.off_policy) or self.reference is not None or c.kl_prev:
+            needs_old = (c.needs_old_log_probs or c.tis_cap is not None) and c.off_policy
+            if needs_old or self.reference is not None or c.kl_prev:
                 batch.old_log_probs = score(self.policy, batch, c.micro_train_batch_size)
             if self.reference is not None:
                 reference = score(self.reference, batch, c.micro_train_batch_size)
@@ -194,7 +207,7 @@ class GRPOTrainer:
     def optimizer_step(self, batch: RolloutBatch) -> dict[str, float]:
         c, device = self.config, self.device
         constant = (c.normalize_constant or c.sampling_max_tokens) if c.length_normalization == "masked_normalize" else None
-        losses, entropies, clip_fractions = [], [], []
+        losses, entropies, clip_fractions, tis_weights, mismatch = [], [], [], [], []
         for start in range(0, len(batch), c.micro_train_batch_size):
             micro = batch.select(slice(start, start + c.micro_train_batch_size))
             mask = micro.response_mask.to(device)
@@ -208,11 +221,18 @@ class GRPOTrainer:
                 out["log_probs"], mask, c.gradient_accumulation_steps, c.loss_type,  # type: ignore[arg-type]
                 raw_rewards=micro.raw_rewards.to(device), advantages=micro.advantages.to(device),
                 old_log_probs=old, cliprange=c.cliprange, normalize_constant=constant,
+                rollout_log_probs=micro.rollout_log_probs.to(device), tis_cap=c.tis_cap,
             )
+            # trainer minus engine log-probs of the sampled tokens, under the policy that sampled them when
+            # scored (off-policy), else the one being trained (exact on-policy: a single optimizer step)
+            trainer = out["log_probs"].detach() if micro.old_log_probs is None else micro.old_log_probs.to(device)
+            mismatch.append((trainer - micro.rollout_log_probs.to(device))[mask].float().cpu())
             losses.append(loss.item())
             entropies.append(masked_mean(out["token_entropy"], mask).item())
             if "clip_fraction" in meta:
                 clip_fractions.append(meta["clip_fraction"].item())
+            if "tis_weight_mean" in meta:
+                tis_weights.append(meta["tis_weight_mean"].item())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm).item()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -224,7 +244,9 @@ class GRPOTrainer:
         }
         if clip_fractions:
             row["clip_fraction"] = sum(clip_fractions) / len(clip_fractions)
-        return row
+        if tis_weights:
+            row["tis_weight_mean"] = sum(tis_weights) / len(tis_weights)
+        return row | rollout_mismatch(torch.cat(mismatch))
 
 
 def evaluate(

@@ -10,6 +10,15 @@ import torch
 from alignment.masked import masked_mean
 
 
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 from r = log pi_other - log pi_sampler: exp(r) - r - 1 (>= 0).
+
+    Written as expm1(r) - r: near r = 0 (a rollout engine against its trainer) the plain form loses to
+    rounding and can come out negative.
+    """
+    return torch.expm1(log_ratio) - log_ratio
+
+
 def kl_estimates(
     policy_log_probs: torch.Tensor, reference_log_probs: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
@@ -18,6 +27,4 @@ def kl_estimates(
     The tokens must have been sampled from the policy side (the first argument).
     """
     log_ratio = (reference_log_probs - policy_log_probs).float()
-    k1 = -log_ratio
-    k3 = torch.exp(log_ratio) - log_ratio - 1
-    return {"k1": masked_mean(k1, response_mask).item(), "k3": masked_mean(k3, response_mask).item()}
+    return {"k1": masked_mean(-log_ratio, response_mask).item(), "k3": masked_mean(k3(log_ratio), response_mask).item()}

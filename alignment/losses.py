@@ -45,6 +45,18 @@ def compute_grpo_no_clip_loss(
     return -torch.exp(policy_log_probs - old_log_probs) * advantages
 
 
+def truncated_importance_weights(
+    train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """Truncated importance sampling (TIS): min(pi_train / pi_rollout, cap) per token, with no gradient.
+
+    The rollout engine (e.g. vLLM) and the trainer compute slightly different probabilities for the same
+    tokens (kernels, precision); weighting the policy-gradient term by this ratio corrects for sampling from
+    the engine's distribution, and the cap bounds the variance. (batch, seq) x2 -> (batch, seq).
+    """
+    return torch.exp(train_log_probs.detach() - rollout_log_probs).clamp(max=cap)
+
+
 def _require(name: str, value: torch.Tensor | float | None, loss_type: str) -> None:
     if value is None:
         raise ValueError(f"loss_type={loss_type!r} requires {name}, which was None")

@@ -28,7 +28,8 @@ from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import format_prompt
 from alignment.ray_config import RayGRPOConfig
 from alignment.ray_env import ray
-from alignment.rollout import Rollout, RolloutEngine, SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
+from alignment.rollout_backends import make_rollout_engine, resolve_backend
 from alignment.task import Task
 from alignment.weight_sync import Placement
 

@@ -64,5 +64,9 @@ def validate_ray(config: RayGRPOConfig) -> None:
     if c.colocated and c.weight_sync != "object_store":
         _fail(f"--weight-sync {c.weight_sync} needs two actors; --strategy {c.strategy} samples from the "
               "policy in place (leave --weight-sync at object_store)")
+    if c.weight_sync != "object_store" and c.backend == "vllm":
+        # vLLM's in-process engine holds torch.distributed's default group, which Ray's collective group needs
+        _fail(f"--weight-sync {c.weight_sync} cannot reach a vLLM generator (its engine holds the process's "
+              "torch.distributed group): use --weight-sync object_store")
     if not c.ray_timeout_s > 0:
         _fail(f"--ray-timeout-s must be > 0, got {c.ray_timeout_s}")

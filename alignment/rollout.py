@@ -1,20 +1,20 @@
 """The rollout interface: prompts in, `group size` samples per prompt out, with tokens and log-probs.
 
-Backends: `hf` (transformers; CPU or GPU; alignment.hf_rollout), `vllm` (CUDA; alignment.vllm_rollout) and
+Backends (chosen and built in alignment.rollout_backends; this module depends on none of them): `hf`
+(transformers; alignment.hf_rollout), `vllm` (vLLM's CUDA or CPU build; alignment.vllm_rollout) and
 `transformer_lm` (our own TransformerLM and sampler; alignment.lm_rollout). All report, for every sampled
 token, its log-prob under the distribution it was sampled from (logits divided by the temperature, restricted
 to the top-p nucleus and renormalized; at temperature 0 the plain softmax). At temperature 1 and top_p 1
 that is the policy's own log-prob.
 """
 
-import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import torch
 
-Backend = Literal["auto", "hf", "vllm", "transformer_lm"]
+Backend = Literal["auto", "hf", "vllm", "transformer_lm"]  # the names; alignment.rollout_backends builds them
 FinishReason = Literal["stop", "length"]
 
 
@@ -56,53 +56,3 @@ class RolloutEngine(Protocol):
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Make later generations use these weights (called after each optimizer step)."""
         ...
-
-
-def vllm_usable() -> bool:
-    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
-
-
-def resolve_backend(backend: Backend) -> Literal["hf", "vllm", "transformer_lm"]:
-    """`auto` picks vllm when it is installed and CUDA is present, else hf (never transformer_lm, which is
-    chosen by name); an impossible choice raises."""
-    if backend == "auto":
-        return "vllm" if vllm_usable() else "hf"
-    if backend == "vllm" and not vllm_usable():
-        raise ValueError("backend 'vllm' needs the vllm extra (uv sync --extra vllm) and a CUDA GPU; use --backend hf")
-    if backend not in ("hf", "vllm", "transformer_lm"):
-        raise ValueError(f"unknown backend {backend!r}: expected auto, hf, vllm or transformer_lm")
-    return backend
-
-
-def make_rollout_engine(
-    model: str,
-    backend: Backend = "auto",
-    device: str = "cuda:0" if torch.cuda.is_available() else "cpu",
-    dtype: torch.dtype | None = None,
-    gpu_memory_utilization: float = 0.85,
-    seed: int = 0,
-) -> RolloutEngine:
-    """Build an engine for `model` (a local folder, hub id, or `smollm2-135m`) on `device`.
-
-    dtype defaults to bfloat16 on GPU and float32 on CPU. transformer_lm takes one of our TransformerLM
-    folders, an HF Llama folder or `smollm2-135m` (alignment.lm_checkpoint.load_transformer_lm).
-    """
-    from alignment.models import resolve_model
-
-    dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-    resolved = resolve_backend(backend)
-    if resolved == "transformer_lm":
-        from alignment.lm_checkpoint import load_transformer_lm
-        from alignment.lm_rollout import TransformerLMRolloutEngine
-
-        lm, lm_tokenizer = load_transformer_lm(model, device, dtype)
-        return TransformerLMRolloutEngine(lm, lm_tokenizer)
-    if resolved == "vllm":
-        from alignment.vllm_rollout import VLLMRolloutEngine
-
-        return VLLMRolloutEngine(resolve_model(model), device, gpu_memory_utilization, dtype, seed)
-    from alignment.hf_rollout import HFRolloutEngine
-    from alignment.models import load_model_and_tokenizer
-
-    policy, tokenizer = load_model_and_tokenizer(model, device=device, dtype=dtype)
-    return HFRolloutEngine(policy.eval(), tokenizer)

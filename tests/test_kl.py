@@ -33,3 +33,13 @@ def test_k1_and_k3_estimate_the_true_kl_from_samples():
     out = kl_estimates(p.log()[draws][None], q.log()[draws][None], torch.ones(1, len(draws), dtype=torch.bool))
     assert out["k1"] == pytest.approx(exact, abs=0.01)
     assert out["k3"] == pytest.approx(exact, abs=0.01)
+
+
+def test_rollout_mismatch_by_hand():
+    from alignment.grpo_trainer import rollout_mismatch
+
+    found = rollout_mismatch(torch.tensor([0.1, -0.2, 0.0]))  # trainer minus engine, per response token
+    assert found["rollout_logprob_diff_mean"] == pytest.approx(0.1)
+    assert found["rollout_logprob_diff_max"] == pytest.approx(0.2)
+    k3 = ((math.exp(0.1) - 0.1 - 1) + (math.exp(-0.2) + 0.2 - 1)) / 3
+    assert found["rollout_kl_k3"] == pytest.approx(k3, rel=1e-5)  # float32

