@@ -9,7 +9,7 @@ them (see magnitude), anything else after at most `timeout_s` (its worker is the
 from collections.abc import Callable, Sequence
 
 from alignment.magnitude import too_big_for_sympy
-from alignment.math_answers import canonical_answer, clean_answer, last_boxed, parse_number
+from alignment.math_answers import clean_answer, last_boxed, parse_number
 from alignment.symbolic import symbolically_equal
 
 RewardFn = Callable[..., dict[str, float]]
@@ -21,7 +21,8 @@ DEFAULT_TIMEOUT_S = 2.0
 
 def grade_answer(prediction: str, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """Whether `prediction` states the same final answer as `ground_truth`."""
-    pred, gold = canonical_answer(prediction), canonical_answer(ground_truth)
+    pred_clean, gold_clean = clean_answer(prediction), clean_answer(ground_truth)
+    pred, gold = "".join(pred_clean.split()), "".join(gold_clean.split())  # canonical_answer, cleaned once
     if not pred or not gold:
         return False
     if pred == gold:
@@ -29,7 +30,6 @@ def grade_answer(prediction: str, ground_truth: str, timeout_s: float = DEFAULT_
     pred_number, gold_number = parse_number(pred), parse_number(gold)
     if pred_number is not None and gold_number is not None:
         return pred_number == gold_number
-    pred_clean, gold_clean = clean_answer(prediction), clean_answer(ground_truth)
     if max(len(pred_clean), len(gold_clean)) > _MAX_SYMBOLIC_CHARS:
         return False
     if too_big_for_sympy(pred_clean) or too_big_for_sympy(gold_clean):  # nor do they need huge exact algebra

@@ -29,7 +29,9 @@ def grpo_microbatch_train_step(
         policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange
     )
     if normalize_constant is None:
-        per_sequence = masked_mean(token_loss, response_mask, dim=-1)
+        # masked_mean, except that a response of zero tokens adds 0 to the loss and its gradient, not 0/0 = NaN
+        tokens = response_mask.sum(dim=-1).clamp(min=1).to(token_loss.dtype)
+        per_sequence = (token_loss * response_mask.to(token_loss.dtype)).sum(dim=-1) / tokens
     else:
         per_sequence = masked_normalize(token_loss, response_mask, dim=-1, normalize_constant=normalize_constant)
     loss = per_sequence.mean() / gradient_accumulation_steps
