@@ -4,8 +4,9 @@ Set ALIGNMENT_FAULT=<point>[:<n>] in a process's environment and it SIGKILLs its
 the first) that `fault_point("<point>")` is reached; unset, a fault point costs one dictionary lookup.
 Child processes and Ray actors inherit the variable, so a point inside an actor kills that actor. Points:
 `rollout` (a decoding loop, after its first token), `optimizer_step` (weights updated, the step not yet
-recorded), `checkpoint_write` (state file written, completion marker not), `checkpoint_swap` (old
-checkpoint moved aside, new one not yet in place), `ray_step` (the Ray driver, after a step is logged).
+recorded), `checkpoint_write` (policy and optimizer tensors written, state.json and the completion marker
+not), `checkpoint_swap` (old checkpoint moved aside, new one not yet in place), `ray_step` (the Ray
+driver, after a step is logged and checkpointed).
 """
 
 import os

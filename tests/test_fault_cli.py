@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from alignment.faults import ENV_VAR
+from alignment.policy_folder import read_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 IGNORED_METRICS = ("time_", "samples_per_s", "device_hours")  # wall-clock figures differ between any two runs
@@ -50,9 +51,9 @@ def train(script: str, config: Path, output_dir: Path, *extra: str, fault: str |
     return run_script(script, "--config", config, "--output-dir", output_dir, *extra, fault=fault)
 
 
-def resume(script: str, config: Path, output_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    """Continue a stopped run. The one place to change once `--resume DIR` alone suffices (issue 13)."""
-    return run_script(script, "--config", config, "--resume", output_dir, *extra)
+def resume(script: str, output_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """Continue a stopped run: the run folder keeps its settings (issue 13), so `--resume DIR` alone does it."""
+    return run_script(script, "--resume", output_dir, *extra)
 
 
 def checkpoint_step(output_dir: Path) -> int | None:
@@ -61,8 +62,12 @@ def checkpoint_step(output_dir: Path) -> int | None:
 
 
 def final_weights(output_dir: Path) -> dict[str, torch.Tensor]:
-    """The policy weights of a run's last checkpoint (the one place that knows the checkpoint's format)."""
-    return torch.load(output_dir / "checkpoint" / "state.pt", map_location="cpu", weights_only=False)["policy"]
+    """The policy weights of a run's last checkpoint."""
+    return read_weights(output_dir / "checkpoint" / "policy")
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def metrics(output_dir: Path) -> list[dict]:
@@ -108,7 +113,7 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(straight, tmp_path, fau
         assert (run / "checkpoint.partial" / "COMPLETE").read_text() == str(saved_step)
     else:
         assert checkpoint_step(run) == saved_step
-    ok(resume("train_grpo.py", config, run))
+    ok(resume("train_grpo.py", run))
     assert checkpoint_step(run) == STEPS
     assert_same_run(run, expected)
 
@@ -118,22 +123,23 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_training(tiny
     blocker = tmp_path / "a_file"
     blocker.write_text("kept")
     result = train("train_grpo.py", config, blocker / "run")
-    assert result.returncode != 0 and f"--output-dir {blocker / 'run'} cannot be written" in " ".join(result.stderr.split())
+    message = " ".join(result.stderr.replace("│", " ").split())  # typer wraps the message inside a panel
+    assert result.returncode != 0 and f"--output-dir {blocker / 'run'} cannot be written" in message, message
     assert blocker.read_text() == "kept"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through file permissions; the read-only case needs a non-root user")
 def test_a_read_only_run_folder_is_refused_and_left_as_it_was(straight, tmp_path):
-    config, finished = straight
+    _, finished = straight
     run = tmp_path / "run"
     shutil.copytree(finished, run)
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     run.chmod(0o555)
     try:
-        result = resume("train_grpo.py", config, run, "--n-grpo-steps", str(STEPS + 1))
+        result = resume("train_grpo.py", run, "--n-grpo-steps", str(STEPS + 1))
     finally:
         run.chmod(0o755)
-    assert result.returncode != 0 and "cannot be written" in result.stderr
+    assert result.returncode != 0 and "cannot be written" in " ".join(result.stderr.replace("│", " ").split())
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
@@ -156,14 +162,14 @@ def small_disk(tmp_path):
 def test_a_disk_that_fills_during_a_checkpoint_keeps_the_previous_one(straight, small_disk):
     config, expected = straight
     disk, resize = small_disk
-    state_bytes = (expected / "checkpoint" / "state.pt").stat().st_size
+    state_bytes = folder_bytes(expected / "checkpoint")
     resize(f"{int(state_bytes * 1.5)}")  # room for one checkpoint, not for a second beside it
     run = disk / "run"
     failed = train("train_grpo.py", config, run)
     assert failed.returncode == 1, failed.stderr[-3000:]  # an error, not a crash or a hang
     assert checkpoint_step(run) == 1 and (run / "checkpoint.partial").exists()
     resize(f"{state_bytes * 4}")  # space is freed: the same folder continues
-    ok(resume("train_grpo.py", config, run))
+    ok(resume("train_grpo.py", run))
     assert not (run / "checkpoint.partial").exists()
     assert_same_run(run, expected)
 
@@ -187,5 +193,5 @@ def test_ray_driver_or_actor_killed_then_resume_matches(tiny_model_dir, tmp_path
     else:
         assert stopped.returncode == 1 and message in stopped.stderr and "--resume" in stopped.stderr, stopped.stderr[-3000:]
     assert 1 <= (checkpoint_step(run) or 0) < STEPS
-    ok(resume("train_grpo_ray.py", config, run, *ray_args(strategy)))
+    ok(resume("train_grpo_ray.py", run))
     assert_same_run(run, straight_run)
