@@ -179,11 +179,14 @@ def ray_args(strategy: str) -> tuple[str, ...]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy,fault,message", [
-    ("colocated-sync", "ray_step:2", None),  # the driver, right after step 2 is logged and checkpointed
-    ("disaggregated-one-behind", "rollout:3", "actor Generator died"),  # validation, batch 0, then batch 1: killed
+@pytest.mark.parametrize("fault,message", [
+    ("ray_step:2", None),  # the driver, right after step 2 is logged and checkpointed
+    ("rollout:3", "actor ColocatedWorker died"),  # the actor: validation, batch 0, then batch 1's decoding: killed
 ])
-def test_ray_driver_or_actor_killed_then_resume_matches(tiny_model_dir, tmp_path, strategy, fault, message):
+def test_ray_driver_or_actor_killed_then_resume_matches(tiny_model_dir, tmp_path, fault, message):
+    # colocated-sync: a resumed one-behind run samples its first batch with the newest weights, so it cannot
+    # match an uninterrupted one bit for bit (tests/test_ray_strategies.py checks that case's lags)
+    strategy = "colocated-sync"
     config = write_config(tiny_model_dir, tmp_path)
     straight_run, run = tmp_path / "straight", tmp_path / "run"
     ok(train("train_grpo_ray.py", config, straight_run, *ray_args(strategy)))
