@@ -174,8 +174,17 @@ def test_a_disk_that_fills_during_a_checkpoint_keeps_the_previous_one(straight, 
     assert_same_run(run, expected)
 
 
-def ray_args(strategy: str) -> tuple[str, ...]:
-    return ("--strategy", strategy, "--ray-timeout-s", "120")
+# colocated-sync: a resumed one-behind run samples its first batch with the newest weights, so it cannot match
+# an uninterrupted one bit for bit (tests/test_ray_strategies.py checks that case's version lags)
+RAY_ARGS = ("--strategy", "colocated-sync", "--ray-timeout-s", "120")
+
+
+@pytest.fixture(scope="module")
+def ray_straight(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("ray_straight")
+    config = write_config(tiny_model_dir, folder)
+    ok(train("train_grpo_ray.py", config, folder / "run", *RAY_ARGS))
+    return config, folder / "run"
 
 
 @pytest.mark.slow
@@ -183,14 +192,10 @@ def ray_args(strategy: str) -> tuple[str, ...]:
     ("ray_step:2", None),  # the driver, right after step 2 is logged and checkpointed
     ("rollout:3", "actor ColocatedWorker died"),  # the actor: validation, batch 0, then batch 1's decoding: killed
 ])
-def test_ray_driver_or_actor_killed_then_resume_matches(tiny_model_dir, tmp_path, fault, message):
-    # colocated-sync: a resumed one-behind run samples its first batch with the newest weights, so it cannot
-    # match an uninterrupted one bit for bit (tests/test_ray_strategies.py checks that case's lags)
-    strategy = "colocated-sync"
-    config = write_config(tiny_model_dir, tmp_path)
-    straight_run, run = tmp_path / "straight", tmp_path / "run"
-    ok(train("train_grpo_ray.py", config, straight_run, *ray_args(strategy)))
-    stopped = train("train_grpo_ray.py", config, run, *ray_args(strategy), fault=fault)
+def test_ray_driver_or_actor_killed_then_resume_matches(ray_straight, tmp_path, fault, message):
+    config, straight_run = ray_straight
+    run = tmp_path / "run"
+    stopped = train("train_grpo_ray.py", config, run, *RAY_ARGS, fault=fault)
     if message is None:
         assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
     else:
