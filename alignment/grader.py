@@ -2,8 +2,9 @@
 
 Both return {"format_reward", "answer_reward", "reward"} in {0.0, 1.0}. An answer is right when it matches
 a ground truth after normalization (see math_answers), as an exact number, or symbolically per math-verify
-within a time bound; pathological input scores 0: overlong answers, huge numbers and steep powers before sympy sees
-them (see magnitude), anything else after at most `timeout_s` (its worker is then replaced by a warm fork).
+within a time bound; pathological input scores 0: overlong answers, huge numbers and steep powers before
+sympy sees them (see magnitude), anything else after at most `timeout_s` (its worker is then replaced by a
+warm fork).
 """
 
 from collections.abc import Callable, Sequence

@@ -36,14 +36,17 @@ class _ForkedWorker:
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         self.pid = os.fork()
-        if self.pid == 0:  # the worker: answer until the fork server closes the pipe, then leave at once
-            os.close(request_write)
-            os.close(reply_read)
-            devnull = os.open(os.devnull, os.O_RDWR)  # stray prints must not reach the fork server's caller
-            os.dup2(devnull, 0)
-            os.dup2(devnull, 1)
-            _answer_forever(handle, os.fdopen(request_read), os.fdopen(reply_write, "w"))
-            os._exit(0)
+        if self.pid == 0:  # the worker: answer until the pipe closes, then leave at once, whatever happened
+            try:
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # its fork server is gone: just end
+                os.close(request_write)
+                os.close(reply_read)
+                devnull = os.open(os.devnull, os.O_RDWR)  # stray prints must not reach the fork server's caller
+                os.dup2(devnull, 0)
+                os.dup2(devnull, 1)
+                _answer_forever(handle, os.fdopen(request_read), os.fdopen(reply_write, "w"))
+            finally:
+                os._exit(0)  # never back into the fork server's loop
         os.close(request_read)
         os.close(reply_write)
         self._requests = os.fdopen(request_write, "w")
@@ -69,7 +72,6 @@ class _ForkedWorker:
 def serve(handle: Callable[[Any], Any]) -> None:
     """Child side: announce readiness, then answer every `[timeout_s, request]` line on stdin with
     `{"value": handle(request)}`, or `{"timed_out": true}` when a forked worker missed the deadline."""
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a worker whose fork server is gone just ends
     out = sys.stdout
     out.write(_READY + "\n")
     out.flush()
@@ -118,10 +120,6 @@ class WorkerProcess:
                 self.close()
                 raise RuntimeError(f"worker process {' '.join(self._command[2:])!r} failed to start")
             self._ready = True
-
-    def start(self) -> None:
-        """Start the child now (it pays its imports once), rather than on the first request."""
-        self._ensure_started()
 
     def send(self, request: Any, timeout_s: float) -> bool:
         """Start the child if needed and hand it a request to answer within `timeout_s`; False if it died."""
