@@ -7,6 +7,17 @@ from pathlib import Path
 from typing import Any
 
 
+def check_writable_dir(folder: Path, flag: str = "--output-dir") -> None:
+    """Raise ValueError naming `flag` unless `folder` can be created and written in (probed with a file)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"{flag} {folder} cannot be written: {err.strerror or err}") from None
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write to a temporary sibling, flush to disk, then rename over `path` (atomic on POSIX)."""
     tmp = path.with_name(f".{path.name}.partial")

@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
 from alignment.atomic import atomic_write_json
+from alignment.faults import fault_point
 from alignment.policy_folder import load_policy_weights, save_policy
 
 FORMAT, FORMAT_VERSION = "alignment.checkpoint", 2
@@ -66,6 +67,7 @@ def save_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, tokenize
     save_policy(policy, tokenizer, staging / POLICY)
     tensors, optimizer_json = _optimizer_parts(optimizer)
     save_file(tensors | {_RNG: torch.get_rng_state()}, staging / TENSORS)
+    fault_point("checkpoint_write")
     files = {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
     atomic_write_json(staging / STATE, {
         "format": FORMAT, "format_version": FORMAT_VERSION, "config": fingerprint(config),
@@ -76,6 +78,7 @@ def save_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, tokenize
     shutil.rmtree(old, ignore_errors=True)
     if target.exists():
         target.rename(old)
+    fault_point("checkpoint_swap")
     staging.rename(target)
     shutil.rmtree(old, ignore_errors=True)
     return target

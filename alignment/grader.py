@@ -2,12 +2,15 @@
 
 Both return {"format_reward", "answer_reward", "reward"} in {0.0, 1.0}. An answer is right when it matches
 a ground truth after normalization (see math_answers), as an exact number, or symbolically per math-verify
-within a time bound; pathological input costs at most about `timeout_s` and scores 0.
+within a time bound; pathological input scores 0: overlong answers, huge numbers and steep powers before
+sympy sees them (see magnitude), anything else after at most `timeout_s` (its worker is then replaced by a
+warm fork).
 """
 
 from collections.abc import Callable, Sequence
 
-from alignment.math_answers import canonical_answer, clean_answer, last_boxed, parse_number
+from alignment.magnitude import too_big_for_sympy
+from alignment.math_answers import clean_answer, last_boxed, parse_number
 from alignment.symbolic import symbolically_equal
 
 RewardFn = Callable[..., dict[str, float]]
@@ -19,7 +22,8 @@ DEFAULT_TIMEOUT_S = 2.0
 
 def grade_answer(prediction: str, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """Whether `prediction` states the same final answer as `ground_truth`."""
-    pred, gold = canonical_answer(prediction), canonical_answer(ground_truth)
+    pred_clean, gold_clean = clean_answer(prediction), clean_answer(ground_truth)
+    pred, gold = "".join(pred_clean.split()), "".join(gold_clean.split())  # canonical_answer, cleaned once
     if not pred or not gold:
         return False
     if pred == gold:
@@ -27,8 +31,9 @@ def grade_answer(prediction: str, ground_truth: str, timeout_s: float = DEFAULT_
     pred_number, gold_number = parse_number(pred), parse_number(gold)
     if pred_number is not None and gold_number is not None:
         return pred_number == gold_number
-    pred_clean, gold_clean = clean_answer(prediction), clean_answer(ground_truth)
     if max(len(pred_clean), len(gold_clean)) > _MAX_SYMBOLIC_CHARS:
+        return False
+    if too_big_for_sympy(pred_clean) or too_big_for_sympy(gold_clean):  # nor do they need huge exact algebra
         return False
     return symbolically_equal(gold_clean, pred_clean, timeout_s)
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import torch
 
+from alignment.atomic import check_writable_dir
 from alignment.checkpoint import export_policy, load_checkpoint, save_checkpoint
 from alignment.data import HUB_DATASETS, load_math_examples
 from alignment.grader import REWARD_FNS
@@ -92,6 +93,7 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
     if earlier and not resume and not config.overwrite:
         raise ValueError(f"--output-dir {config.output_dir} holds an earlier run ({', '.join(earlier)}); "
                          "pass --resume to continue it or --overwrite to replace it")
+    check_writable_dir(config.output_dir)
     if task is None or validation is None:  # data errors surface before any model loads
         if config.task == "math":
             task, validation = math_tasks(config)

@@ -43,7 +43,9 @@ def grpo_microbatch_train_step(
         tis_weights = truncated_importance_weights(behaviour, rollout_log_probs, tis_cap)
         token_loss = token_loss * tis_weights
     if normalize_constant is None:
-        per_sequence = masked_mean(token_loss, response_mask, dim=-1)
+        # masked_mean, except that a response of zero tokens adds 0 to the loss and its gradient, not 0/0 = NaN
+        tokens = response_mask.sum(dim=-1).clamp(min=1).to(token_loss.dtype)
+        per_sequence = (token_loss * response_mask.to(token_loss.dtype)).sum(dim=-1) / tokens
     else:
         per_sequence = masked_normalize(token_loss, response_mask, dim=-1, normalize_constant=normalize_constant)
     loss = per_sequence.mean() / gradient_accumulation_steps

@@ -7,6 +7,7 @@ the new weights to the rollout engine.
 """
 
 import copy
+import math
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.advantages import normalize_group_rewards
 from alignment.evaluation import generate_and_grade
+from alignment.faults import fault_point
 from alignment.grpo_config import GRPOConfig
 from alignment.grpo_step import grpo_microbatch_train_step
 from alignment.kl import k3, kl_estimates
@@ -166,6 +168,10 @@ class GRPOTrainer:
         """Training tensors with group-normalized advantages; rollouts are prompt-major, group_size per question."""
         c = self.config
         raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
+        if not raw.isfinite().all():
+            bad = int((~raw.isfinite()).nonzero()[0])
+            raise FloatingPointError(f"GRPO step {self.step_index + 1}: the reward of rollout {bad} is {raw[bad].item()} "
+                                     f"(response {rollouts[bad].text[:80]!r}); no update was made")
         advantages = normalize_group_rewards(raw, c.group_size, c.advantage_eps, c.use_std_normalization)
         return collate([self.prompt_ids[q] for q in questions], rollouts, raw, advantages, self.tokenizer.pad_token_id)
 
@@ -234,7 +240,12 @@ class GRPOTrainer:
             if "tis_weight_mean" in meta:
                 tis_weights.append(meta["tis_weight_mean"].item())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm).item()
+        if not (math.isfinite(grad_norm) and all(math.isfinite(loss) for loss in losses)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(f"GRPO step {self.step_index + 1}: loss {sum(losses)} and gradient norm {grad_norm} "
+                                     "(NaN or inf log-probs); the weights were not updated")
         self.optimizer.step()
+        fault_point("optimizer_step")
         self.optimizer.zero_grad(set_to_none=True)
         row = {
             "loss": sum(losses),

@@ -59,11 +59,11 @@ class ParallelGrader:
         size = math.ceil(len(pairs) / self.workers)
         chunks = [pairs[i : i + size] for i in range(0, len(pairs), size)]
         for process, chunk in zip(self._processes, chunks):
-            if not process.send({"reward_fn": self._name, "pairs": chunk}):
+            if not process.send({"reward_fn": self._name, "pairs": chunk}, _SECONDS_PER_RESPONSE_BOUND * len(chunk)):
                 raise RuntimeError("a grading worker died; see its reward function for crashes")
         scores: list[dict[str, float]] = []
         for process, chunk in zip(self._processes, chunks):
-            reply = process.receive(_SECONDS_PER_RESPONSE_BOUND * len(chunk))
+            reply = process.receive()
             if reply is None:
                 raise RuntimeError(f"a grading worker gave no answer for {len(chunk)} responses")
             scores += reply

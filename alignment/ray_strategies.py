@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from alignment.atomic import check_writable_dir
 from alignment.checkpoint import complete_step, export_policy
+from alignment.faults import fault_point
 from alignment.grpo_run import keyword_run_tasks, math_tasks, validation_sampling
 from alignment.grpo_trainer import PromptOrder, progress, rollout_stats
 from alignment.metrics_log import MetricsLog
@@ -131,6 +133,7 @@ class Driver:
                     bar.set_postfix(reward=f"{last['train_reward']:.2f}", eval=f"{eval_reward:.2f}",
                                     step=f"{last['time_step_s']:.1f}s", lag=last["version_lag"])
                     bar.update(1)
+                    fault_point("ray_step")
                     if on_step is not None:
                         on_step(self.step, self.actors)
             export_policy(c.output_dir)
@@ -262,7 +265,8 @@ def train_grpo_ray(
                          "pass --resume to continue it or --overwrite to replace it")
     if resume and complete_step(config.output_dir) is None:  # before minutes of actor start-up
         raise ValueError(f"--resume: no complete checkpoint in {config.output_dir}")
-    if not resume:  # before any actor starts: an output folder that cannot be written fails here
+    check_writable_dir(config.output_dir)  # before any actor starts, resumed runs too
+    if not resume:
         write_run_settings(config)
     task, validation = tasks(config, task, validation)
     own_cluster = not ray.is_initialized()

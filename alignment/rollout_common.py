@@ -13,6 +13,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from alignment.faults import fault_point
 from alignment.rollout import Rollout, SamplingConfig
 
 STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
@@ -120,6 +121,8 @@ def decode(
         for row, token, lp in zip(live, chosen.tolist(), chosen_lp.tolist()):
             tokens[row].append(token)
             logprobs[row].append(lp)
+        if step == 0:
+            fault_point("rollout")
         if sampling.stop and step + 1 >= sampling.min_tokens:
             hits = stop_hits(tokenizer, [tokens[row] for row in live], sampling.stop)
             done = [d or h for d, h in zip(done, hits)]

@@ -1,10 +1,12 @@
-"""Grader accuracy on GSM8K gold answers, and its time on 1,000 responses.
+"""Grader accuracy on GSM8K gold answers, its time on 1,000 responses, and on adversarial answers.
 
     uv run python bench/grader.py [--data ../shared/data/gsm8k/test.jsonl]
 
 Two workloads of 1,000 r1_zero responses each: GSM8K gold answers fed back as <answer>N</answer> (the string
 fast path), and a mix in which a third need the symbolic checker (LaTeX forms of the answer), a third are
 wrong, and a third are badly formatted; the mix is graded once in this process and once by a worker pool.
+Then each adversarial answer is graded against "72" (r1_zero) and "x+1" (grade_answer), and sympy's own
+deadline is hit once (a kill) to time the recovery: the next check, answered by a fresh fork.
 """
 
 import platform
@@ -14,8 +16,38 @@ from pathlib import Path
 import typer
 
 from alignment.data import load_math_examples
-from alignment.grader import r1_zero_reward_fn
+from alignment.grader import grade_answer, r1_zero_reward_fn
 from alignment.parallel_grading import ParallelGrader
+from alignment.symbolic import symbolically_equal
+
+ADVERSARIAL = [
+    "9^{9^{9^{9^{9}}}}", "\\frac{" * 5000, "10^{10^{10}}", "1" * 1_000_000, "9^{9^{9^{9}}}", "9^{9^{9}}", "2^{10^{7}}",
+    "10^" + "1" * 100, "(" * 20000 + ")" * 20000, "\\sqrt{" * 3000 + "}" * 3000, "1e99999999", "10000!!",
+    "(10^{6})!", "\\binom{10^{9}}{10^{8}}", "{9^9}^{9^{9}}", "(x+1)^{5000}", "(1+\\sqrt{2})^{1000}",
+    "e^{e^{e^{e^{e}}}}", "\\pi^{\\pi^{\\pi^{\\pi}}}", "\\sin(10^{100})", "\\sum_{k=1}^{10^{9}} k",
+]
+
+
+def timed(function, *args, **kwargs) -> tuple[object, float]:
+    start = time.perf_counter()
+    result = function(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
+def adversarial() -> None:
+    """Seconds per adversarial call (verdicts must all be 0), and the cost of a deadline kill plus recovery."""
+    symbolically_equal("1", "1")  # start the fork server outside the timing
+    worst = 0.0
+    for answer in ADVERSARIAL:
+        reward, r1_s = timed(r1_zero_reward_fn, f"x </think> <answer>{answer}</answer>", "72")
+        verdict, grade_s = timed(grade_answer, answer, "x+1")
+        worst = max(worst, r1_s, grade_s)
+        print(f"adversarial {answer[:24]!r:30} reward {reward['reward']:.0f} in {r1_s:.3f}s; vs x+1 {verdict} in {grade_s:.3f}s")
+    print(f"worst adversarial call: {worst:.3f}s")
+    for deadline in (0.5, 2.0):
+        killed, kill_s = timed(symbolically_equal, "7", "10^{10^{10}}", timeout_s=deadline)  # sympy itself, past the guard
+        equal, next_s = timed(symbolically_equal, "x^2+2x+1", "(x+1)^2")
+        print(f"sympy deadline {deadline}s: {killed} in {kill_s:.3f}s; next check {equal} in {next_s:.3f}s (a fresh fork)")
 
 
 def mixed_responses(examples: list, n: int) -> list[tuple[str, str]]:
@@ -54,6 +86,7 @@ def main(data: Path = Path("../shared/data/gsm8k/test.jsonl"), n: int = 1000, wo
         scores = grader([r for r, _ in mixed], [t for _, t in mixed])
         seconds = time.perf_counter() - start
     print(f"mixed, {workers} worker processes: {n} responses in {seconds:.2f}s, mean reward {sum(s['reward'] for s in scores) / n:.3f}")
+    adversarial()
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from alignment.grader import grade_answer, question_only_reward_fn, r1_zero_reward_fn
 from alignment.math_answers import gsm8k_ground_truth, last_boxed
+from alignment.symbolic import symbolically_equal
 
 
 def r1(answer: str) -> str:
@@ -135,6 +136,7 @@ def test_last_boxed_and_gsm8k_truth():
 
 
 ADVERSARIAL = [
+    "9^{9^{9^{9^{9}}}}",  # issue 14: once 5 s per call
     "\\frac{" * 5000,
     "10^{10^{10}}",
     "9^{9^{9^{9}}}",
@@ -144,6 +146,11 @@ ADVERSARIAL = [
     "(" * 20000 + ")" * 20000,
     "\\sqrt{" * 3000 + "}" * 3000,
     "1e99999999",
+    "10000!!",
+    "\\binom{10^{9}}{10^{8}}",
+    "(x+1)^{5000}",
+    "(1+\\sqrt{2})^{1000}",
+    "e^{e^{e^{e^{e}}}}",
 ]
 
 
@@ -157,5 +164,6 @@ def test_pathological_input_is_bounded_and_wrong(answer):
 
 
 def test_grader_recovers_after_a_timeout():
-    assert grade_answer("10^{10^{10}}", "7", timeout_s=0.5) is False
+    assert symbolically_equal("7", "10^{10^{10}}", timeout_s=0.5) is False  # sympy itself, killed at the deadline
     assert grade_answer("(x+1)^2", "x^2+2x+1")
+    assert symbolically_equal("x^2+2x+1", "(x+1)^2", timeout_s=0.5)  # the fresh fork is warm

@@ -1,0 +1,118 @@
+"""TRL's GRPOTrainer and our GRPO loop side by side on the demo workload, alternating step by step.
+
+    flock /work/cpu.lock uv run --group bench python bench/trl_side_by_side.py --steps 5
+
+Both train SmolLM2-135M-Instruct in float32 on the CPU: 8 keyword prompts x group 4 (the same prompt
+strings, chat template applied), exactly 32 new tokens (minimum = maximum), temperature 1, keyword-inclusion
+reward, group-normalized advantages, GRPO-Clip (epsilon 0.2) with per-sequence mean, no reference model,
+AdamW (fused, lr 3e-5, betas 0.9/0.95, no weight decay), gradient clipping at 1, and one optimizer step per
+rollout batch (4 microbatches of 8). After each TRL optimizer step, a callback runs one of ours, so both see
+the same machine load. Prints each step, the median of steps 2..N of each (step 1 pays one-time costs), the
+ratio, and our phase breakdown.
+"""
+
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import typer
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import GRPOConfig as TRLConfig
+from trl import GRPOTrainer as TRLTrainer
+
+from alignment.grpo_config import GRPOConfig
+from alignment.grpo_run import build_engine, keyword_run_tasks, load_policy
+from alignment.grpo_trainer import GRPOTrainer
+from alignment.keywords import keyword_inclusion_reward_fn
+from alignment.parallel_grading import ParallelGrader
+from alignment.prompts import chat_template, format_prompt
+from alignment.task import Task
+
+PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
+
+
+def demo_config(steps: int, output_dir: Path, model: str) -> GRPOConfig:
+    return GRPOConfig(
+        model=model, task="keywords", keywords_per_prompt=2, n_train_prompts=256, n_eval_examples=8,
+        n_grpo_steps=steps, learning_rate=3e-5, rollout_batch_size=32, group_size=4, train_batch_size=32,
+        gradient_accumulation_steps=4, sampling_min_tokens=32, sampling_max_tokens=32, loss_type="grpo_clip",
+        kl_reference=False, kl_prev=False, backend="hf", grader_workers=1, dtype="float32", output_dir=output_dir,
+    )
+
+
+def ours(config: GRPOConfig) -> tuple[GRPOTrainer, Task]:
+    """Our trainer, built from the same pieces as scripts/train_grpo.py, on the CPU."""
+    torch.manual_seed(config.seed)
+    policy, tokenizer = load_policy(config, "cpu", torch.float32)
+    task, _ = keyword_run_tasks(config, chat_template(tokenizer))
+    engine = build_engine(config, policy, tokenizer, "cpu", "cpu")
+    return GRPOTrainer(config, policy, tokenizer, engine, task, ParallelGrader(task.reward_fn, 1)), task
+
+
+def keyword_reward(prompts: list[str], completions: list[str], keywords: list[list[str]], **_: object) -> list[float]:
+    return [keyword_inclusion_reward_fn(c, k)["reward"] for c, k in zip(completions, keywords)]
+
+
+def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallback) -> TRLTrainer:
+    """TRL's GRPOTrainer on the same prompts and settings (names from trl/trainer/grpo_config.py)."""
+    policy, tokenizer = load_policy(config, "cpu", torch.float32)
+    prompts = Dataset.from_dict({"prompt": [format_prompt(task.template, q) for q in task.questions],
+                                 "keywords": list(task.truths)})
+    n = config.n_prompts_per_rollout_batch
+    args = TRLConfig(
+        output_dir=str(output_dir), use_cpu=True, bf16=False, fp16=False, seed=config.seed, max_steps=config.n_grpo_steps,
+        per_device_train_batch_size=config.train_batch_size // config.gradient_accumulation_steps,
+        gradient_accumulation_steps=config.gradient_accumulation_steps, generation_batch_size=n * config.group_size,
+        num_generations=config.group_size, max_completion_length=config.sampling_max_tokens,
+        generation_kwargs={"min_new_tokens": config.sampling_min_tokens}, temperature=config.sampling_temperature,
+        top_p=config.sampling_top_p, top_k=0, beta=0.0, num_iterations=1, epsilon=config.cliprange, loss_type="grpo",
+        scale_rewards="group", learning_rate=config.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
+        optim="adamw_torch_fused", adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, logging_steps=1, report_to="none",
+        save_strategy="no", log_completions=False, dataloader_num_workers=0,
+    )
+    return TRLTrainer(model=policy, reward_funcs=keyword_reward, args=args, train_dataset=prompts,
+                      processing_class=tokenizer, callbacks=[callback])
+
+
+class Alternate(TrainerCallback):
+    """Times each TRL optimizer step, then runs one step of ours."""
+
+    def __init__(self, our_trainer: GRPOTrainer) -> None:
+        self.ours, self.trl_s, self.our_rows, self.started = our_trainer, [], [], 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.trl_s.append(time.perf_counter() - self.started)
+        start = time.perf_counter()
+        [row] = self.ours.step()
+        self.our_rows.append(row | {"step_s": time.perf_counter() - start})
+        phases = ", ".join(f"{p} {row.get(f'time_{p}_s', 0.0):.2f}s" for p in PHASES)
+        print(f"step {len(self.trl_s)}: TRL {self.trl_s[-1]:.2f}s | ours {self.our_rows[-1]['step_s']:.2f}s ({phases})", flush=True)
+
+
+def main(steps: int = 5, model: str = "smollm2-135m") -> None:
+    """--model: another policy (a local HF folder) for a quick check that both loops run; figures need the default."""
+    if steps < 2:
+        raise typer.BadParameter("--steps must be >= 2 (step 1 pays one-time costs and is left out)")
+    with tempfile.TemporaryDirectory() as tmp:
+        config = demo_config(steps, Path(tmp) / "ours", model)
+        our_trainer, task = ours(config)
+        alternate = Alternate(our_trainer)
+        trl(config, task, Path(tmp) / "trl", alternate).train()
+    trl_s = statistics.median(alternate.trl_s[1:])
+    ours_s = statistics.median(row["step_s"] for row in alternate.our_rows[1:])
+    phases = {p: statistics.median(row.get(f"time_{p}_s", 0.0) for row in alternate.our_rows[1:]) for p in PHASES}
+    print(f"median of steps 2-{steps}: TRL {trl_s:.2f}s, ours {ours_s:.2f}s per step: ours is {trl_s / ours_s:.2f}x faster")
+    print("ours by phase (median): " + ", ".join(f"{p} {s:.2f}s" for p, s in phases.items()))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python {platform.python_version()}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
