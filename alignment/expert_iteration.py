@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from alignment.data import load_math_examples
 from alignment.grpo_trainer import PromptOrder
-from alignment.prompts import format_prompt
+from alignment.prompts import format_prompt, load_prompt
 from alignment.rollout import Rollout, SamplingConfig
 from alignment.sft_config import EIConfig, validate
 from alignment.sft_data import SFTExample
@@ -59,7 +59,8 @@ def expert_iteration(config: EIConfig, resume: bool = False) -> list[dict[str, A
         pool = load_math_examples(config.dataset, split=config.dataset_split)
     except (FileNotFoundError, ValueError) as err:
         raise ValueError(f"--dataset: {err}") from None
-    run = open_run(config, resume)
+    template = load_prompt(config.prompt)
+    run = open_run(config, resume, [SFTExample(format_prompt(template, e.question), "") for e in pool])
     order = PromptOrder(len(pool), config.seed, run.state.get("order_position", 0))
     rows: list[dict[str, Any]] = []
     try:

@@ -25,6 +25,8 @@ from alignment.sft_data import SFTExample
 
 def check_prompt_lengths(examples: Sequence[SFTExample], tokenizer: PreTrainedTokenizerBase, max_seq_length: int) -> None:
     """Every prompt must leave room for at least one response token within --max-seq-length."""
+    if not examples:
+        return
     lengths = [len(ids) for ids in tokenizer([e.prompt for e in examples])["input_ids"]]
     too_long = [i for i, n in enumerate(lengths) if n >= max_seq_length]
     if too_long:
