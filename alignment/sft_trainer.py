@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from alignment.atomic import replace_dir
 from alignment.checkpoint import save_checkpoint
 from alignment.logprobs import get_response_log_probs
 from alignment.masked import masked_mean
@@ -93,9 +94,4 @@ def save_policy(folder: Path, policy: PreTrainedModel, tokenizer: PreTrainedToke
     shutil.rmtree(staging, ignore_errors=True)
     policy.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    old = folder / "policy.old"
-    if target.exists():
-        target.rename(old)
-    staging.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
-    return target
+    return replace_dir(staging, target)

@@ -10,22 +10,20 @@ folder: --model of a later run or of scripts/expert_iteration.py) and plots/ to 
 """
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from alignment.sft_config import SFTConfig, help_texts
+from alignment.plotting import read_rows
+from alignment.sft_config import SFTConfig, SFTTrainingSettings, help_texts
 from alignment.sft_run import train_sft, write_plots
 from scripts.train_grpo import command_parameters, settings
-
-FIELDS = set(help_texts(SFTConfig))
 
 
 def report(output_dir: Path) -> None:
     """Print how held-out rewards moved, and write the plots."""
-    from alignment.plotting import read_rows
-
     evals = [row for row in read_rows(output_dir / "metrics.jsonl") if "eval_reward" in row]
     if evals:
         first, last = evals[0], evals[-1]
@@ -35,18 +33,25 @@ def report(output_dir: Path) -> None:
         typer.echo(f"plot: {path}")
 
 
-def main(ctx: typer.Context, config: Path | None = None, resume: Path | None = None, **flags: Any) -> None:
-    run = SFTConfig(**settings(ctx, config, resume, flags, FIELDS))
-    try:
-        train_sft(run, resume=resume is not None)
-    except (ValueError, FileNotFoundError) as err:
-        raise typer.BadParameter(str(err)) from None
-    report(run.output_dir)
+def make_app(config_cls: type[SFTTrainingSettings], train: Callable[..., Any], summary: str) -> typer.Typer:
+    """--config, --resume and one flag per field of `config_cls`; runs train(config, resume=...), then report()."""
+    known = set(help_texts(config_cls))
+
+    def main(ctx: typer.Context, config: Path | None = None, resume: Path | None = None, **flags: Any) -> None:
+        run = config_cls(**settings(ctx, config, resume, flags, known))
+        try:
+            train(run, resume=resume is not None)
+        except (ValueError, FileNotFoundError) as err:
+            raise typer.BadParameter(str(err)) from None
+        report(run.output_dir)
+
+    main.__signature__ = inspect.Signature(command_parameters(config_cls, help_texts(config_cls)))  # type: ignore[attr-defined]
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(help=summary)(main)
+    return app
 
 
-main.__signature__ = inspect.Signature(command_parameters(SFTConfig, help_texts(SFTConfig)))  # type: ignore[attr-defined]
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-app.command(help="Supervised fine-tuning with held-out evaluation (see the module docstring).")(main)
+app = make_app(SFTConfig, train_sft, "Supervised fine-tuning with held-out evaluation (see the module docstring).")
 
 if __name__ == "__main__":
     app()
