@@ -43,6 +43,8 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[st
         "n_rollouts": len(rollouts), "n_kept": len(kept), "kept_fraction": len(kept) / len(rollouts),
         "rollout_format_reward": statistics.fmean(s.get("format_reward", 0.0) for s in scores),
         "rollout_response_length": statistics.fmean(len(r.token_ids) for r in rollouts),
+        # -log p of the sampled tokens: an unbiased per-token entropy estimate at temperature 1, top_p 1
+        "rollout_entropy_estimate": -statistics.fmean(lp for r in rollouts for lp in r.logprobs),
     }
     if kept:
         steps = sft_steps(run, kept, config.sft_epochs, config.seed + run.step)
@@ -64,7 +66,7 @@ def expert_iteration(config: EIConfig, resume: bool = False) -> list[dict[str, A
     order = PromptOrder(len(pool), config.seed, run.state.get("order_position", 0))
     rows: list[dict[str, Any]] = []
     try:
-        if run.step == 0:
+        if run.step == 0 and config.eval_at_start:
             run.evaluate()
         for _ in tqdm(range(run.step, config.n_ei_steps), desc="expert iteration", unit="step"):
             picked = [pool[i] for i in order.take(config.questions_per_step)]

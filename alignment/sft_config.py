@@ -23,6 +23,7 @@ class SFTTrainingSettings:
     max_seq_length: int = setting(1024, "Longest prompt + response in tokens; longer responses are cut, a longer prompt is an error.")
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.")
     eval_every: int = setting(16, "Evaluate every N optimizer steps (SFT) or EI steps (EI), and at the start and end.")
+    eval_at_start: bool = setting(True, "Evaluate before the first step (skip it when --model's held-out numbers are known already, e.g. from the last evaluation of the train_sft.py run that wrote it, with the same settings).")
     n_eval_examples: int = setting(256, "Held-out questions per evaluation.")
     eval_max_tokens: int = setting(1024, "Maximum new tokens per held-out response.")
     eval_temperature: float = setting(1.0, "Held-out sampling temperature (0 = greedy).")

@@ -40,6 +40,7 @@ FIGURES = {  # file name -> (y label, metric keys)
     "train_loss": ("SFT loss (NLL per response token)", ["loss"]),
     "train_token_entropy": ("training response entropy (nats/token)", ["token_entropy"]),
     "kept_fraction": ("correct rollouts kept", ["kept_fraction"]),
+    "rollout_entropy": ("EI rollout entropy estimate (nats/token)", ["rollout_entropy_estimate"]),
 }
 
 
@@ -132,11 +133,6 @@ def filter_correct(examples: Sequence[SFTExample], reward_fn: RewardFn, workers:
     return [e for e, s in zip(examples, scores) if s["reward"] == 1.0]
 
 
-def take_batch(order: PromptOrder, remaining: int, batch_size: int) -> list[int]:
-    """The next indices of `order`: a full batch, or what is left of the run's examples."""
-    return order.take(min(batch_size, remaining))
-
-
 def sft_steps(run: SFTRun, examples: Sequence[SFTExample], epochs: int, seed: int, position: int = 0,
               on_step: Callable[[dict[str, float], int], None] | None = None) -> list[dict[str, float]]:
     """`epochs` passes over `examples` in seeded order, one optimizer step per batch; returns the step rows.
@@ -147,7 +143,7 @@ def sft_steps(run: SFTRun, examples: Sequence[SFTExample], epochs: int, seed: in
     order = PromptOrder(len(examples), seed, position)
     rows = []
     while order.position < total:
-        batch = [examples[i] for i in take_batch(order, total - order.position, run.config.batch_size)]
+        batch = [examples[i] for i in order.take(min(run.config.batch_size, total - order.position))]
         row = run.trainer.step(batch) | {"epoch": order.position / len(examples)}
         rows.append(row)
         if on_step is not None:
@@ -189,15 +185,16 @@ def train_sft(config: SFTConfig, resume: bool = False) -> list[dict[str, Any]]:
     validate(config)
     check_output_dir(config, resume)
     examples, counts = load_training_examples(config)
-    print(f"training on {len(examples)} examples" + (f" (kept {counts['n_examples_kept']} of {counts['n_examples_loaded']} "
-          "graded correct)" if config.filter_correct else ""))
+    tqdm.write(f"training on {len(examples)} examples" + (f" (kept {counts['n_examples_kept']} of {counts['n_examples_loaded']} "
+               "graded correct)" if config.filter_correct else ""))
     run = open_run(config, resume, examples)
     n_steps = n_optimizer_steps(len(examples), config.epochs, config.batch_size)
     rows: list[dict[str, Any]] = []
     try:
         if run.step == 0:
             run.log.log({"grpo_step": 0} | counts)
-            run.evaluate()
+            if config.eval_at_start:
+                run.evaluate()
         bar = tqdm(total=n_steps, initial=run.step, desc="SFT", unit="step")
 
         def after_step(row: dict[str, float], position: int) -> None:
