@@ -74,7 +74,7 @@ def load_sft_examples(
     elif Path(source).is_dir() or ("/" in source and not source.endswith((".jsonl", ".json"))):
         rows = _load_hub(source, None, split)
     else:
-        known = f"; `gsm8k` is a --data-format gsm8k source" if source in HUB_DATASETS else ""
+        known = "; `gsm8k` is a --data-format gsm8k source" if source in HUB_DATASETS else ""
         raise FileNotFoundError(f"dataset {source!r}: no such file or folder{known}")
     examples = [to_sft_example(record, where) for where, record in rows[:limit]]
     if not examples:
