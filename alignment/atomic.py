@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -34,3 +35,14 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 def atomic_write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+
+
+def replace_dir(staging: Path, target: Path) -> Path:
+    """Move a fully written folder `staging` to `target`, replacing it; a crash midway leaves `target` or its
+    previous version as `target.old`, never a partial folder under the final name."""
+    old = target.with_name(f"{target.name}.old")
+    if target.exists():
+        target.rename(old)
+    staging.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    return target

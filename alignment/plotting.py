@@ -48,7 +48,9 @@ def series(rows: list[dict], key: str, x: str = "grpo_step") -> tuple[list[float
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def line_figure(runs: dict[str, list[dict]], keys: list[str], ylabel: str, path: Path, x: str = "grpo_step") -> bool:
+def line_figure(
+    runs: dict[str, list[dict]], keys: list[str], ylabel: str, path: Path, x: str = "grpo_step", xlabel: str = "GRPO step"
+) -> bool:
     fig, ax = plt.subplots(figsize=(6, 4))
     drawn = False
     for label, rows in runs.items():
@@ -59,7 +61,7 @@ def line_figure(runs: dict[str, list[dict]], keys: list[str], ylabel: str, path:
                 ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=name)
                 drawn = True
     if drawn:
-        ax.set_xlabel("wall time (s)" if x == "time_elapsed_s" else "GRPO step")
+        ax.set_xlabel("wall time (s)" if x == "time_elapsed_s" else xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

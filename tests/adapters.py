@@ -1,13 +1,18 @@
 """The library under the handouts' `run_*` names and argument names: one call into `alignment` each."""
 
+import os
 from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 from transformers import PreTrainedTokenizerBase
 
+from alignment import packed_sft
 from alignment.advantages import compute_group_normalized_rewards
+from alignment.answer_parsers import parse_gsm8k_response, parse_mmlu_response
+from alignment.dpo import compute_per_instance_dpo_loss
 from alignment.grpo_step import grpo_microbatch_train_step
 from alignment.logprobs import compute_entropy, get_response_log_probs
 from alignment.losses import compute_grpo_clip_loss, compute_naive_policy_gradient_loss, compute_policy_gradient_loss
@@ -106,3 +111,36 @@ def run_grpo_microbatch_train_step(
         old_log_probs,
         cliprange,
     )
+
+
+# The supplementary (packed SFT, answer parsing, DPO) adapters of the CS336 A5 reference.
+
+
+def get_packed_sft_dataset(
+    tokenizer: PreTrainedTokenizerBase, dataset_path: str | os.PathLike, seq_length: int, shuffle: bool
+) -> Dataset:
+    return packed_sft.get_packed_sft_dataset(tokenizer, dataset_path, seq_length, shuffle)
+
+
+def run_iterate_batches(dataset: Dataset, batch_size: int, shuffle: bool):
+    return packed_sft.iterate_batches(dataset, batch_size, shuffle)
+
+
+def run_parse_mmlu_response(mmlu_example: dict[str, Any], model_output: str) -> str | None:
+    return parse_mmlu_response(mmlu_example, model_output)
+
+
+def run_parse_gsm8k_response(model_output: str) -> str | None:
+    return parse_gsm8k_response(model_output)
+
+
+def run_compute_per_instance_dpo_loss(
+    lm: torch.nn.Module,
+    lm_ref: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    beta: float,
+    prompt: str,
+    response_chosen: str,
+    response_rejected: str,
+) -> torch.Tensor:
+    return compute_per_instance_dpo_loss(lm, lm_ref, tokenizer, beta, prompt, response_chosen, response_rejected)

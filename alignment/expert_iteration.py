@@ -1,0 +1,85 @@
+"""Expert iteration (CS336 A5 §5): sample, keep what the grader accepts, fine-tune on it, repeat.
+
+Each EI step takes `questions_per_step` (Db) questions in seeded order, samples `rollouts_per_question` (G)
+answers to each with the current policy (at least `sampling_min_tokens` tokens, stopping at `</answer>`, kept),
+keeps the correct ones and runs `sft_epochs` (E) epochs of SFT steps on them. Logged per step: the kept
+fraction, the training loss and response entropy, and the held-out summary of log_generations.
+"""
+
+import statistics
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from alignment.data import load_math_examples
+from alignment.grpo_trainer import PromptOrder
+from alignment.prompts import format_prompt, load_prompt
+from alignment.rollout import Rollout, SamplingConfig
+from alignment.sft_config import EIConfig, validate
+from alignment.sft_data import SFTExample
+from alignment.sft_run import SFTRun, check_output_dir, open_run, sft_steps, stop_strings
+
+
+def correct_examples(prompts: list[str], truths: list[str], rollouts: list[Rollout], scores: list[dict[str, float]]) -> list[SFTExample]:
+    """The rollouts graded correct (reward 1), as SFT examples on the prompts that produced them."""
+    return [SFTExample(prompts[r.prompt_index], r.text, truths[r.prompt_index]) for r, s in zip(rollouts, scores) if s["reward"] == 1.0]
+
+
+def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[str]) -> dict[str, Any]:
+    """One EI step on these questions; returns its metrics row (without the evaluation)."""
+    template = run.validation.template
+    prompts = [format_prompt(template, q) for q in questions]
+    sampling = SamplingConfig(
+        temperature=config.sampling_temperature, max_tokens=config.sampling_max_tokens,
+        min_tokens=min(config.sampling_min_tokens, config.sampling_max_tokens), stop=stop_strings(config.prompt),
+        seed=config.seed * 1_000_003 + run.step,  # a function of the step alone, so a resumed run samples the same
+    )
+    run.trainer.policy.eval()
+    run.sync_engine()
+    rollouts = run.engine.generate(prompts, config.rollouts_per_question, sampling)
+    scores = run.grader([r.text for r in rollouts], [truths[r.prompt_index] for r in rollouts])
+    kept = correct_examples(prompts, truths, rollouts, scores)
+    row: dict[str, Any] = {
+        "n_rollouts": len(rollouts), "n_kept": len(kept), "kept_fraction": len(kept) / len(rollouts),
+        "rollout_format_reward": statistics.fmean(s.get("format_reward", 0.0) for s in scores),
+        "rollout_response_length": statistics.fmean(len(r.token_ids) for r in rollouts),
+        # -log p of the sampled tokens: an unbiased per-token entropy estimate at temperature 1, top_p 1
+        "rollout_entropy_estimate": -statistics.fmean(lp for r in rollouts for lp in r.logprobs),
+    }
+    if kept:
+        steps = sft_steps(run, kept, config.sft_epochs, config.seed + run.step)
+        row |= {"sft_steps": len(steps), "loss": statistics.fmean(s["loss"] for s in steps),
+                "token_entropy": statistics.fmean(s["token_entropy"] for s in steps)}
+    return row
+
+
+def expert_iteration(config: EIConfig, resume: bool = False) -> list[dict[str, Any]]:
+    """Run (or resume) expert iteration; returns the metrics rows of this invocation's EI steps."""
+    validate(config)
+    check_output_dir(config, resume)
+    try:
+        pool = load_math_examples(config.dataset, split=config.dataset_split)
+    except (FileNotFoundError, ValueError) as err:
+        raise ValueError(f"--dataset: {err}") from None
+    template = load_prompt(config.prompt)
+    run = open_run(config, resume, [SFTExample(format_prompt(template, e.question), "") for e in pool])
+    order = PromptOrder(len(pool), config.seed, run.state.get("order_position", 0))
+    rows: list[dict[str, Any]] = []
+    try:
+        if run.step == 0 and config.eval_at_start:
+            run.evaluate()
+        for _ in tqdm(range(run.step, config.n_ei_steps), desc="expert iteration", unit="step"):
+            picked = [pool[i] for i in order.take(config.questions_per_step)]
+            row = ei_step(run, config, [e.question for e in picked], [e.answer for e in picked])
+            run.step += 1
+            row |= {"grpo_step": run.step, "time_elapsed_s": run.elapsed()}
+            run.log.log(row)
+            rows.append(row)
+            if run.step % config.eval_every == 0 or run.step == config.n_ei_steps:
+                run.evaluate()
+            if run.step % config.checkpoint_every == 0 or run.step == config.n_ei_steps:
+                run.checkpoint({"order_position": order.position})
+        run.finish()
+    finally:
+        run.close()
+    return rows

@@ -1,0 +1,111 @@
+"""Settings of the SFT and expert-iteration runs (scripts/train_sft.py, scripts/expert_iteration.py).
+
+`SFTTrainingSettings` holds what both share (model, optimizer, evaluation, output); each script's dataclass adds
+its own. Defaults follow the handout (Qwen2.5-Math-1.5B on MATH, gradient clipping 1.0).
+"""
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from alignment.settings import choices_of, setting
+
+
+@dataclass
+class SFTTrainingSettings:
+    model: str = setting("Qwen/Qwen2.5-Math-1.5B", "Policy to train: a local HF folder (e.g. the policy/ folder of an earlier run), a hub id, or `smollm2-135m` (packaged).")
+    prompt: Literal["r1_zero", "question_only"] = setting("r1_zero", "Prompt template; picks the matching reward function.")
+    validation_dataset: str = setting("math", "Held-out questions: `math` (MATH-500), `gsm8k` (its test split), a .jsonl file, a local dataset folder or a hub id.")
+    learning_rate: float = setting(1e-5, "AdamW learning rate (constant).")
+    weight_decay: float = setting(0.0, "AdamW weight decay.")
+    batch_size: int = setting(32, "Examples per optimizer step.")
+    gradient_accumulation_steps: int = setting(8, "Microbatches per optimizer step (--batch-size must be a multiple).")
+    max_seq_length: int = setting(1024, "Longest prompt + response in tokens; longer responses are cut, a longer prompt is an error.")
+    max_grad_norm: float = setting(1.0, "Gradient clipping norm.")
+    eval_every: int = setting(16, "Evaluate every N optimizer steps (SFT) or EI steps (EI), and at the start and end.")
+    eval_at_start: bool = setting(True, "Evaluate before the first step (skip it when --model's held-out numbers are known already, e.g. from the last evaluation of the train_sft.py run that wrote it, with the same settings).")
+    n_eval_examples: int = setting(256, "Held-out questions per evaluation.")
+    eval_max_tokens: int = setting(1024, "Maximum new tokens per held-out response.")
+    eval_temperature: float = setting(1.0, "Held-out sampling temperature (0 = greedy).")
+    eval_top_p: float = setting(1.0, "Held-out nucleus mass.")
+    backend: Literal["auto", "hf", "vllm"] = setting("auto", "Rollout backend: auto (vllm if installed and CUDA present, else hf), hf or vllm.")
+    policy_device: str | None = setting(None, "Policy device (default: cuda:0, else cpu).")
+    rollout_device: str | None = setting(None, "Rollout device (default: cuda:1 with two GPUs, else the policy device).")
+    dtype: str | None = setting(None, "Policy dtype: bfloat16, float32, ... (default: bfloat16 on GPU, float32 on CPU).")
+    gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of the rollout GPU's memory.")
+    grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8).")
+    torch_threads: int | None = setting(None, "CPU threads for torch (default: torch's choice); 1 avoids OpenMP stalls on CPU cores shared with other jobs.")
+    seed: int = setting(0, "Seed for example order, sampling and initialization.")
+    output_dir: Path = setting(Path("outputs/sft"), "Where metrics, generations, the checkpoint and policy/ go.")
+    overwrite: bool = setting(False, "Let a fresh run replace an earlier run's files in --output-dir.")
+    checkpoint_every: int = setting(64, "Save a resumable checkpoint every N optimizer steps (SFT) or EI steps (EI), and at the end.")
+    wandb_project: str | None = setting(None, "wandb project name.")
+    wandb_mode: Literal["online", "offline", "disabled"] = setting("disabled", "wandb: online, offline (no network needed) or disabled.")
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir)  # config files give it as a string
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.batch_size // self.gradient_accumulation_steps
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+@dataclass
+class SFTConfig(SFTTrainingSettings):
+    """scripts/train_sft.py."""
+
+    dataset: str = setting("gsm8k", "Training data: a .jsonl file, local dataset folder or hub id (`gsm8k` names the hub GSM8K).")
+    data_format: Literal["sft", "gsm8k"] = setting("gsm8k", "sft: records with prompt, response (and ground_truth); gsm8k: question/answer records turned into r1_zero reasoning traces.")
+    dataset_split: str = setting("train", "Split of --dataset (folders and hub ids).")
+    n_examples: int | None = setting(None, "Unique training examples: the first N of --dataset (the handout sweeps 128 to 1024; default all).")
+    filter_correct: bool = setting(False, "Keep only examples whose response the grader scores correct against their ground_truth.")
+    epochs: int = setting(1, "Passes over the training examples.")
+
+
+@dataclass
+class EIConfig(SFTTrainingSettings):
+    """scripts/expert_iteration.py."""
+
+    dataset: str = setting("math", "Questions to sample from: `math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id.")
+    dataset_split: str = setting("train", "Split of --dataset (short names, folders and hub ids).")
+    n_ei_steps: int = setting(5, "Expert-iteration steps.")
+    questions_per_step: int = setting(512, "Db: questions sampled per EI step.")
+    rollouts_per_question: int = setting(4, "G: rollouts per question.")
+    sft_epochs: int = setting(1, "E: SFT epochs over each step's correct rollouts.")
+    sampling_temperature: float = setting(1.0, "Rollout temperature.")
+    sampling_max_tokens: int = setting(1024, "Rollouts are at most this long.")
+    sampling_min_tokens: int = setting(4, "Rollouts are at least this long (EOS and stop strings ignored before).")
+    output_dir: Path = setting(Path("outputs/expert_iteration"), "Where metrics, generations, the checkpoint and policy/ go.")
+    checkpoint_every: int = setting(1, "Save a resumable checkpoint every N EI steps, and at the end.")
+    eval_every: int = setting(1, "Evaluate every N EI steps, and at the start and end.")
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def validate(config: SFTTrainingSettings) -> None:
+    """Value checks; each failure raises ValueError naming the flag and its value."""
+    positive = ("batch_size", "gradient_accumulation_steps", "max_seq_length", "eval_every", "n_eval_examples",
+                "eval_max_tokens", "checkpoint_every", "epochs", "n_ei_steps", "questions_per_step",
+                "rollouts_per_question", "sft_epochs", "sampling_max_tokens", "n_examples", "torch_threads")
+    for name in positive:
+        value = getattr(config, name, 1)
+        if value is not None and value < 1:
+            raise ValueError(f"{flag(name)} must be >= 1, got {value}")
+    for f in fields(config):
+        choices = choices_of(f.type)
+        if choices and getattr(config, f.name) not in choices:
+            raise ValueError(f"{flag(f.name)} must be one of {', '.join(map(str, choices))}, got {getattr(config, f.name)!r}")
+    if config.batch_size % config.gradient_accumulation_steps:
+        raise ValueError(f"--batch-size {config.batch_size} is not a multiple of --gradient-accumulation-steps "
+                         f"{config.gradient_accumulation_steps}")
+    if config.learning_rate <= 0 or config.max_grad_norm <= 0:
+        raise ValueError(f"--learning-rate and --max-grad-norm must be > 0, got {config.learning_rate} and {config.max_grad_norm}")
+
+
+def help_texts(config_cls: type) -> dict[str, str]:
+    return {f.name: f.metadata["help"] for f in fields(config_cls)}

@@ -1,0 +1,19 @@
+"""Expert iteration (CS336 A5 §5): sample G answers to Db questions, keep the correct ones, SFT on them, repeat.
+
+    uv run scripts/expert_iteration.py --config configs/ei_gsm8k_demo.toml          # 2 steps after the SFT demo
+    uv run scripts/expert_iteration.py --model outputs/sft/policy --dataset math --questions-per-step 1024
+    uv run scripts/expert_iteration.py --resume outputs/expert_iteration             # continue a stopped run
+
+Every field of alignment.sft_config.EIConfig is a flag; --model takes any HF folder, including the policy/ folder
+written by scripts/train_sft.py. Writes metrics.jsonl (one row per EI step: kept fraction, loss, entropy; and
+the held-out summaries), rollouts.jsonl, checkpoint/, policy/ and plots/ to --output-dir.
+"""
+
+from alignment.expert_iteration import expert_iteration
+from alignment.sft_config import EIConfig
+from scripts.train_sft import make_app
+
+app = make_app(EIConfig, expert_iteration, "Expert iteration with held-out evaluation (see the module docstring).")
+
+if __name__ == "__main__":
+    app()

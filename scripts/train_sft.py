@@ -1,0 +1,57 @@
+"""Supervised fine-tuning on prompt/response examples (CS336 A5 §4), evaluated on held-out questions.
+
+    uv run scripts/train_sft.py --config configs/sft_gsm8k_demo.toml                  # the CPU demo
+    uv run scripts/train_sft.py --dataset data/sft.jsonl --data-format sft --n-examples 512 --filter-correct
+    uv run scripts/train_sft.py --resume outputs/sft                                  # continue a stopped run
+
+Every field of alignment.sft_config.SFTConfig is a flag. Writes metrics.jsonl (training rows and evaluation
+summaries), rollouts.jsonl (every held-out generation with rewards and entropy), checkpoint/, policy/ (an HF
+folder: --model of a later run or of scripts/expert_iteration.py) and plots/ to --output-dir.
+"""
+
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from alignment.plotting import read_rows
+from alignment.sft_config import SFTConfig, SFTTrainingSettings, help_texts
+from alignment.sft_run import train_sft, write_plots
+from scripts.train_grpo import command_parameters, settings
+
+
+def report(output_dir: Path) -> None:
+    """Print how held-out rewards moved, and write the plots."""
+    evals = [row for row in read_rows(output_dir / "metrics.jsonl") if "eval_reward" in row]
+    if evals:
+        first, last = evals[0], evals[-1]
+        for key in ("eval_format_reward", "eval_answer_reward", "eval_token_entropy"):
+            typer.echo(f"{key}: {first[key]:.3f} at step {first['grpo_step']} -> {last[key]:.3f} at step {last['grpo_step']}")
+    for path in write_plots(output_dir):
+        typer.echo(f"plot: {path}")
+
+
+def make_app(config_cls: type[SFTTrainingSettings], train: Callable[..., Any], summary: str) -> typer.Typer:
+    """--config, --resume and one flag per field of `config_cls`; runs train(config, resume=...), then report()."""
+    known = set(help_texts(config_cls))
+
+    def main(ctx: typer.Context, config: Path | None = None, resume: Path | None = None, **flags: Any) -> None:
+        run = config_cls(**settings(ctx, config, resume, flags, known))
+        try:
+            train(run, resume=resume is not None)
+        except (ValueError, FileNotFoundError) as err:
+            raise typer.BadParameter(str(err)) from None
+        report(run.output_dir)
+
+    main.__signature__ = inspect.Signature(command_parameters(config_cls, help_texts(config_cls)))  # type: ignore[attr-defined]
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(help=summary)(main)
+    return app
+
+
+app = make_app(SFTConfig, train_sft, "Supervised fine-tuning with held-out evaluation (see the module docstring).")
+
+if __name__ == "__main__":
+    app()
