@@ -23,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
-from alignment.atomic import atomic_write_json
+from alignment.atomic import atomic_write_json, replace_dir
 from alignment.faults import fault_point
 from alignment.policy_folder import load_policy_weights, save_policy
 
@@ -155,6 +155,4 @@ def export_policy(folder: Path) -> Path:
     target, staging = folder / POLICY, folder / f"{POLICY}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(folder / "checkpoint" / POLICY, staging)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    return target
+    return replace_dir(staging, target)

@@ -75,7 +75,7 @@ def read_jsonl(path: Path) -> list[tuple[str, Any]]:
     return rows
 
 
-def _load_hub(source: str, config: str | None, split: str) -> list[tuple[str, Any]]:
+def load_hub(source: str, config: str | None, split: str) -> list[tuple[str, Any]]:
     import datasets  # heavy; only needed off the jsonl path
 
     rows = datasets.load_dataset(source, config, split=split)
@@ -92,12 +92,12 @@ def load_math_examples(
     """
     if source in HUB_DATASETS:
         hub_id, config, default_split = HUB_DATASETS[source]
-        rows = _load_hub(hub_id, config, split or default_split)
+        rows = load_hub(hub_id, config, split or default_split)
         kind = kind or source  # type: ignore[assignment]
     elif Path(source).is_file():
         rows = read_jsonl(Path(source))
     elif Path(source).is_dir() or ("/" in source and not source.endswith((".jsonl", ".json"))):
-        rows = _load_hub(source, None, split or "test")
+        rows = load_hub(source, None, split or "test")
     else:
         raise FileNotFoundError(f"dataset {source!r}: no such file, and not one of {', '.join(HUB_DATASETS)}")
     if limit is not None:

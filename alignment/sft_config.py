@@ -4,11 +4,11 @@
 its own. Defaults follow the handout (Qwen2.5-Math-1.5B on MATH, gradient clipping 1.0).
 """
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from alignment.settings import choices_of, setting
+from alignment.settings import check_choices, flag, setting, to_json
 
 
 @dataclass
@@ -49,8 +49,15 @@ class SFTTrainingSettings:
     def micro_batch_size(self) -> int:
         return self.batch_size // self.gradient_accumulation_steps
 
+    # Settings a resumed run may change without changing what it computes: length of evaluation, logging, placement.
+    RESUMABLE: ClassVar[frozenset[str]] = frozenset({
+        "output_dir", "overwrite", "eval_every", "eval_at_start", "n_eval_examples", "checkpoint_every",
+        "wandb_project", "wandb_mode", "gpu_memory_utilization", "policy_device", "rollout_device",
+        "grader_workers", "torch_threads",
+    })
+
     def to_json(self) -> dict[str, Any]:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        return to_json(self)
 
 
 @dataclass
@@ -82,9 +89,7 @@ class EIConfig(SFTTrainingSettings):
     checkpoint_every: int = setting(1, "Save a resumable checkpoint every N EI steps, and at the end.")
     eval_every: int = setting(1, "Evaluate every N EI steps, and at the start and end.")
 
-
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    RESUMABLE: ClassVar[frozenset[str]] = SFTTrainingSettings.RESUMABLE | {"n_ei_steps"}  # run it longer
 
 
 def validate(config: SFTTrainingSettings) -> None:
@@ -96,16 +101,10 @@ def validate(config: SFTTrainingSettings) -> None:
         value = getattr(config, name, 1)
         if value is not None and value < 1:
             raise ValueError(f"{flag(name)} must be >= 1, got {value}")
-    for f in fields(config):
-        choices = choices_of(f.type)
-        if choices and getattr(config, f.name) not in choices:
-            raise ValueError(f"{flag(f.name)} must be one of {', '.join(map(str, choices))}, got {getattr(config, f.name)!r}")
+    check_choices(config)
     if config.batch_size % config.gradient_accumulation_steps:
         raise ValueError(f"--batch-size {config.batch_size} is not a multiple of --gradient-accumulation-steps "
                          f"{config.gradient_accumulation_steps}")
     if config.learning_rate <= 0 or config.max_grad_norm <= 0:
         raise ValueError(f"--learning-rate and --max-grad-norm must be > 0, got {config.learning_rate} and {config.max_grad_norm}")
 
-
-def help_texts(config_cls: type) -> dict[str, str]:
-    return {f.name: f.metadata["help"] for f in fields(config_cls)}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from alignment.data import HUB_DATASETS, MathExample, _load_hub, load_math_examples, read_jsonl
+from alignment.data import HUB_DATASETS, MathExample, load_hub, load_math_examples, read_jsonl
 from alignment.prompts import format_prompt
 
 SFTFormat = Literal["sft", "gsm8k"]
@@ -72,7 +72,7 @@ def load_sft_examples(
     if Path(source).is_file():
         rows = read_jsonl(Path(source))
     elif Path(source).is_dir() or ("/" in source and not source.endswith((".jsonl", ".json"))):
-        rows = _load_hub(source, None, split)
+        rows = load_hub(source, None, split)
     else:
         known = "; `gsm8k` is a --data-format gsm8k source" if source in HUB_DATASETS else ""
         raise FileNotFoundError(f"dataset {source!r}: no such file or folder{known}")

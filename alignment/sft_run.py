@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from alignment.checkpoint import load_checkpoint
+from alignment.checkpoint import export_policy, load_checkpoint
 from alignment.data import load_math_examples
 from alignment.generation_log import log_generations
 from alignment.grader import REWARD_FNS, RewardFn
@@ -30,7 +30,7 @@ from alignment.prompts import load_prompt
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.sft_config import SFTConfig, SFTTrainingSettings, validate
 from alignment.sft_data import SFTExample, load_sft_examples
-from alignment.sft_trainer import SFTTrainer, check_prompt_lengths, restore_run_state, save_policy, save_run_state
+from alignment.sft_trainer import SFTTrainer, check_prompt_lengths, save_run_state
 from alignment.task import Task
 
 FIGURES = {  # file name -> (y label, metric keys)
@@ -92,7 +92,8 @@ class SFTRun:
         save_run_state(self.config.output_dir, self.config, self.trainer, self.step, self.started, extra)
 
     def finish(self) -> Path:
-        return save_policy(self.config.output_dir, self.trainer.policy, self.trainer.tokenizer)
+        """The final checkpoint's policy as `output_dir/policy` (every run checkpoints its last step)."""
+        return export_policy(self.config.output_dir)
 
     def close(self) -> None:
         self.grader.close()
@@ -113,8 +114,7 @@ def open_run(config: SFTTrainingSettings, resume: bool, examples: Sequence[SFTEx
     trainer = SFTTrainer(policy, tokenizer, config)
     state: dict[str, Any] = {}
     if resume:
-        state = load_checkpoint(config.output_dir, config)  # type: ignore[arg-type]
-        restore_run_state(state, trainer)
+        state = load_checkpoint(config.output_dir, config, trainer.policy, trainer.optimizer)
     engine = build_engine(config, policy, tokenizer, rollout_device, policy_device)  # type: ignore[arg-type]
     grader = ParallelGrader(validation.reward_fn, config.grader_workers)
     log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, state.get("step", 0))

@@ -5,8 +5,6 @@ is the mean negative log-likelihood per response token (alignment.sft.sft_microb
 microbatch's tokens per example as its normalize constant), and gradients are clipped to `max_grad_norm`.
 """
 
-import random
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,7 +13,6 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from alignment.atomic import replace_dir
 from alignment.checkpoint import save_checkpoint
 from alignment.logprobs import get_response_log_probs
 from alignment.masked import masked_mean
@@ -75,23 +72,5 @@ class SFTTrainer:
 
 def save_run_state(folder: Path, config: SFTTrainingSettings, trainer: SFTTrainer, step: int, started: float, extra: dict[str, Any]) -> None:
     """A resumable checkpoint through alignment.checkpoint (policy, optimizer, RNG, position, elapsed time)."""
-    save_checkpoint(folder, {
-        "step": step, "policy": trainer.policy.state_dict(), "optimizer": trainer.optimizer.state_dict(),
-        "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(), "elapsed_s": time.perf_counter() - started,
-    } | extra, config)  # type: ignore[arg-type]
-
-
-def restore_run_state(state: dict[str, Any], trainer: SFTTrainer) -> None:
-    trainer.policy.load_state_dict(state["policy"])
-    trainer.optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["torch_rng"])
-    random.setstate(state["python_rng"])
-
-
-def save_policy(folder: Path, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Path:
-    """`folder/policy/` as a standard HF folder (config, safetensors, tokenizer), replaced atomically."""
-    target, staging = folder / "policy", folder / "policy.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    policy.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    return replace_dir(staging, target)
+    save_checkpoint(folder, config, trainer.policy, trainer.tokenizer, trainer.optimizer,
+                    {"step": step, "elapsed_s": time.perf_counter() - started} | extra)

@@ -9,7 +9,6 @@ summaries), rollouts.jsonl (every held-out generation with rewards and entropy),
 folder: --model of a later run or of scripts/expert_iteration.py) and plots/ to --output-dir.
 """
 
-import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,9 @@ from typing import Any
 import typer
 
 from alignment.plotting import read_rows
-from alignment.sft_config import SFTConfig, SFTTrainingSettings, help_texts
+from alignment.cli import run_command
+from alignment.sft_config import SFTConfig, SFTTrainingSettings
 from alignment.sft_run import train_sft, write_plots
-from scripts.train_grpo import command_parameters, settings
 
 
 def report(output_dir: Path) -> None:
@@ -35,20 +34,15 @@ def report(output_dir: Path) -> None:
 
 def make_app(config_cls: type[SFTTrainingSettings], train: Callable[..., Any], summary: str) -> typer.Typer:
     """--config, --resume and one flag per field of `config_cls`; runs train(config, resume=...), then report()."""
-    known = set(help_texts(config_cls))
 
-    def main(ctx: typer.Context, config: Path | None = None, resume: Path | None = None, **flags: Any) -> None:
-        run = config_cls(**settings(ctx, config, resume, flags, known))
+    def run(config: SFTTrainingSettings, resume: bool) -> None:
         try:
-            train(run, resume=resume is not None)
+            train(config, resume=resume)
         except (ValueError, FileNotFoundError) as err:
             raise typer.BadParameter(str(err)) from None
-        report(run.output_dir)
+        report(config.output_dir)
 
-    main.__signature__ = inspect.Signature(command_parameters(config_cls, help_texts(config_cls)))  # type: ignore[attr-defined]
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command(help=summary)(main)
-    return app
+    return run_command(config_cls, run, summary)
 
 
 app = make_app(SFTConfig, train_sft, "Supervised fine-tuning with held-out evaluation (see the module docstring).")
