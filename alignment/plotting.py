@@ -3,6 +3,7 @@
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -48,15 +49,19 @@ def series(rows: list[dict], key: str, x: str = "grpo_step") -> tuple[list[float
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def line_figure(runs: dict[str, list[dict]], keys: list[str], ylabel: str, path: Path, x: str = "grpo_step") -> bool:
+def line_figure(runs: dict[str, list[dict]], keys: list[str], ylabel: str, path: Path, x: str = "grpo_step",
+                styles: dict[str, dict[str, Any]] | None = None) -> bool:
+    """One line per run and key; `styles` gives a run's line keyword arguments (colour per arm, dashes per
+    seed), used where a figure has one key per run."""
     fig, ax = plt.subplots(figsize=(6, 4))
     drawn = False
     for label, rows in runs.items():
+        style = (styles or {}).get(label, {}) if len(keys) == 1 else {}
         for key in keys:
             xs, ys = series(rows, key, x)
             if xs:
                 name = label if len(keys) == 1 else f"{label}: {key}"
-                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=name)
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=name, **style)
                 drawn = True
     if drawn:
         ax.set_xlabel("wall time (s)" if x == "time_elapsed_s" else "GRPO step")
@@ -94,11 +99,17 @@ def phase_figure(label: str, rows: list[dict], path: Path) -> bool:
     return True
 
 
-def plot_runs(paths: list[Path], labels: list[str], output_dir: Path) -> list[Path]:
+def plot_runs(paths: list[Path], labels: list[str], output_dir: Path,
+              styles: dict[str, dict[str, Any]] | None = None, phases: bool = True) -> list[Path]:
     if labels and len(labels) != len(paths):
         raise ValueError(f"got {len(labels)} labels for {len(paths)} runs (--label)")
     labels = labels or [p.parent.name or p.stem for p in paths]
-    runs = {label: read_rows(path) for label, path in zip(labels, paths)}
+    return plot_rows({label: read_rows(path) for label, path in zip(labels, paths)}, output_dir, styles, phases)
+
+
+def plot_rows(runs: dict[str, list[dict]], output_dir: Path, styles: dict[str, dict[str, Any]] | None = None,
+              phases: bool = True) -> list[Path]:
+    """Every figure some run has data for, one line per run; `phases` adds one time-per-phase figure per run."""
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
     figures = {
@@ -106,9 +117,9 @@ def plot_runs(paths: list[Path], labels: list[str], output_dir: Path) -> list[Pa
         "eval_reward_vs_time": (["eval_reward"], "validation reward", "time_elapsed_s"),
     } | {name: (keys, ylabel, "grpo_step") for name, (ylabel, keys) in CURVES.items()}
     for name, (keys, ylabel, x) in figures.items():
-        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x):
+        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x, styles):
             written.append(output_dir / f"{name}.png")
-    for label, rows in runs.items():
+    for label, rows in runs.items() if phases else ():
         path = output_dir / f"phase_times_{label.replace('/', '_')}.png"
         if phase_figure(label, rows, path):
             written.append(path)

@@ -1,0 +1,184 @@
+"""Experiment presets: a TOML file naming a script, shared settings and arms, expanded into one run per arm
+and seed, each in its own folder; which runs are finished, which to resume; the table of final rewards.
+
+    script = "train_grpo"            # scripts/<script>.py; it takes --config FILE and --resume DIR
+    seeds = [0, 1]                   # optional: every arm once per seed (run folders <arm>_seed<k>)
+    [shared]                         # the script's settings, common to every arm
+    n_grpo_steps = 200
+    [arms.no_baseline]               # one table per arm: settings that differ from [shared]
+    loss_type = "no_baseline"
+"""
+
+import json
+import math
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from alignment.atomic import atomic_write_text
+from alignment.checkpoint import complete_step
+from alignment.grpo_config import GRPOConfig, field_names, validate
+
+SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
+# The setting that holds a script's total step count, to tell a finished run from an interrupted one.
+STEPS_SETTING = {"train_grpo": "n_grpo_steps"}
+PRESET_KEYS = {"description", "script", "seeds", "steps_setting", "shared", "arms"}
+
+RunState = Literal["new", "restart", "resume", "finished"]
+
+
+@dataclass(frozen=True)
+class ArmRun:
+    """One run of a preset: an arm at one seed, with every setting the script gets."""
+
+    label: str  # the run folder's name: the arm, or <arm>_seed<k>
+    arm: str
+    seed: int | None
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    script: str
+    steps_setting: str
+    runs: list[ArmRun]
+
+    def total_steps(self, run: ArmRun) -> int:
+        return int(run.settings[self.steps_setting])
+
+
+def _fail(path: Path, message: str) -> None:
+    raise ValueError(f"{path}: {message}")
+
+
+def load_preset(path: Path) -> Preset:
+    """Read and check a preset; errors name the file, the arm and the setting."""
+    if not path.is_file():
+        raise ValueError(f"no such preset file: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML ({err})") from None
+    unknown = sorted(set(data) - PRESET_KEYS)
+    if unknown:
+        _fail(path, f"unknown top-level keys {', '.join(unknown)} (expected {', '.join(sorted(PRESET_KEYS))})")
+    script = data.get("script", "train_grpo")
+    if not (SCRIPTS_DIR / f"{script}.py").is_file():
+        _fail(path, f"script = {script!r}: no scripts/{script}.py")
+    steps_setting = data.get("steps_setting", STEPS_SETTING.get(script))
+    if steps_setting is None:
+        _fail(path, f"steps_setting is required for script {script!r} (the setting holding its total steps)")
+    shared, arms = data.get("shared", {}), data.get("arms", {})
+    if not arms or not all(isinstance(a, dict) for a in arms.values()):
+        _fail(path, "needs at least one [arms.<name>] table")
+    seeds = data.get("seeds")
+    if seeds is not None and (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds)):
+        _fail(path, f"seeds must be a non-empty list of integers, got {seeds!r}")
+    runs = []
+    for arm, overrides in arms.items():
+        for seed in seeds or [None]:
+            settings = shared | overrides | ({"seed": seed} if seed is not None else {})
+            label = arm if seed is None else f"{arm}_seed{seed}"
+            if steps_setting not in settings:
+                _fail(path, f"arm {arm!r}: {steps_setting} is not set (in [shared] or the arm)")
+            if script == "train_grpo":
+                _check_grpo_settings(path, arm, settings)
+            runs.append(ArmRun(label, arm, seed, settings))
+    return Preset(path.stem, script, steps_setting, runs)
+
+
+def _check_grpo_settings(path: Path, arm: str, settings: dict[str, Any]) -> None:
+    """The handouts' checks, before any arm starts: a bad arm must not surface hours into a sweep."""
+    unknown = sorted(set(settings) - field_names())
+    if unknown:
+        _fail(path, f"arm {arm!r}: unknown settings {', '.join(unknown)} (not GRPOConfig fields)")
+    try:
+        validate(GRPOConfig(**settings))
+    except (ValueError, TypeError) as err:
+        _fail(path, f"arm {arm!r}: {err}")
+
+
+def run_state(run_dir: Path, total_steps: int) -> RunState:
+    """new: nothing there; finished: a complete checkpoint at the last step; resume: an earlier complete
+    checkpoint; restart: files but no complete checkpoint (stopped before its first one)."""
+    step = complete_step(run_dir)
+    if step is not None:
+        return "finished" if step >= total_steps else "resume"
+    return "restart" if run_dir.exists() and any(run_dir.iterdir()) else "new"
+
+
+def toml_value(value: Any) -> str:
+    """A scalar or list as TOML (settings are flat: strings, numbers, booleans, paths, lists of those)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (str, Path)):
+        return json.dumps(str(value))  # JSON string escapes are valid TOML basic-string escapes
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise ValueError(f"cannot write {value!r} ({type(value).__name__}) to a TOML settings file")
+
+
+def write_run_config(path: Path, settings: dict[str, Any]) -> Path:
+    """The run's settings as a flat TOML file; None values are left out (the script's default is None)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"{key} = {toml_value(value)}" for key, value in settings.items() if value is not None]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return path
+
+
+def run_command(script: str, config: Path, run_dir: Path, resume: bool) -> list[str]:
+    """The script's command line for one run. Until the scripts keep their settings in the run folder,
+    resuming passes the settings file again next to --resume."""
+    command = [sys.executable, str(SCRIPTS_DIR / f"{script}.py"), "--config", str(config)]
+    return command + ["--resume", str(run_dir)] if resume else command
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def final_rewards(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Final and best validation reward, the last step and its wall time; None without any validation."""
+    evals = [row for row in rows if "eval_reward" in row]
+    if not evals:
+        return None
+    last = evals[-1]
+    return {"step": last["grpo_step"], "final": last["eval_reward"], "best": max(r["eval_reward"] for r in evals),
+            "time_s": last.get("time_elapsed_s", float("nan"))}
+
+
+def results_table(preset: Preset, root: Path) -> str:
+    """Markdown: one row per run; with several seeds, one more row per arm with their mean and range."""
+    lines = ["| run | arm | seed | step | final validation reward | best | wall time (s) |",
+             "|---|---|---|---|---|---|---|"]
+    by_arm: dict[str, list[float]] = {}
+    for run in preset.runs:
+        result = final_rewards(read_metrics(root / run.label))
+        if result is None:
+            lines.append(f"| {run.label} | {run.arm} | {run.seed if run.seed is not None else ''} | - | not run | - | - |")
+            continue
+        by_arm.setdefault(run.arm, []).append(result["final"])
+        lines.append(f"| {run.label} | {run.arm} | {run.seed if run.seed is not None else ''} | {result['step']} | "
+                     f"{result['final']:.3f} | {result['best']:.3f} | {result['time_s']:.0f} |")
+    if any(len(v) > 1 for v in by_arm.values()):
+        lines += ["", "| arm | seeds | mean final validation reward | min | max |", "|---|---|---|---|---|"]
+        for arm, finals in by_arm.items():
+            lines.append(f"| {arm} | {len(finals)} | {sum(finals) / len(finals):.3f} | {min(finals):.3f} | {max(finals):.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_styles(runs: list[ArmRun]) -> dict[str, dict[str, Any]]:
+    """Line styles for comparison plots: one colour per arm, one dash pattern per seed."""
+    arms = list(dict.fromkeys(run.arm for run in runs))
+    seeds = list(dict.fromkeys(run.seed for run in runs))
+    dashes = ["-", "--", ":", "-."]
+    return {run.label: {"color": f"C{arms.index(run.arm) % 10}", "linestyle": dashes[seeds.index(run.seed) % len(dashes)]}
+            for run in runs}
