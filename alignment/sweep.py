@@ -2,8 +2,9 @@
 and seed, each in its own folder; which runs are finished, which to resume; the table of final rewards.
 
     script = "train_grpo"            # scripts/<script>.py; it takes --config FILE and --resume DIR
+    base = "../grpo_handout_starter.toml"  # optional: a settings file under [shared], relative to the preset
     seeds = [0, 1]                   # optional: every arm once per seed (run folders <arm>_seed<k>)
-    [shared]                         # the script's settings, common to every arm
+    [shared]                         # the script's settings, common to every arm (over the base's)
     n_grpo_steps = 200
     [arms.no_baseline]               # one table per arm: settings that differ from [shared]
     loss_type = "no_baseline"
@@ -11,6 +12,7 @@ and seed, each in its own folder; which runs are finished, which to resume; the 
 
 import json
 import math
+import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from alignment.grpo_config import GRPOConfig, field_names, validate
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 # The setting that holds a script's total step count, to tell a finished run from an interrupted one.
 STEPS_SETTING = {"train_grpo": "n_grpo_steps"}
-PRESET_KEYS = {"description", "script", "seeds", "steps_setting", "shared", "arms"}
+PRESET_KEYS = {"description", "script", "base", "seeds", "steps_setting", "shared", "arms"}
 
 RunState = Literal["new", "restart", "resume", "finished"]
 
@@ -54,14 +56,18 @@ def _fail(path: Path, message: str) -> None:
     raise ValueError(f"{path}: {message}")
 
 
-def load_preset(path: Path) -> Preset:
-    """Read and check a preset; errors name the file, the arm and the setting."""
+def read_toml(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
-        raise ValueError(f"no such preset file: {path}")
+        raise ValueError(f"no such {what}: {path}")
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML ({err})") from None
+
+
+def load_preset(path: Path) -> Preset:
+    """Read and check a preset; errors name the file, the arm and the setting."""
+    data = read_toml(path, "preset file")
     unknown = sorted(set(data) - PRESET_KEYS)
     if unknown:
         _fail(path, f"unknown top-level keys {', '.join(unknown)} (expected {', '.join(sorted(PRESET_KEYS))})")
@@ -71,7 +77,8 @@ def load_preset(path: Path) -> Preset:
     steps_setting = data.get("steps_setting", STEPS_SETTING.get(script))
     if steps_setting is None:
         _fail(path, f"steps_setting is required for script {script!r} (the setting holding its total steps)")
-    shared, arms = data.get("shared", {}), data.get("arms", {})
+    base = read_toml(path.parent / data["base"], "base settings file (base =)") if "base" in data else {}
+    shared, arms = base | data.get("shared", {}), data.get("arms", {})
     if not arms or not all(isinstance(a, dict) for a in arms.values()):
         _fail(path, "needs at least one [arms.<name>] table")
     seeds = data.get("seeds")
@@ -138,6 +145,16 @@ def run_command(script: str, config: Path, run_dir: Path, resume: bool) -> list[
     resuming passes the settings file again next to --resume."""
     command = [sys.executable, str(SCRIPTS_DIR / f"{script}.py"), "--config", str(config)]
     return command + ["--resume", str(run_dir)] if resume else command
+
+
+def launch(command: list[str], log_path: Path) -> int:
+    """Run one command with its output appended to log_path; returns its exit status. Kept here, not in the
+    script, so Ray workers can import it."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a") as log:
+        log.write(f"$ {' '.join(command)}\n")
+        log.flush()
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

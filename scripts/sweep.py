@@ -14,7 +14,6 @@ fraction, KL) and results.md (final validation rewards).
 """
 
 import inspect
-import subprocess
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -26,7 +25,7 @@ from alignment.atomic import atomic_write_text
 from alignment.cli import option_parameters
 from alignment.plotting import plot_rows
 from alignment.settings import setting
-from alignment.sweep import ArmRun, Preset, load_preset, read_metrics, results_table, run_command, run_state, \
+from alignment.sweep import ArmRun, Preset, launch, load_preset, read_metrics, results_table, run_command, run_state, \
     run_styles, write_run_config
 
 
@@ -38,15 +37,6 @@ class SweepConfig:
                 "runs fit on this machine's GPUs or --ray-address is given.")
     gpus_per_arm: int = setting(1, "GPUs each run gets under Ray (2 for a separate rollout GPU).")
     ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start one here).")
-
-
-def launch(command: list[str], log_path: Path) -> int:
-    """Run one command with its output appended to log_path; returns its exit status."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("a") as log:
-        log.write(f"$ {' '.join(command)}\n")
-        log.flush()
-        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
 
 
 def use_ray(config: SweepConfig, n_runs: int) -> bool:
@@ -63,16 +53,19 @@ def run_on_ray(jobs: dict[str, tuple[list[str], Path]], config: SweepConfig) -> 
     """Every job as a Ray task holding --gpus-per-arm GPUs; Ray sets CUDA_VISIBLE_DEVICES for each."""
     from alignment.ray_env import ray
 
-    ray.init(address=config.ray_address, ignore_reinit_error=True)
-    remote = ray.remote(num_gpus=config.gpus_per_arm)(launch)
-    pending = {remote.remote(command, log): label for label, (command, log) in jobs.items()}
-    statuses = {}
-    while pending:
-        done, _ = ray.wait(list(pending))
-        label = pending.pop(done[0])
-        statuses[label] = ray.get(done[0])
-        typer.echo(f"{label}: exit status {statuses[label]}")
-    return statuses
+    ray.init(address=config.ray_address)
+    try:
+        remote = ray.remote(num_gpus=config.gpus_per_arm)(launch)
+        pending = {remote.remote(command, log): label for label, (command, log) in jobs.items()}
+        statuses = {}
+        while pending:
+            done, _ = ray.wait(list(pending))
+            label = pending.pop(done[0])
+            statuses[label] = ray.get(done[0])
+            typer.echo(f"{label}: exit status {statuses[label]}")
+        return statuses
+    finally:
+        ray.shutdown()
 
 
 def prepare(preset: Preset, root: Path) -> dict[str, tuple[list[str], Path]]:
@@ -102,13 +95,15 @@ def compare(preset: Preset, root: Path, runs: list[ArmRun]) -> list[Path]:
 
 def main(preset: Path, **flags: Any) -> None:
     config = SweepConfig(**flags)
+    if config.gpus_per_arm < 0:
+        raise typer.BadParameter(f"must be >= 0, got {config.gpus_per_arm}", param_hint="'--gpus-per-arm'")
     try:
         loaded = load_preset(preset)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="'PRESET'") from None
     root = config.output_root / loaded.name
     jobs = prepare(loaded, root)
-    if use_ray(config, len(jobs)):
+    if jobs and use_ray(config, len(jobs)):
         statuses = run_on_ray(jobs, config)
     else:
         statuses = {}
