@@ -1,7 +1,5 @@
 """Figures of GRPO runs from metrics.jsonl files or wandb CSV exports: several runs per figure."""
 
-import csv
-import json
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +7,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from alignment.run_table import read_metrics_jsonl, read_wandb_export  # noqa: E402
 
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
 CURVES = {  # file name -> (y label, metric keys)
@@ -22,26 +22,13 @@ CURVES = {  # file name -> (y label, metric keys)
 
 
 def read_rows(path: Path) -> list[dict]:
-    """Rows of a metrics.jsonl, or of a wandb CSV export (`_step`/`Step` read as grpo_step)."""
-    if not path.is_file():
-        raise ValueError(f"no such file: {path}")
-    if path.suffix == ".csv":
-        rows = []
-        with path.open() as f:
-            for record in csv.DictReader(f):
-                row = {k: float(v) for k, v in record.items() if v not in ("", None) and _is_number(v)}
-                row["grpo_step"] = row.pop("_step", row.pop("Step", row.get("grpo_step", 0.0)))
-                rows.append(row)
-        return rows
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
+    """Rows of a metrics.jsonl, or of a wandb CSV export of one run (`_step`/`Step` read as grpo_step)."""
+    if path.suffix != ".csv":
+        return read_metrics_jsonl(path)
+    runs = read_wandb_export(path)
+    if len(runs) > 1:
+        raise ValueError(f"{path} holds {len(runs)} runs ({', '.join(runs)}); read it with alignment.run_table.load_runs")
+    return next(iter(runs.values()), [])
 
 
 def series(rows: list[dict], key: str, x: str = "grpo_step") -> tuple[list[float], list[float]]:

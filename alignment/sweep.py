@@ -22,6 +22,7 @@ from typing import Any, Literal
 from alignment.atomic import atomic_write_text
 from alignment.checkpoint import complete_step
 from alignment.grpo_config import GRPOConfig, field_names, validate
+from alignment.run_table import read_metrics_jsonl
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 # The setting that holds a script's total step count, to tell a finished run from an interrupted one.
@@ -77,7 +78,12 @@ def load_preset(path: Path) -> Preset:
     steps_setting = data.get("steps_setting", STEPS_SETTING.get(script))
     if steps_setting is None:
         _fail(path, f"steps_setting is required for script {script!r} (the setting holding its total steps)")
-    base = read_toml(path.parent / data["base"], "base settings file (base =)") if "base" in data else {}
+    base: dict[str, Any] = {}
+    if "base" in data:
+        try:
+            base = read_toml(path.parent / data["base"], "base settings file")
+        except ValueError as err:
+            _fail(path, f"base = {data['base']!r}: {err}")
     shared, arms = base | data.get("shared", {}), data.get("arms", {})
     if not arms or not all(isinstance(a, dict) for a in arms.values()):
         _fail(path, "needs at least one [arms.<name>] table")
@@ -158,8 +164,9 @@ def launch(command: list[str], log_path: Path) -> int:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's metrics rows; none for a run not started."""
     path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    return read_metrics_jsonl(path) if path.is_file() else []
 
 
 def final_rewards(rows: list[dict[str, Any]]) -> dict[str, float] | None:
