@@ -91,3 +91,23 @@ def load_runs(paths: list[Path]) -> dict[str, list[dict]]:
             raise ValueError(f"two runs named {run!r} (the folder of {path}); give the runs distinct folders")
         runs[run] = read_metrics_jsonl(path)  # several rows per step (training, then validation): kept as logged
     return runs
+
+
+def final_rewards(rows: list[dict]) -> dict[str, float] | None:
+    """Final and best validation reward, the last validation's step and wall time; None without any."""
+    evals = [row for row in rows if "eval_reward" in row]
+    if not evals:
+        return None
+    last = evals[-1]
+    return {"step": last["grpo_step"], "final": last["eval_reward"], "best": max(r["eval_reward"] for r in evals),
+            "time_s": last.get("time_elapsed_s", float("nan"))}
+
+
+def final_rewards_table(runs: dict[str, list[dict]]) -> str:
+    """Markdown: one row per run with its final and best validation reward."""
+    lines = ["| run | step | final validation reward | best | wall time (s) |", "|---|---|---|---|---|"]
+    for run, rows in runs.items():
+        result = final_rewards(rows)
+        lines.append(f"| {run} | - | no validation | - | - |" if result is None else
+                     f"| {run} | {result['step']:g} | {result['final']:.3f} | {result['best']:.3f} | {result['time_s']:.0f} |")
+    return "\n".join(lines) + "\n"

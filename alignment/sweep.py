@@ -22,7 +22,7 @@ from typing import Any, Literal
 from alignment.atomic import atomic_write_text
 from alignment.checkpoint import complete_step
 from alignment.grpo_config import GRPOConfig, field_names, validate
-from alignment.run_table import read_metrics_jsonl
+from alignment.run_table import final_rewards, read_metrics_jsonl
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
 # The setting that holds a script's total step count, to tell a finished run from an interrupted one.
@@ -167,16 +167,6 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The run's metrics rows; none for a run not started."""
     path = run_dir / "metrics.jsonl"
     return read_metrics_jsonl(path) if path.is_file() else []
-
-
-def final_rewards(rows: list[dict[str, Any]]) -> dict[str, float] | None:
-    """Final and best validation reward, the last step and its wall time; None without any validation."""
-    evals = [row for row in rows if "eval_reward" in row]
-    if not evals:
-        return None
-    last = evals[-1]
-    return {"step": last["grpo_step"], "final": last["eval_reward"], "best": max(r["eval_reward"] for r in evals),
-            "time_s": last.get("time_elapsed_s", float("nan"))}
 
 
 def results_table(preset: Preset, root: Path) -> str:
