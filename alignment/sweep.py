@@ -138,12 +138,25 @@ def toml_value(value: Any) -> str:
     raise ValueError(f"cannot write {value!r} ({type(value).__name__}) to a TOML settings file")
 
 
+def toml_text(settings: dict[str, Any]) -> str:
+    """Flat settings as TOML lines; None values are left out (the script's default is None)."""
+    return "".join(f"{key} = {toml_value(value)}\n" for key, value in settings.items() if value is not None)
+
+
 def write_run_config(path: Path, settings: dict[str, Any]) -> Path:
-    """The run's settings as a flat TOML file; None values are left out (the script's default is None)."""
+    """The run's settings as a flat TOML file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"{key} = {toml_value(value)}" for key, value in settings.items() if value is not None]
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    atomic_write_text(path, toml_text(settings))
     return path
+
+
+def changed_settings(config_path: Path, settings: dict[str, Any]) -> list[str]:
+    """Settings whose values differ from those the run was started with (its written settings file)."""
+    if not config_path.is_file():
+        return []
+    before = tomllib.loads(config_path.read_text())
+    now = tomllib.loads(toml_text(settings))
+    return sorted(k for k in before.keys() | now.keys() if k != "overwrite" and before.get(k) != now.get(k))
 
 
 def run_command(script: str, config: Path, run_dir: Path, resume: bool) -> list[str]:

@@ -25,7 +25,7 @@ from alignment.atomic import atomic_write_text
 from alignment.cli import option_parameters
 from alignment.plotting import plot_rows
 from alignment.settings import setting
-from alignment.sweep import ArmRun, Preset, launch, load_preset, read_metrics, results_table, run_command, run_state, \
+from alignment.sweep import ArmRun, Preset, changed_settings, launch, load_preset, read_metrics, results_table, run_command, run_state, \
     run_styles, write_run_config
 
 
@@ -69,11 +69,19 @@ def run_on_ray(jobs: dict[str, tuple[list[str], Path]], config: SweepConfig) -> 
 
 
 def prepare(preset: Preset, root: Path) -> dict[str, tuple[list[str], Path]]:
-    """The command and log file of every run still to do; finished runs are reported and left alone."""
-    jobs = {}
+    """The command and log file of every run still to do; finished runs are reported and left alone, unless
+    the preset now gives them other settings: that is an error before anything runs."""
+    states = {run.label: run_state(root / run.label, preset.total_steps(run)) for run in preset.runs}
     for run in preset.runs:
         run_dir = root / run.label
-        state = run_state(run_dir, preset.total_steps(run))
+        changed = changed_settings(root / "configs" / f"{run.label}.toml", run.settings | {"output_dir": run_dir}) \
+            if states[run.label] == "finished" else []
+        if changed:  # its results would be reported under settings it never had
+            raise typer.BadParameter(f"run {run.label} finished with other settings ({', '.join(changed)}); "
+                                     f"move {run_dir} away or rename the arm", param_hint="'PRESET'")
+    jobs = {}
+    for run in preset.runs:
+        run_dir, state = root / run.label, states[run.label]
         typer.echo(f"{run.label}: {state}")
         if state == "finished":
             continue

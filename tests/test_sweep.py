@@ -171,6 +171,9 @@ def test_tiny_preset_end_to_end_restart_skip_and_resume(tiny_model_dir, tmp_path
     assert all(f"| {arm} | {arm} |  | 1 |" in results for arm in ("plain", "clip"))
 
     plain_before, clip_before = (root / "plain" / "metrics.jsonl").read_bytes(), rows_of(root / "clip")
+    write(preset, TINY.format(model=tiny_model_dir, clip_steps="").replace("learning_rate = 1e-3", "learning_rate = 2e-3"))
+    result = runner.invoke(script.app, [str(preset), "--output-root", str(tmp_path / "out")])
+    assert result.exit_code != 0 and "run plain finished with other settings (learning_rate)" in result.output
     write(preset, TINY.format(model=tiny_model_dir, clip_steps="n_grpo_steps = 2"))  # the clip run is now unfinished
     result = runner.invoke(script.app, [str(preset), "--output-root", str(tmp_path / "out"),
                                         "--launcher", "ray", "--gpus-per-arm", "0"])
