@@ -1,37 +1,79 @@
-"""GRPO checkpoints: everything a resumed run needs to continue exactly, written atomically.
+"""Run checkpoints: everything a resumed run needs to continue exactly, written atomically, read without pickle.
 
-A checkpoint is a folder `checkpoint/` holding `state.pt` and a `COMPLETE` marker written last; it is built
-as `checkpoint.partial/` and renamed into place, so a crash mid-save leaves the previous checkpoint intact.
+    checkpoint/
+      policy/                  the policy as a standard model folder (alignment/policy_folder.py)
+      optimizer.safetensors    the optimizer's tensors ("<param index>.<name>") and the torch RNG state ("rng.torch")
+      state.json               format and version, the settings it was made with, the optimizer's param groups and
+                               scalars, the Python RNG, the loop's own state (step, ...) and every file's size
+      COMPLETE                 the step, written last
+
+It is built as `checkpoint.partial/` and renamed into place, so a crash or a full disk mid-save leaves the
+previous checkpoint intact. Loading reads tensors with safetensors and everything else as JSON: a checkpoint
+from someone else cannot run code. `export_policy` copies the policy to the run folder's `policy/`.
 """
 
+import json
+import random
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from transformers import PreTrainedTokenizerBase
 
-from alignment.grpo_config import GRPOConfig
+from alignment.atomic import atomic_write_json
+from alignment.policy_folder import load_policy_weights, save_policy
 
-# Settings that may change between a run and its resumption without changing what it computes.
-RESUMABLE_CHANGES = {
-    "n_grpo_steps", "output_dir", "eval_every", "n_eval_examples", "eval_max_tokens", "checkpoint_every",
-    "wandb_project", "wandb_mode", "gpu_memory_utilization", "backend", "policy_device", "rollout_device",
-    "grader_workers", "overwrite",
-}
-_MARKER = "COMPLETE"
-
-
-def fingerprint(config: GRPOConfig) -> dict[str, Any]:
-    return {k: v for k, v in config.to_json().items() if k not in RESUMABLE_CHANGES}
+FORMAT, FORMAT_VERSION = "alignment.checkpoint", 2
+POLICY, TENSORS, STATE, MARKER = "policy", "optimizer.safetensors", "state.json", "COMPLETE"
+_RNG = "rng.torch"
 
 
-def save_checkpoint(folder: Path, state: dict[str, Any], config: GRPOConfig) -> Path:
+def fingerprint(config: Any) -> dict[str, Any]:
+    """The settings that decide what a run computes: all but those a resumed run may change."""
+    return {k: v for k, v in config.to_json().items() if k not in type(config).RESUMABLE}
+
+
+def _optimizer_parts(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(tensors, JSON) that together hold optimizer.state_dict()."""
+    state = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for index, values in state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{index}.{name}"] = value.detach().contiguous()
+            else:
+                scalars[f"{index}.{name}"] = value
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+
+
+def _optimizer_state(tensors: dict[str, torch.Tensor], saved: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in [*tensors.items(), *saved["scalars"].items()]:
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    return {"state": dict(sorted(state.items())), "param_groups": saved["param_groups"]}
+
+
+def save_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                    optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Path:
+    """Checkpoint into `folder`/checkpoint; `state` is the loop's JSON state and must hold "step"."""
     target, staging = folder / "checkpoint", folder / "checkpoint.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    torch.save(state | {"config": fingerprint(config)}, staging / "state.pt")
-    (staging / _MARKER).write_text(str(state["step"]))
+    save_policy(policy, tokenizer, staging / POLICY)
+    tensors, optimizer_json = _optimizer_parts(optimizer)
+    save_file(tensors | {_RNG: torch.get_rng_state()}, staging / TENSORS)
+    files = {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
+    atomic_write_json(staging / STATE, {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "config": fingerprint(config),
+        "optimizer": optimizer_json, "python_rng": random.getstate(), "loop": state, "files": files,
+    })
+    (staging / MARKER).write_text(str(state["step"]))
     old = folder / "checkpoint.old"
+    shutil.rmtree(old, ignore_errors=True)
     if target.exists():
         target.rename(old)
     staging.rename(target)
@@ -39,23 +81,77 @@ def save_checkpoint(folder: Path, state: dict[str, Any], config: GRPOConfig) -> 
     return target
 
 
+def _recover(folder: Path) -> None:
+    """A save killed between its two renames leaves no checkpoint/: the finished staging folder (its marker is
+    written last) or else the previous checkpoint takes its place."""
+    target = folder / "checkpoint"
+    if target.exists():
+        return
+    for candidate in (folder / "checkpoint.partial", folder / "checkpoint.old"):
+        if (candidate / MARKER).is_file():
+            candidate.rename(target)
+            return
+
+
 def complete_step(folder: Path) -> int | None:
     """The step of the complete checkpoint in run folder `folder`, or None when there is none."""
+    _recover(folder)
     target = folder / "checkpoint"
-    if not (target / _MARKER).is_file() or not (target / "state.pt").is_file():
+    if not (target / MARKER).is_file() or not (target / STATE).is_file():
         return None
-    return int((target / _MARKER).read_text())
+    return int((target / MARKER).read_text())
 
 
-def load_checkpoint(folder: Path, config: GRPOConfig) -> dict[str, Any]:
-    """The saved state; raises ValueError if it is missing, incomplete, or from another configuration."""
+def _read_state(target: Path) -> dict[str, Any]:
+    path = target / STATE
+    try:
+        saved = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--resume: {path} is not valid JSON ({err})") from None
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT or saved.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"--resume: {path} is not an {FORMAT} version {FORMAT_VERSION} file")
+    for name, size in saved["files"].items():
+        actual = (target / name).stat().st_size if (target / name).is_file() else None
+        if actual != size:
+            raise ValueError(f"--resume: {target / name} is damaged: {actual} bytes where {size} were written")
+    return saved
+
+
+def load_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Restore policy, optimizer and RNGs from `folder`/checkpoint and return the loop's state.
+
+    Raises ValueError when the checkpoint is missing, incomplete, damaged, of an older format, or was made
+    with other settings (naming each setting that differs)."""
     target = folder / "checkpoint"
+    if (target / "state.pt").is_file():
+        raise ValueError(f"--resume: {target} was written by an older version of alignment as a pickle (state.pt), "
+                         "which this version never loads; start the run again")
     if complete_step(folder) is None:
-        raise ValueError(f"--resume: no complete checkpoint in {folder} (expected {target}/state.pt and {_MARKER})")
-    state = torch.load(target / "state.pt", map_location="cpu", weights_only=False)
-    saved, current = state["config"], fingerprint(config)
-    differ = sorted(k for k in saved.keys() | current.keys() if saved.get(k) != current.get(k))
+        raise ValueError(f"--resume: no complete checkpoint in {folder} (expected {target}/{STATE} and {MARKER})")
+    saved = _read_state(target)
+    current = fingerprint(config)
+    differ = sorted(k for k in saved["config"].keys() | current.keys() if saved["config"].get(k) != current.get(k))
     if differ:
-        details = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in differ)
-        raise ValueError(f"--resume: the checkpoint in {folder} is from another configuration ({details})")
-    return state
+        details = ", ".join(f"{k}: checkpoint {saved['config'].get(k)!r} vs now {current.get(k)!r}" for k in differ)
+        raise ValueError(f"--resume: the checkpoint in {folder} is from another configuration ({details}); "
+                         f"if {folder / 'settings.json'} was edited, restore it")
+    try:
+        tensors = load_file(target / TENSORS)
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"--resume: {target / TENSORS}: not a readable safetensors file ({err})") from None
+    load_policy_weights(policy, target / POLICY)
+    torch.set_rng_state(tensors.pop(_RNG))
+    optimizer.load_state_dict(_optimizer_state(tensors, saved["optimizer"]))
+    version, state, gauss = saved["python_rng"]
+    random.setstate((version, tuple(state), gauss))
+    return saved["loop"]
+
+
+def export_policy(folder: Path) -> Path:
+    """Copy the checkpoint's policy to `folder`/policy (replacing an older one only once the copy is whole)."""
+    target, staging = folder / POLICY, folder / f"{POLICY}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(folder / "checkpoint" / POLICY, staging)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target

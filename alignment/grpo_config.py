@@ -1,65 +1,80 @@
 """Every setting of a GRPO run, with the handouts' starter values, checked before any model loads."""
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from alignment.losses import LOSS_TYPES
+from alignment.prompts import PROMPT_NAMES
+from alignment.rollout import Backend
+from alignment.settings import check_choices, setting, to_json
 
-LengthNormalization = str  # "masked_mean" or "masked_normalize"
+Task = Literal["math", "keywords"]
+Prompt = Literal[PROMPT_NAMES]  # type: ignore[valid-type]
+LossType = Literal[LOSS_TYPES]  # type: ignore[valid-type]
+LengthNormalization = Literal["masked_mean", "masked_normalize"]
+DType = Literal["bfloat16", "float16", "float32"]
+WandbMode = Literal["online", "offline", "disabled"]
 
 
 @dataclass
 class GRPOConfig:
-    model: str = "Qwen/Qwen2.5-Math-1.5B"
-    task: str = "math"  # math (graded answers) or keywords (keyword inclusion)
-    keywords_file: Path | None = None  # keywords task: one word per line (default: data/keywords.txt)
-    keywords_dataset: Path | None = None  # keywords task: a folder from scripts/build_keyword_dataset.py
-    keywords_per_prompt: int = 2
-    n_train_prompts: int = 1024  # keywords task: training prompts generated
-    dataset: str = "math"  # training questions: a short name, a .jsonl file, a folder or a hub id
-    dataset_split: str = "train"
-    validation_dataset: str | None = None  # default: the dataset's test split
-    prompt: str = "r1_zero"  # r1_zero or question_only, each with its reward function
-    n_grpo_steps: int = 200
-    learning_rate: float = 1e-5
-    advantage_eps: float = 1e-6
-    rollout_batch_size: int = 256
-    group_size: int = 8
-    sampling_temperature: float = 1.0
-    sampling_top_p: float = 1.0
-    sampling_min_tokens: int = 4  # as in Expert Iteration: no empty responses
-    sampling_max_tokens: int = 1024
-    epochs_per_rollout_batch: int = 1  # 1 with train_batch_size == rollout_batch_size is on-policy
-    train_batch_size: int = 256  # on-policy
-    gradient_accumulation_steps: int = 128  # microbatch size 2 fits a 1.5B model on an 80 GB GPU
-    gpu_memory_utilization: float = 0.85
-    loss_type: str = "reinforce_with_baseline"
-    use_std_normalization: bool = True
-    cliprange: float = 0.2
-    length_normalization: LengthNormalization = "masked_mean"
-    normalize_constant: float | None = None  # masked_normalize's constant; default sampling_max_tokens
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    eval_every: int = 5
-    n_eval_examples: int = 1024
-    eval_max_tokens: int | None = None  # default: sampling_max_tokens
-    grader_workers: int | None = None  # default: CPU count, at most 8; 1 grades in this process
-    kl_reference: bool = True  # keep a frozen copy of the initial policy to report KL against it
-    kl_prev: bool = True  # one extra forward per step: KL between the policies before and after the step
-    gradient_checkpointing: bool = False
-    backend: str = "auto"  # auto, hf, vllm, or transformer_lm: our own model as policy, sampled by its own decoder
-    policy_device: str | None = None  # default: cuda:0 when present, else cpu
-    rollout_device: str | None = None  # default: cuda:1 on a two-GPU box, else the policy device
-    dtype: str | None = None  # default: bfloat16 on GPU, float32 on CPU
-    seed: int = 0
-    output_dir: Path = Path("outputs/grpo")
-    overwrite: bool = False  # a fresh run may replace an earlier run's files in output_dir
-    checkpoint_every: int = 50
-    wandb_project: str | None = None
-    wandb_mode: str = "disabled"  # online, offline or disabled
+    model: str = setting("Qwen/Qwen2.5-Math-1.5B", "Policy to train: a local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged); with --backend transformer_lm also one of our TransformerLM folders.")
+    task: Task = setting("math", "math: graded answers to --dataset; keywords: write text that uses given words.")
+    keywords_file: Path | None = setting(None, "keywords task: one word per line (default: data/keywords.txt).")
+    keywords_dataset: Path | None = setting(None, "keywords task: a folder built by scripts/build_keyword_dataset.py (train.jsonl, validation.jsonl) instead of prompts generated from --keywords-file.")
+    keywords_per_prompt: int = setting(2, "keywords task: words each prompt asks for.")
+    n_train_prompts: int = setting(1024, "keywords task: training prompts generated.")
+    dataset: str = setting("math", "Training questions: `math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id.")
+    dataset_split: str = setting("train", "Split of --dataset to train on (folders and hub ids).")
+    validation_dataset: str | None = setting(None, "Validation questions (default: the test split of --dataset).")
+    prompt: Prompt = setting("r1_zero", "Prompt template; picks the matching reward function.")
+    n_grpo_steps: int = setting(200, "GRPO steps (rollout batches) to run.")
+    learning_rate: float = setting(1e-5, "AdamW learning rate.")
+    advantage_eps: float = setting(1e-6, "Added to the group std before dividing.")
+    rollout_batch_size: int = setting(256, "Rollouts per step (questions x group size).")
+    group_size: int = setting(8, "Samples per question.")
+    sampling_temperature: float = setting(1.0, "Rollout temperature.")
+    sampling_top_p: float = setting(1.0, "Rollout nucleus mass.")
+    sampling_min_tokens: int = setting(4, "Rollouts are at least this long (as in Expert Iteration: no empty responses).")
+    sampling_max_tokens: int = setting(1024, "Rollouts are at most this long.")
+    epochs_per_rollout_batch: int = setting(1, "Passes over each rollout batch (> 1 is off-policy).")
+    train_batch_size: int = setting(256, "Rollouts per optimizer step (< --rollout-batch-size is off-policy).")
+    gradient_accumulation_steps: int = setting(128, "Microbatches per optimizer step (microbatch 2 fits a 1.5B model on an 80 GB GPU).")
+    gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of the rollout GPU's memory.")
+    loss_type: LossType = setting("reinforce_with_baseline", "Policy-gradient loss (alignment/losses.py).")
+    use_std_normalization: bool = setting(True, "Divide advantages by the group std.")
+    cliprange: float = setting(0.2, "GRPO-Clip epsilon.")
+    length_normalization: LengthNormalization = setting("masked_mean", "masked_mean: per-sequence mean; masked_normalize: sum / constant (Dr. GRPO).")
+    normalize_constant: float | None = setting(None, "Constant for masked_normalize (default: --sampling-max-tokens).")
+    max_grad_norm: float = setting(1.0, "Gradient clipping norm.")
+    weight_decay: float = setting(0.0, "AdamW weight decay.")
+    adam_beta1: float = setting(0.9, "AdamW beta1.")
+    adam_beta2: float = setting(0.95, "AdamW beta2.")
+    eval_every: int = setting(5, "Validate every N steps (and at the end).")
+    n_eval_examples: int = setting(1024, "Validation questions per evaluation.")
+    eval_max_tokens: int | None = setting(None, "Validation max tokens (default: --sampling-max-tokens).")
+    grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8; 1 grades in this process).")
+    kl_reference: bool = setting(True, "Keep a frozen copy of the initial policy and log KL to it (costs its memory).")
+    kl_prev: bool = setting(True, "Log KL between the policies before and after each step (one extra forward pass).")
+    gradient_checkpointing: bool = setting(False, "Recompute activations in backward to save memory.")
+    backend: Backend = setting("auto", "Rollout backend; transformer_lm: the policy is our own TransformerLM, sampled by its own decoder.")
+    policy_device: str | None = setting(None, "Policy device (default: cuda:0, else cpu).")
+    rollout_device: str | None = setting(None, "Rollout device (default: cuda:1 with two GPUs, else the policy device).")
+    dtype: DType | None = setting(None, "Policy dtype (default: bfloat16 on GPU, float32 on CPU).")
+    seed: int = setting(0, "Seed for prompt order, sampling and initialization.")
+    output_dir: Path = setting(Path("outputs/grpo"), "Run folder: settings, metrics, rollouts, checkpoint/ and the trained policy/.")
+    overwrite: bool = setting(False, "Let a fresh run replace an earlier run's files in --output-dir.")
+    checkpoint_every: int = setting(50, "Save a checkpoint every N steps (and at the end).")
+    wandb_project: str | None = setting(None, "wandb project name.")
+    wandb_mode: WandbMode = setting("disabled", "wandb logging (offline needs no network).")
+
+    # Settings a resumed run may change without changing what it computes: length, cadence, logging, placement.
+    RESUMABLE: ClassVar[frozenset[str]] = frozenset({
+        "n_grpo_steps", "output_dir", "eval_every", "n_eval_examples", "eval_max_tokens", "checkpoint_every",
+        "wandb_project", "wandb_mode", "gpu_memory_utilization", "policy_device", "rollout_device",
+        "grader_workers", "overwrite",
+    })
 
     @property
     def n_prompts_per_rollout_batch(self) -> int:
@@ -83,7 +98,7 @@ class GRPOConfig:
         return self.loss_type in ("grpo_clip", "grpo_no_clip")
 
     def to_json(self) -> dict[str, Any]:
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+        return to_json(self)
 
 
 def _fail(message: str) -> None:
@@ -93,6 +108,7 @@ def _fail(message: str) -> None:
 def validate(config: GRPOConfig) -> None:
     """The handouts' asserts and value checks; each failure names the flags and their values."""
     c = config
+    check_choices(c)
     for name in ("n_grpo_steps", "rollout_batch_size", "group_size", "train_batch_size",
                  "gradient_accumulation_steps", "epochs_per_rollout_batch", "sampling_max_tokens", "eval_every",
                  "n_eval_examples", "checkpoint_every"):
@@ -107,18 +123,12 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--train-batch-size ({c.train_batch_size}) must be >= --group-size ({c.group_size})")
     if c.train_batch_size > c.rollout_batch_size or c.rollout_batch_size % c.train_batch_size:
         _fail(f"--rollout-batch-size ({c.rollout_batch_size}) must be a multiple of --train-batch-size ({c.train_batch_size})")
-    if c.task not in ("math", "keywords"):
-        _fail(f"--task {c.task!r} is not math or keywords")
     if c.task == "keywords" and c.keywords_per_prompt < 1:
         _fail(f"--keywords-per-prompt must be >= 1, got {c.keywords_per_prompt}")
     if c.backend == "transformer_lm" and c.gradient_checkpointing:
         _fail("--gradient-checkpointing is not available with --backend transformer_lm (our TransformerLM)")
-    if c.loss_type not in LOSS_TYPES:
-        _fail(f"--loss-type {c.loss_type!r} is not one of {', '.join(LOSS_TYPES)}")
     if c.loss_type == "grpo_clip" and not c.cliprange > 0:
         _fail(f"--loss-type grpo_clip needs --cliprange > 0, got {c.cliprange}")
-    if c.length_normalization not in ("masked_mean", "masked_normalize"):
-        _fail(f"--length-normalization {c.length_normalization!r} is not masked_mean or masked_normalize")
     if c.normalize_constant is not None and c.normalize_constant <= 0:
         _fail(f"--normalize-constant must be > 0, got {c.normalize_constant}")
     if not 0 <= c.sampling_min_tokens <= c.sampling_max_tokens:
@@ -129,8 +139,6 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--sampling-temperature must be >= 0, got {c.sampling_temperature}")
     if not 0 < c.learning_rate:
         _fail(f"--learning-rate must be > 0, got {c.learning_rate}")
-    if c.wandb_mode not in ("online", "offline", "disabled"):
-        _fail(f"--wandb-mode {c.wandb_mode!r} is not online, offline or disabled")
     if not 0 < c.gpu_memory_utilization <= 1:
         _fail(f"--gpu-memory-utilization must be in (0, 1], got {c.gpu_memory_utilization}")
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import torch
 
-from alignment.checkpoint import load_checkpoint, save_checkpoint
+from alignment.checkpoint import export_policy, load_checkpoint, save_checkpoint
 from alignment.data import HUB_DATASETS, load_math_examples
 from alignment.grader import REWARD_FNS
 from alignment.grpo_config import GRPOConfig, validate
@@ -21,6 +21,7 @@ from alignment.models import load_model_and_tokenizer
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import chat_template, load_prompt
 from alignment.rollout import RolloutEngine, SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.settings import write_run_settings
 from alignment.task import Task
 
 
@@ -95,6 +96,8 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
             task, validation = math_tasks(config)
         else:
             keyword_run_tasks(config, "{question}")  # checked now, built once the chat template is known
+    if not resume:  # before any model loads: an output folder that cannot be written fails here
+        write_run_settings(config)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     policy_device, rollout_device = devices(config)
@@ -107,15 +110,13 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
     engine = build_engine(config, policy, tokenizer, rollout_device, policy_device)
     grader = ParallelGrader(task.reward_fn, config.grader_workers)
     trainer = GRPOTrainer(config, policy, tokenizer, engine, task, grader)
+    elapsed = 0.0
     if resume:
-        state = load_checkpoint(config.output_dir, config)
-        policy.load_state_dict(state["policy"])
-        trainer.optimizer.load_state_dict(state["optimizer"])
-        trainer.step_index, trainer.order.position = state["step"], state["order_position"]
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
+        state = load_checkpoint(config.output_dir, config, policy, trainer.optimizer)
+        trainer.step_index, trainer.order.position, elapsed = state["step"], state["order_position"], state["elapsed_s"]
         engine.load_policy_weights(policy.state_dict())
-    started = time.perf_counter() - (state["elapsed_s"] if resume else 0.0)
+        write_run_settings(config)  # the resumable settings this continuation changed
+    started = time.perf_counter() - elapsed
     log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, trainer.step_index)
     eval_sampling = validation_sampling(config)
 
@@ -139,15 +140,14 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
                 if step % config.eval_every == 0 or step == config.n_grpo_steps:
                     eval_reward = validate_now()
                 if step % config.checkpoint_every == 0 or step == config.n_grpo_steps:
-                    save_checkpoint(config.output_dir, {
-                        "step": step, "order_position": trainer.order.position, "policy": policy.state_dict(),
-                        "optimizer": trainer.optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
-                        "python_rng": random.getstate(), "elapsed_s": time.perf_counter() - started,
-                    }, config)
+                    save_checkpoint(config.output_dir, config, policy, tokenizer, trainer.optimizer, {
+                        "step": step, "order_position": trainer.order.position, "elapsed_s": time.perf_counter() - started,
+                    })
                 last = step_rows[-1]
                 bar.set_postfix(reward=f"{last['train_reward']:.2f}", eval=f"{eval_reward:.2f}",
                                 rollout=f"{last.get('time_rollout_s', 0):.1f}s", train=f"{last.get('time_train_s', 0):.1f}s")
                 bar.update(1)
+        export_policy(config.output_dir)
     finally:
         grader.close()
         log.close()

@@ -15,11 +15,13 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig, PreTrainedTokenizerBase
+from transformers import AutoConfig, LlamaConfig, PreTrainedTokenizerBase
 
 from alignment.atomic import atomic_write_json
 from alignment.models import load_tokenizer, resolve_model
-from alignment.transformer_lm import TransformerConfig, TransformerLM, config_from_llama, from_llama_state_dict
+from alignment.transformer_lm import (
+    TransformerConfig, TransformerLM, config_from_llama, from_llama_state_dict, to_llama_state_dict,
+)
 
 FORMAT = "alignment.TransformerLM"
 FORMAT_VERSION = 1
@@ -37,6 +39,28 @@ def save_transformer_lm(model: TransformerLM, tokenizer: PreTrainedTokenizerBase
     save_file(weights, directory / WEIGHTS_FILE, metadata={"format": FORMAT})
     tokenizer.save_pretrained(directory)
     atomic_write_json(directory / CONFIG_FILE, {"format": FORMAT, "format_version": FORMAT_VERSION} | asdict(model.config))
+    return directory
+
+
+def llama_config(config: TransformerConfig) -> LlamaConfig:
+    """The transformers LlamaConfig of the same architecture (the inverse of config_from_llama)."""
+    return LlamaConfig(
+        vocab_size=config.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads, num_key_value_heads=config.n_kv_heads, intermediate_size=config.d_ff,
+        rope_theta=config.rope_theta, rms_norm_eps=config.norm_eps, tie_word_embeddings=config.tie_embeddings,
+    )
+
+
+def save_llama_folder(model: TransformerLM, tokenizer: PreTrainedTokenizerBase, directory: Path) -> Path:
+    """Write the model as an HF Llama folder (config.json, model.safetensors, tokenizer): a standard model folder
+    that transformers, vLLM and load_transformer_lm all read."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    hf_config = llama_config(model.config)
+    hf_config.dtype = next(model.parameters()).dtype
+    save_file(to_llama_state_dict(model), directory / WEIGHTS_FILE, metadata={"format": "pt"})
+    tokenizer.save_pretrained(directory)
+    hf_config.save_pretrained(directory)
     return directory
 
 

@@ -26,7 +26,7 @@ from alignment.grpo_run import build_engine, load_policy
 from alignment.grpo_trainer import GRPOTrainer, PhaseTimer, evaluate, rollout_sampling
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import format_prompt
-from alignment.ray_config import RayGRPOConfig, fingerprinted
+from alignment.ray_config import RayGRPOConfig
 from alignment.ray_env import ray
 from alignment.rollout import Rollout, RolloutEngine, SamplingConfig, make_rollout_engine, resolve_backend
 from alignment.task import Task
@@ -161,20 +161,13 @@ class Learner(_Actor):
     def save(self, folder: Path, driver_state: dict[str, Any]) -> int:
         """Checkpoint the policy, optimizer and RNGs with the driver's state; returns the step saved."""
         t = self.trainer
-        save_checkpoint(folder, driver_state | {
-            "step": t.step_index, "policy": t.policy.state_dict(), "optimizer": t.optimizer.state_dict(),
-            "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(),
-        }, fingerprinted(self.config))
+        save_checkpoint(folder, self.config, t.policy, t.tokenizer, t.optimizer, driver_state | {"step": t.step_index})
         return t.step_index
 
     def restore(self, folder: Path) -> dict[str, Any]:
         """Load a checkpoint; returns the driver's part of it (step, elapsed time, replay buffer)."""
-        state = load_checkpoint(folder, fingerprinted(self.config))
         t = self.trainer
-        t.policy.load_state_dict(state.pop("policy"))
-        t.optimizer.load_state_dict(state.pop("optimizer"))
-        torch.set_rng_state(state.pop("torch_rng"))
-        random.setstate(state.pop("python_rng"))
+        state = load_checkpoint(folder, self.config, t.policy, t.optimizer)
         t.step_index = state["step"]
         return state
 

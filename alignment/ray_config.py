@@ -1,24 +1,34 @@
 """Settings of a GRPO run on Ray: every GRPOConfig field plus the strategy, buffer and weight-sync flags."""
 
 from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
 
 from alignment.grpo_config import GRPOConfig, validate
 from alignment.replay_buffer import SAMPLING_POLICIES
+from alignment.settings import setting
 from alignment.weight_sync import TRANSPORTS
 
 STRATEGIES = ("colocated-sync", "colocated-multistep", "disaggregated-one-behind", "replay-buffer")
 COLOCATED = ("colocated-sync", "colocated-multistep")
 
 
+Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
+BufferPolicy = Literal[SAMPLING_POLICIES]  # type: ignore[valid-type]
+Transport = Literal[TRANSPORTS]  # type: ignore[valid-type]
+
+
 @dataclass
 class RayGRPOConfig(GRPOConfig):
-    strategy: str = "colocated-sync"
-    multistep_k: int = 1  # colocated-multistep: optimizer steps per rollout batch
-    buffer_capacity: int = 64  # replay-buffer: groups (one question's group_size rollouts) kept
-    buffer_policy: str = "fifo"  # replay-buffer: fifo, uniform or newest
-    weight_sync: str = "object_store"  # disaggregated: object_store, nccl (both actors on GPUs) or gloo
-    ray_timeout_s: float = 600.0  # the longest any Ray call may take before the run stops with an error
-    ray_address: str | None = None  # an existing cluster; default: start a local one
+    strategy: Strategy = setting("colocated-sync", "How generation and learning are scheduled (alignment/ray_strategies.py).")
+    multistep_k: int = setting(1, "colocated-multistep: GRPO-Clip optimizer steps per rollout batch (e.g. 1, 2, 4, 8).")
+    buffer_capacity: int = setting(64, "replay-buffer: groups (one question's --group-size rollouts) the buffer keeps.")
+    buffer_policy: BufferPolicy = setting("fifo", "replay-buffer: fifo (oldest, used once), uniform (random, kept) or newest (latest, kept).")
+    weight_sync: Transport = setting("object_store", "Learner -> generator transport: nccl needs each actor on its own GPU; gloo runs on CPUs.")
+    ray_timeout_s: float = setting(600.0, "Longest wait for any Ray call; past it the run stops with an error and a checkpoint.")
+    ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start a local one).")
+
+    # The transport, timeouts and cluster may change too: they move the same tensors.
+    RESUMABLE: ClassVar[frozenset[str]] = GRPOConfig.RESUMABLE | {"weight_sync", "ray_timeout_s", "ray_address"}
 
     @property
     def colocated(self) -> bool:
@@ -29,15 +39,6 @@ class RayGRPOConfig(GRPOConfig):
         return replace(self, epochs_per_rollout_batch=self.multistep_k) if self.strategy == "colocated-multistep" else self
 
 
-# Ray settings that may change when resuming without changing what the run computes.
-RESUMABLE_RAY_FIELDS = {"weight_sync": "object_store", "ray_timeout_s": 600.0, "ray_address": None}
-
-
-def fingerprinted(config: RayGRPOConfig) -> RayGRPOConfig:
-    """The config as the checkpoint compares it: transport, timeout and address reset to their defaults."""
-    return replace(config, **RESUMABLE_RAY_FIELDS)
-
-
 def _fail(message: str) -> None:
     raise ValueError(message)
 
@@ -46,8 +47,6 @@ def validate_ray(config: RayGRPOConfig) -> None:
     """GRPOConfig's checks, then the Ray flags; each failure names its flag."""
     validate(config)
     c = config
-    if c.strategy not in STRATEGIES:
-        _fail(f"--strategy {c.strategy!r} is not one of {', '.join(STRATEGIES)}")
     if c.multistep_k < 1:
         _fail(f"--multistep-k must be >= 1, got {c.multistep_k}")
     if c.multistep_k != 1 and c.strategy != "colocated-multistep":
@@ -59,13 +58,9 @@ def validate_ray(config: RayGRPOConfig) -> None:
         if c.epochs_per_rollout_batch != 1 or c.train_batch_size != c.rollout_batch_size:
             _fail("--strategy colocated-multistep takes its optimizer steps from --multistep-k: keep "
                   "--epochs-per-rollout-batch 1 and --train-batch-size equal to --rollout-batch-size")
-    if c.buffer_policy not in SAMPLING_POLICIES:
-        _fail(f"--buffer-policy {c.buffer_policy!r} is not one of {', '.join(SAMPLING_POLICIES)}")
     if c.strategy == "replay-buffer" and c.buffer_capacity < c.n_prompts_per_rollout_batch:
         _fail(f"--buffer-capacity ({c.buffer_capacity}) must hold at least one rollout batch "
               f"({c.n_prompts_per_rollout_batch} groups = --rollout-batch-size / --group-size)")
-    if c.weight_sync not in TRANSPORTS:
-        _fail(f"--weight-sync {c.weight_sync!r} is not one of {', '.join(TRANSPORTS)}")
     if c.colocated and c.weight_sync != "object_store":
         _fail(f"--weight-sync {c.weight_sync} needs two actors; --strategy {c.strategy} samples from the "
               "policy in place (leave --weight-sync at object_store)")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from alignment.checkpoint import complete_step
+from alignment.checkpoint import complete_step, export_policy
 from alignment.grpo_run import keyword_run_tasks, math_tasks, validation_sampling
 from alignment.grpo_trainer import PromptOrder, progress, rollout_stats
 from alignment.metrics_log import MetricsLog
@@ -32,6 +32,7 @@ from alignment.ray_env import ray
 from alignment.ray_scorer import Scored
 from alignment.replay_buffer import Group, ReplayBuffer, staleness
 from alignment.rollout import Rollout
+from alignment.settings import write_run_settings
 from alignment.task import Task
 from alignment.weight_sync import WeightSync
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -132,6 +133,7 @@ class Driver:
                     bar.update(1)
                     if on_step is not None:
                         on_step(self.step, self.actors)
+            export_policy(c.output_dir)
         except (RayActorError, GetTimeoutError) as err:
             raise self.failure(err) from err
         finally:
@@ -260,6 +262,8 @@ def train_grpo_ray(
                          "pass --resume to continue it or --overwrite to replace it")
     if resume and complete_step(config.output_dir) is None:  # before minutes of actor start-up
         raise ValueError(f"--resume: no complete checkpoint in {config.output_dir}")
+    if not resume:  # before any actor starts: an output folder that cannot be written fails here
+        write_run_settings(config)
     task, validation = tasks(config, task, validation)
     own_cluster = not ray.is_initialized()
     if own_cluster:
@@ -269,6 +273,7 @@ def train_grpo_ray(
         driver = None
         try:
             driver = Driver(config, actors, len(task.questions), resume)
+            write_run_settings(config)  # a resumed run: the resumable settings it changed
             return driver.run(on_step)
         finally:
             actors.stop()

@@ -13,7 +13,7 @@ Sampling policies:
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from alignment.rollout import Rollout
@@ -60,12 +60,16 @@ class ReplayBuffer:
         return self.rng.sample(list(self.entries), count)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"entries": list(self.entries), "evicted": self.evicted, "rng": self.rng.getstate()}
+        """The buffer as JSON values (checkpoints hold no pickles)."""
+        return {"entries": [asdict(g) for g in self.entries], "evicted": self.evicted, "rng": self.rng.getstate()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.entries = deque(state["entries"])
+        self.entries = deque(
+            Group(g["question"], [Rollout(**r) for r in g["rollouts"]], g["scores"], g["version"]) for g in state["entries"]
+        )
         self.evicted = state["evicted"]
-        self.rng.setstate(state["rng"])
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
 
 
 def staleness(groups: Sequence[Group], version: int) -> dict[str, float]:

@@ -6,12 +6,19 @@
         stop: list[str] = setting(["</answer>"], "Stop string (repeatable).")
 
 `alignment.cli` turns such a dataclass into a command line (flags, `--help`, choices enforced by the parser).
+A run folder keeps the settings it was started with in settings.json, so `--resume DIR` alone continues it.
 """
 
 import copy
+import json
 import typing
-from dataclasses import MISSING, Field, field
+from dataclasses import MISSING, Field, asdict, field, fields
+from pathlib import Path
 from typing import Any
+
+from alignment.atomic import atomic_write_json
+
+SETTINGS_FILE = "settings.json"
 
 
 def setting(default: Any = MISSING, help: str = "") -> Any:
@@ -39,3 +46,46 @@ def choices_of(annotation: Any) -> tuple[str, ...] | None:
         if typing.get_origin(arg) is typing.Literal:
             return tuple(typing.get_args(arg))
     return None
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_choices(config: Any) -> None:
+    """Each `Literal` setting holds one of its values (None where the type allows it); else a ValueError naming the flag."""
+    for f in fields(config):
+        choices, value = choices_of(f.type), getattr(config, f.name)
+        if choices is not None and value not in choices and not (value is None and type(None) in typing.get_args(f.type)):
+            raise ValueError(f"{flag(f.name)} {value!r} is not one of {', '.join(map(str, choices))}")
+
+
+def to_json(config: Any) -> dict[str, Any]:
+    """A settings dataclass as JSON values (paths as strings)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+
+
+def typed_values(config_cls: type, values: dict[str, Any], source: Path) -> dict[str, Any]:
+    """Values read from a file, unknown keys refused, path settings turned back into paths."""
+    hints = typing.get_type_hints(config_cls)
+    unknown = sorted(set(values) - set(hints))
+    if unknown:
+        raise ValueError(f"{source}: unknown settings {', '.join(unknown)}")
+    return {k: Path(v) if v is not None and Path in (hints[k], *typing.get_args(hints[k])) else v for k, v in values.items()}
+
+
+def write_run_settings(config: Any) -> None:
+    """Keep the settings a run uses in its folder (created if needed), so `--resume DIR` alone can continue it."""
+    config.output_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(config.output_dir / SETTINGS_FILE, to_json(config))
+
+
+def read_run_settings(folder: Path, config_cls: type) -> dict[str, Any]:
+    """The settings a run in `folder` was started with; a missing or unreadable file is an error naming it."""
+    path = folder / SETTINGS_FILE
+    if not path.is_file():
+        raise ValueError(f"{folder} is not a run folder: it has no {SETTINGS_FILE}")
+    try:
+        return typed_values(config_cls, json.loads(path.read_text()), path)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None

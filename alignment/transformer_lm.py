@@ -245,19 +245,36 @@ def config_from_llama(hf_config) -> TransformerConfig:
     )
 
 
-def from_llama_state_dict(config: TransformerConfig, state_dict: dict[str, torch.Tensor]) -> TransformerLM:
-    """Our model holding a Llama checkpoint's weights; a missing or unused tensor is an error naming it."""
-    model = TransformerLM(config)
+def llama_names(config: TransformerConfig) -> dict[str, str]:
+    """Our parameter name -> the Llama checkpoint's, for every tensor stored (a tied head is stored once)."""
     names = dict(_LLAMA_NAMES)
     for i in range(config.n_layers):
         names |= {f"blocks.{i}.{ours}": f"model.layers.{i}.{theirs}" for ours, theirs in _LLAMA_BLOCK_NAMES.items()}
     if config.tie_embeddings:
         names.pop("lm_head.weight")
+    return names
+
+
+def to_llama_state_dict(model: "TransformerLM") -> dict[str, torch.Tensor]:
+    """The model's weights under Llama checkpoint names, detached and contiguous (ready for safetensors)."""
+    state = model.state_dict()
+    return {theirs: state[ours].detach().contiguous() for ours, theirs in llama_names(model.config).items()}
+
+
+def from_llama_state_dict(config: TransformerConfig, state_dict: dict[str, torch.Tensor]) -> TransformerLM:
+    """Our model holding a Llama checkpoint's weights; a missing or unused tensor is an error naming it."""
+    model = TransformerLM(config)
+    load_llama_state_dict(model, state_dict)
+    return model
+
+
+def load_llama_state_dict(model: TransformerLM, state_dict: dict[str, torch.Tensor]) -> None:
+    """Copy a Llama checkpoint's weights into `model`; a missing or unused tensor is an error naming it."""
+    names = llama_names(model.config)
     missing = sorted(theirs for theirs in names.values() if theirs not in state_dict)
     if missing:
         raise ValueError(f"checkpoint lacks {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
     unused = sorted(set(state_dict) - set(names.values()) - {"lm_head.weight"})
     if unused:
         raise ValueError(f"checkpoint has tensors this architecture does not use: {', '.join(unused[:5])}")
-    model.load_state_dict({ours: state_dict[theirs] for ours, theirs in names.items()}, strict=not config.tie_embeddings)
-    return model
+    model.load_state_dict({ours: state_dict[theirs] for ours, theirs in names.items()}, strict=not model.config.tie_embeddings)

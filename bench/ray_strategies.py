@@ -30,8 +30,7 @@ from alignment.ray_config import STRATEGIES, RayGRPOConfig
 from alignment.ray_env import ray
 from alignment.ray_strategies import tasks, train_grpo_ray
 from alignment.weight_sync import WeightSync
-from scripts.train_grpo import read_config_file
-from scripts.train_grpo_ray import RAY_FIELDS
+from alignment.cli import read_config_file
 
 PHASES = {"rollout": ["rollout"], "grading": ["grading"], "train": ["old_logprob", "train"], "sync": ["weight_sync"], "step": ["step"]}
 
@@ -90,7 +89,7 @@ def main(
     num_cpus: int | None = typer.Option(None, help="CPUs the local Ray cluster may use (default: all)."),
     output_dir: Path = typer.Option(Path("outputs/bench_ray"), help="Runs, plots and summary.json."),
 ) -> None:
-    base = RayGRPOConfig(**read_config_file(config, RAY_FIELDS))
+    base = RayGRPOConfig(**read_config_file(config, RayGRPOConfig))
     base = replace(base, n_grpo_steps=steps, eval_every=steps, checkpoint_every=steps, n_eval_examples=eval_examples,
                    overwrite=True, loss_type="grpo_clip")
     if tiny:

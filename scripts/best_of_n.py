@@ -9,7 +9,7 @@ Writes generations.jsonl (every sample), summary.json and best_of_n.png in --out
 """
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -23,20 +23,15 @@ from alignment.atomic import atomic_write_json, atomic_write_jsonl  # noqa: E402
 from alignment.evaluation import GradedRollout, generate_and_grade  # noqa: E402
 from alignment.parallel_grading import ParallelGrader  # noqa: E402
 from alignment.pass_at_k import best_at_k, pass_at_k  # noqa: E402
+from alignment.settings import setting, to_json  # noqa: E402
 
 
 
 @dataclass
 class BestOfNConfig(cli.GenerationConfig):
-    output_dir: Path = Path("outputs/best_of_n")
-    n_max: int = 16
-    ns: list[int] = field(default_factory=lambda: [1, 4, 8, 16])
-
-
-HELP = cli.GENERATION_HELP | {
-    "n_max": "Samples generated per problem (one generation call).",
-    "ns": "N values to report (repeatable); each must be <= --n-max.",
-}
+    output_dir: Path = setting(Path("outputs/best_of_n"), "Where the result files and the plot go.")
+    n_max: int = setting(16, "Samples generated per problem (one generation call).")
+    ns: list[int] = setting([1, 4, 8, 16], "N values to report (repeatable); each must be <= --n-max.")
 
 
 def curves(records: list[GradedRollout], n_max: int, ns: list[int]) -> dict[str, dict[int, float]]:
@@ -91,7 +86,7 @@ def run(config: BestOfNConfig) -> dict:
         "generated_tokens_per_s": tokens / timings["generation_s"] if timings["generation_s"] > 0 else None,
         "timings_s": timings,
         "backend": setup.backend,
-        "config": cli.config_json(config),
+        "config": to_json(config),
     }
     rows = [r.to_json() | {"problem": i // config.n_max, "sample": i % config.n_max} for i, r in enumerate(records)]
     atomic_write_jsonl(setup.output_dir / "generations.jsonl", rows)
@@ -104,7 +99,7 @@ def run(config: BestOfNConfig) -> dict:
 
 
 app = cli.config_command(
-    BestOfNConfig, HELP, run, "Sample N_max responses per problem, grade them all, and report pass@N and Best@N."
+    BestOfNConfig, run, "Sample N_max responses per problem, grade them all, and report pass@N and Best@N."
 )
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ model's chat template for sampling; the files hold the bare instruction.
 """
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -20,41 +20,25 @@ from alignment.keyword_dataset import build_keyword_dataset, dataset_prompts, ex
 from alignment.keywords import DEFAULT_KEYWORDS, load_keywords
 from alignment.models import load_tokenizer
 from alignment.prompts import chat_template
-from alignment.rollout import SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.rollout import Backend, SamplingConfig, make_rollout_engine, resolve_backend
+from alignment.settings import setting, to_json
 
 
 @dataclass
 class KeywordDatasetConfig:
-    model: str = "smollm2-135m"
-    output_dir: Path = Path("outputs/keyword_dataset")
-    keywords_file: Path = DEFAULT_KEYWORDS
-    keyword_counts: list[int] = field(default_factory=lambda: [1, 2, 3])
-    prompts_per_count: int = 128
-    samples_per_prompt: int = 4
-    temperature: float = 0.8
-    top_p: float = 1.0
-    max_tokens: int = 60
-    seed: int = 0
-    backend: str = "auto"
-    device: str | None = None
-    overwrite: bool = False
-
-
-HELP = {
-    "model": "Model that writes the answers: a local HF folder, one of our TransformerLM folders, a hub id, or `smollm2-135m`.",
-    "output_dir": "Where train.jsonl and validation.jsonl go.",
-    "keywords_file": "One keyword per line (letters only).",
-    "keyword_counts": "Keywords per prompt (repeatable): 1 for single-word prompts, more for several.",
-    "prompts_per_count": "Distinct prompts for each keyword count (fewer if fewer template x keyword combinations exist).",
-    "samples_per_prompt": "Responses sampled per prompt; the first that uses every keyword is kept.",
-    "temperature": "Sampling temperature (0 = greedy).",
-    "top_p": "Nucleus sampling mass.",
-    "max_tokens": "Maximum new tokens per response.",
-    "seed": "Seed for prompts, sampling and the split.",
-    "backend": "auto (vllm if installed and CUDA present, else hf), hf, vllm, or transformer_lm (our own model).",
-    "device": "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).",
-    "overwrite": "Replace a dataset already in --output-dir.",
-}
+    model: str = setting("smollm2-135m", "Model that writes the answers: a local HF folder (a run's policy/ too), one of our TransformerLM folders, a hub id, or `smollm2-135m`.")
+    output_dir: Path = setting(Path("outputs/keyword_dataset"), "Where train.jsonl and validation.jsonl go.")
+    keywords_file: Path = setting(DEFAULT_KEYWORDS, "One keyword per line (letters only).")
+    keyword_counts: list[int] = setting([1, 2, 3], "Keywords per prompt (repeatable): 1 for single-word prompts, more for several.")
+    prompts_per_count: int = setting(128, "Distinct prompts for each keyword count (fewer if fewer template x keyword combinations exist).")
+    samples_per_prompt: int = setting(4, "Responses sampled per prompt; the first that uses every keyword is kept.")
+    temperature: float = setting(0.8, "Sampling temperature (0 = greedy).")
+    top_p: float = setting(1.0, "Nucleus sampling mass.")
+    max_tokens: int = setting(60, "Maximum new tokens per response.")
+    seed: int = setting(0, "Seed for prompts, sampling and the split.")
+    backend: Backend = setting("auto", "Generation backend; auto: vllm if installed and CUDA present, else hf; transformer_lm: our own model.")
+    device: str | None = setting(None, "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")
+    overwrite: bool = setting(False, "Replace a dataset already in --output-dir.")
 
 
 def run(config: KeywordDatasetConfig) -> dict:
@@ -88,7 +72,7 @@ def run(config: KeywordDatasetConfig) -> dict:
         engine, template, words, config.keyword_counts, config.prompts_per_count, config.samples_per_prompt, sampling, config.seed
     )
     write_keyword_dataset(config.output_dir, train, validation, config.overwrite)
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(config).items() if k not in ("overwrite", "output_dir")}
+    settings = {k: v for k, v in to_json(config).items() if k not in ("overwrite", "output_dir")}
     atomic_write_json(config.output_dir / "build_settings.json", settings | {"backend": backend, "template": template})
     prompts = len(dataset_prompts(words, config.keyword_counts, config.prompts_per_count, config.seed))  # cheap, same draws
     kept = len(train) + len(validation)
@@ -99,7 +83,7 @@ def run(config: KeywordDatasetConfig) -> dict:
 
 
 app = cli.config_command(
-    KeywordDatasetConfig, HELP, run, "Sample answers to keyword prompts, keep the rewarded ones, split them 80/20."
+    KeywordDatasetConfig, run, "Sample answers to keyword prompts, keep the rewarded ones, split them 80/20."
 )
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from alignment import cli
 from alignment.atomic import atomic_write_json, atomic_write_jsonl
 from alignment.evaluation import GradedRollout, category, generate_and_grade, summarize
 from alignment.parallel_grading import ParallelGrader
+from alignment.settings import to_json
 
 EvalConfig = cli.GenerationConfig
 
@@ -30,7 +31,7 @@ def run(config: EvalConfig) -> dict:
     with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
         questions, truths = [e.question for e in setup.examples], [e.answer for e in setup.examples]
         records, timings = generate_and_grade(setup.engine, questions, truths, setup.template, grader, setup.sampling)
-    summary = summarize(records, timings) | {"backend": setup.backend, "config": cli.config_json(config)}
+    summary = summarize(records, timings) | {"backend": setup.backend, "config": to_json(config)}
     atomic_write_jsonl(setup.output_dir / "generations.jsonl", (r.to_json() for r in records))
     atomic_write_json(setup.output_dir / "summary.json", summary)  # last: its presence means the run finished
     shown = ("num_examples", "counts", "accuracy", "format_rate", "mean_response_tokens", "generated_tokens_per_s", "timings_s")
@@ -40,7 +41,7 @@ def run(config: EvalConfig) -> dict:
 
 
 app = cli.config_command(
-    EvalConfig, cli.GENERATION_HELP, run,
+    EvalConfig, run,
     "Generate one response per example, grade it, and write generations.jsonl and summary.json.",
 )
 

@@ -28,5 +28,8 @@ def main(
         typer.echo(str(path))
 
 
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+app.command(context_settings={"max_content_width": 80})(main)
+
 if __name__ == "__main__":
-    typer.run(main)
+    app()

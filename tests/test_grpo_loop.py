@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from alignment.grpo_config import GRPOConfig, validate
 from alignment.grpo_run import train_grpo
@@ -58,8 +59,8 @@ def test_one_step_for_every_loss(tiny_model_dir, tmp_path, loss_type, off_policy
         assert ("clip_fraction" in row) == (loss_type == "grpo_clip")
         assert {"time_rollout_s", "time_grading_s", "time_train_s", "time_weight_sync_s"} <= set(row)
     assert rows[0]["kl_prev_k3"] > 0  # the update moved the policy
-    final = torch.load(config.output_dir / "checkpoint" / "state.pt", weights_only=False)["policy"]
-    assert any(not torch.equal(initial[k], final[k]) for k in initial)
+    final = load_file(config.output_dir / "policy" / "model.safetensors")  # the trained policy, a standard model folder
+    assert any(not torch.equal(initial[k], final[k]) for k in final)
     lines = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["grpo_step"] for line in lines if "eval_reward" in line] == [0, 1]
 
@@ -149,7 +150,7 @@ def test_on_policy_grpo_clip_updates_exactly_like_reinforce_with_baseline(tiny_m
     for loss_type in ("grpo_clip", "reinforce_with_baseline"):
         config = tiny_config(tiny_model_dir, tmp_path / loss_type, loss_type=loss_type, kl_prev=False, kl_reference=False)
         rows = train_grpo(config, TASK, TASK)
-        states[loss_type] = torch.load(config.output_dir / "checkpoint" / "state.pt", weights_only=False)["policy"]
+        states[loss_type] = load_file(config.output_dir / "policy" / "model.safetensors")
         if loss_type == "grpo_clip":
             assert rows[0]["clip_fraction"] == 0.0 and "time_old_logprob_s" in rows[0]
     for name, tensor in states["grpo_clip"].items():

@@ -5,7 +5,9 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-from alignment.ray_config import RayGRPOConfig, fingerprinted, validate_ray
+from alignment.checkpoint import fingerprint
+from alignment.ray_config import RayGRPOConfig, validate_ray
+from alignment.settings import write_run_settings
 from scripts import train_grpo_ray as script
 
 BASE = RayGRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=4)
@@ -37,8 +39,8 @@ def test_multistep_runs_k_passes_and_resuming_may_change_transport_and_timeout()
     assert multistep.learner_config().epochs_per_rollout_batch == 4 and multistep.learner_config().off_policy
     assert BASE.learner_config() is BASE
     moved = replace(BASE, strategy="disaggregated-one-behind", weight_sync="gloo", ray_timeout_s=5.0)
-    assert fingerprinted(moved) == fingerprinted(replace(moved, weight_sync="object_store", ray_timeout_s=600.0))
-    assert fingerprinted(moved) != fingerprinted(replace(moved, strategy="replay-buffer"))
+    assert fingerprint(moved) == fingerprint(replace(moved, weight_sync="object_store", ray_timeout_s=600.0))
+    assert fingerprint(moved) != fingerprint(replace(moved, strategy="replay-buffer"))
 
 
 def test_script_reads_ray_settings_from_file_and_flags(tmp_path, monkeypatch):
@@ -47,11 +49,17 @@ def test_script_reads_ray_settings_from_file_and_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(script, "report", lambda output_dir: None)
     path = tmp_path / "run.toml"
     path.write_text('strategy = "replay-buffer"\nbuffer_policy = "uniform"\ngroup_size = 4\n')
-    result = CliRunner().invoke(script.app, ["--config", str(path), "--buffer-capacity", "16", "--resume", str(tmp_path / "r")])
+    result = CliRunner().invoke(script.app, ["--config", str(path), "--buffer-capacity", "16", "--output-dir", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     config = seen["config"]
     assert (config.strategy, config.buffer_policy, config.buffer_capacity, config.group_size) == ("replay-buffer", "uniform", 16, 4)
-    assert seen["resume"] is True and config.output_dir == tmp_path / "r"
+    assert seen["resume"] is False
+    write_run_settings(config)
+    result = CliRunner().invoke(script.app, ["--resume", str(tmp_path / "r"), "--ray-timeout-s", "5", "--weight-sync", "gloo"])
+    assert result.exit_code == 0, result.output
+    assert seen["resume"] is True and seen["config"] == replace(config, ray_timeout_s=5.0, weight_sync="gloo")
+    result = CliRunner().invoke(script.app, ["--resume", str(tmp_path / "r"), "--buffer-capacity", "8"])
+    assert result.exit_code != 0 and "--buffer-capacity was 16, now 8" in result.output
     path.write_text("buffer_size = 3\n")
     result = CliRunner().invoke(script.app, ["--config", str(path)])
     assert result.exit_code != 0 and "unknown settings buffer_size" in result.output

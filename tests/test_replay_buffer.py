@@ -1,5 +1,7 @@
 """ReplayBuffer: capacity and eviction of the oldest, the three sampling policies, staleness, checkpoint state."""
 
+import json
+
 import pytest
 
 from alignment.replay_buffer import Group, ReplayBuffer, staleness
@@ -55,7 +57,7 @@ def test_state_round_trip_continues_the_same_draws():
     buffer = filled("uniform", seed=3)
     buffer.sample(2)
     restored = ReplayBuffer(4, "uniform", seed=99)
-    restored.load_state_dict(buffer.state_dict())
+    restored.load_state_dict(json.loads(json.dumps(buffer.state_dict())))  # as a checkpoint stores it
     assert restored.evicted == buffer.evicted
     assert [g.question for g in restored.sample(3)] == [g.question for g in buffer.sample(3)]
 
