@@ -160,8 +160,9 @@ def changed_settings(config_path: Path, settings: dict[str, Any]) -> list[str]:
 
 
 def run_command(script: str, config: Path, run_dir: Path, resume: bool) -> list[str]:
-    """The script's command line for one run. Until the scripts keep their settings in the run folder,
-    resuming passes the settings file again next to --resume."""
+    """The script's command line for one run. A resumed run continues with the settings its folder keeps;
+    the settings file goes along so that a preset's resumable changes (more steps) take effect, and any other
+    change is refused by the script, naming it."""
     command = [sys.executable, str(SCRIPTS_DIR / f"{script}.py"), "--config", str(config)]
     return command + ["--resume", str(run_dir)] if resume else command
 

@@ -15,14 +15,14 @@ fraction, KL) and results.md (final validation rewards).
 
 import inspect
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import typer
 
 from alignment.atomic import atomic_write_text
-from alignment.cli import option_parameters
+from alignment.cli import option_parameters, typer_app
 from alignment.plotting import plot_rows
 from alignment.settings import setting
 from alignment.sweep import ArmRun, Preset, changed_settings, launch, load_preset, read_metrics, results_table, run_command, run_state, \
@@ -129,12 +129,11 @@ def main(preset: Path, **flags: Any) -> None:
         raise typer.Exit(1)
 
 
-main.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [inspect.Parameter("preset", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
-                       default=typer.Argument(..., help="A preset TOML file, e.g. configs/experiments/grpo_baselines.toml."))]
-    + option_parameters(SweepConfig, {f.name: f.metadata["help"] for f in fields(SweepConfig)}))
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-app.command(help="Run every arm of an experiment preset, then plot and tabulate them (see the module docstring).")(main)
+app = typer_app(main, [inspect.Parameter(
+    "preset", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+    default=typer.Argument(..., help="A preset TOML file, e.g. configs/experiments/grpo_baselines.toml."))]
+    + option_parameters(SweepConfig), "Run every arm of an experiment preset, then plot and tabulate them "
+                                      "(see the module docstring).")
 
 if __name__ == "__main__":
     app()
