@@ -1,13 +1,14 @@
 """Figures of GRPO runs from metrics.jsonl files or wandb CSV exports: several runs per figure."""
 
-import csv
-import json
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from alignment.run_table import read_metrics_jsonl, read_wandb_export  # noqa: E402
 
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
 CURVES = {  # file name -> (y label, metric keys)
@@ -21,26 +22,13 @@ CURVES = {  # file name -> (y label, metric keys)
 
 
 def read_rows(path: Path) -> list[dict]:
-    """Rows of a metrics.jsonl, or of a wandb CSV export (`_step`/`Step` read as grpo_step)."""
-    if not path.is_file():
-        raise ValueError(f"no such file: {path}")
-    if path.suffix == ".csv":
-        rows = []
-        with path.open() as f:
-            for record in csv.DictReader(f):
-                row = {k: float(v) for k, v in record.items() if v not in ("", None) and _is_number(v)}
-                row["grpo_step"] = row.pop("_step", row.pop("Step", row.get("grpo_step", 0.0)))
-                rows.append(row)
-        return rows
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
+    """Rows of a metrics.jsonl, or of a wandb CSV export of one run (`_step`/`Step` read as grpo_step)."""
+    if path.suffix != ".csv":
+        return read_metrics_jsonl(path)
+    runs = read_wandb_export(path)
+    if len(runs) > 1:
+        raise ValueError(f"{path} holds {len(runs)} runs ({', '.join(runs)}); read it with alignment.run_table.load_runs")
+    return next(iter(runs.values()), [])
 
 
 def series(rows: list[dict], key: str, x: str = "grpo_step") -> tuple[list[float], list[float]]:
@@ -48,17 +36,19 @@ def series(rows: list[dict], key: str, x: str = "grpo_step") -> tuple[list[float
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def line_figure(
-    runs: dict[str, list[dict]], keys: list[str], ylabel: str, path: Path, x: str = "grpo_step", xlabel: str = "GRPO step"
-) -> bool:
+def line_figure(runs: dict[str, list[dict]], keys: list[str], ylabel: str, path: Path, x: str = "grpo_step",
+                styles: dict[str, dict[str, Any]] | None = None, xlabel: str = "GRPO step") -> bool:
+    """One line per run and key; `styles` gives a run's line keyword arguments (colour per arm, dashes per
+    seed), used where a figure has one key per run."""
     fig, ax = plt.subplots(figsize=(6, 4))
     drawn = False
     for label, rows in runs.items():
+        style = (styles or {}).get(label, {}) if len(keys) == 1 else {}
         for key in keys:
             xs, ys = series(rows, key, x)
             if xs:
                 name = label if len(keys) == 1 else f"{label}: {key}"
-                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=name)
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=name, **style)
                 drawn = True
     if drawn:
         ax.set_xlabel("wall time (s)" if x == "time_elapsed_s" else xlabel)
@@ -96,11 +86,17 @@ def phase_figure(label: str, rows: list[dict], path: Path) -> bool:
     return True
 
 
-def plot_runs(paths: list[Path], labels: list[str], output_dir: Path) -> list[Path]:
+def plot_runs(paths: list[Path], labels: list[str], output_dir: Path,
+              styles: dict[str, dict[str, Any]] | None = None, phases: bool = True) -> list[Path]:
     if labels and len(labels) != len(paths):
         raise ValueError(f"got {len(labels)} labels for {len(paths)} runs (--label)")
     labels = labels or [p.parent.name or p.stem for p in paths]
-    runs = {label: read_rows(path) for label, path in zip(labels, paths)}
+    return plot_rows({label: read_rows(path) for label, path in zip(labels, paths)}, output_dir, styles, phases)
+
+
+def plot_rows(runs: dict[str, list[dict]], output_dir: Path, styles: dict[str, dict[str, Any]] | None = None,
+              phases: bool = True) -> list[Path]:
+    """Every figure some run has data for, one line per run; `phases` adds one time-per-phase figure per run."""
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
     figures = {
@@ -108,9 +104,9 @@ def plot_runs(paths: list[Path], labels: list[str], output_dir: Path) -> list[Pa
         "eval_reward_vs_time": (["eval_reward"], "validation reward", "time_elapsed_s"),
     } | {name: (keys, ylabel, "grpo_step") for name, (ylabel, keys) in CURVES.items()}
     for name, (keys, ylabel, x) in figures.items():
-        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x):
+        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x, styles):
             written.append(output_dir / f"{name}.png")
-    for label, rows in runs.items():
+    for label, rows in runs.items() if phases else ():
         path = output_dir / f"phase_times_{label.replace('/', '_')}.png"
         if phase_figure(label, rows, path):
             written.append(path)
