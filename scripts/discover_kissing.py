@@ -96,7 +96,7 @@ def chat_model(config: DiscoverConfig) -> ChatModel:
         except ValueError as err:
             raise cli.bad_flag("--base-url", str(err)) from None
     from alignment.models import load_tokenizer
-    from alignment.rollout import make_rollout_engine
+    from alignment.rollout_backends import make_rollout_engine
 
     device = {"device": config.device} if config.device else {}
     engine = make_rollout_engine(config.model, config.rollout_backend, **device, seed=config.seed)

@@ -11,7 +11,7 @@ from alignment.kissing_discovery import Candidate, Discovery, DiscoverySettings,
 from alignment.kissing_verifier import evaluate_program
 from alignment.llm_client import ChatReply, LocalChatModel, TokenUsage
 from alignment.openai_server import OpenAIServer
-from alignment.rollout import make_rollout_engine
+from alignment.rollout_backends import make_rollout_engine
 from alignment.sandbox import SandboxLimits
 from scripts import discover_kissing
 

@@ -129,7 +129,7 @@ def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_
             "--checkpoint-every", "1", "--grader-workers", "1", "--no-kl-reference", "--no-kl-prev", "--tis-cap", "2.0"]
     first = CliRunner().invoke(script.app, args + ["--output-dir", str(out), "--n-grpo-steps", "1"])
     assert first.exit_code == 0, first.output
-    resumed = CliRunner().invoke(script.app, args + ["--resume", str(out), "--n-grpo-steps", "2"])
+    resumed = CliRunner().invoke(script.app, ["--resume", str(out), "--n-grpo-steps", "2"])  # the run's own settings
     assert resumed.exit_code == 0, resumed.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [row for row in rows if "loss" in row]
@@ -141,9 +141,18 @@ def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_
         assert row["rollout_logprob_diff_max"] < LOGPROB_TOLERANCE and row["rollout_kl_k3"] < 1e-8
         assert row["tis_weight_mean"] == pytest.approx(1.0, abs=1e-3)
         assert row["grad_norm"] > 0
-    trained = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    trained.load_state_dict(torch.load(out / "checkpoint" / "state.pt", weights_only=False)["policy"])
+    trained = AutoModelForCausalLM.from_pretrained(out / "policy", dtype=torch.float32)  # the run's model folder
     assert any(not torch.equal(v, initial[k]) for k, v in trained.state_dict().items())
+    from scripts import eval_zero_shot
+    from tests.test_scripts import PROBLEMS
+
+    dataset = tmp_path / "tiny.jsonl"
+    dataset.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    result = CliRunner().invoke(eval_zero_shot.app, [  # vLLM loads the trained policy folder as a model
+        "--dataset", str(dataset), "--model", str(out / "policy"), "--backend", "vllm", "--grader-workers", "1",
+        "--max-tokens", "4", "--output-dir", str(tmp_path / "eval")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["backend"] == "vllm"
 
 
 def test_eval_and_best_of_n_scripts_with_vllm(tiny_model_dir, tmp_path):
