@@ -15,18 +15,26 @@ import math
 import subprocess
 import sys
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from alignment.atomic import atomic_write_text
 from alignment.checkpoint import complete_step
-from alignment.grpo_config import GRPOConfig, field_names, validate
+from alignment.grpo_config import GRPOConfig, validate
 from alignment.run_table import final_rewards, read_metrics_jsonl
+from alignment.sft_config import EIConfig, SFTConfig
+from alignment.sft_config import validate as validate_sft
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "scripts"
-# The setting that holds a script's total step count, to tell a finished run from an interrupted one.
-STEPS_SETTING = {"train_grpo": "n_grpo_steps"}
+# The setting that holds a script's total step count, to tell a finished run from an interrupted one; a script
+# without one (train_sft: its steps follow from data size, batch and epochs) has finished once it wrote policy/.
+STEPS_SETTING = {"train_grpo": "n_grpo_steps", "expert_iteration": "n_ei_steps"}
+# Each script's settings and checks, applied to every arm before any arm starts.
+CONFIGS: dict[str, tuple[type, Callable[[Any], None]]] = {
+    "train_grpo": (GRPOConfig, validate), "train_sft": (SFTConfig, validate_sft), "expert_iteration": (EIConfig, validate_sft),
+}
 PRESET_KEYS = {"description", "script", "base", "seeds", "steps_setting", "shared", "arms"}
 
 RunState = Literal["new", "restart", "resume", "finished"]
@@ -46,11 +54,11 @@ class ArmRun:
 class Preset:
     name: str
     script: str
-    steps_setting: str
+    steps_setting: str | None
     runs: list[ArmRun]
 
-    def total_steps(self, run: ArmRun) -> int:
-        return int(run.settings[self.steps_setting])
+    def total_steps(self, run: ArmRun) -> int | None:
+        return None if self.steps_setting is None else int(run.settings[self.steps_setting])
 
 
 def _fail(path: Path, message: str) -> None:
@@ -76,8 +84,6 @@ def load_preset(path: Path) -> Preset:
     if not (SCRIPTS_DIR / f"{script}.py").is_file():
         _fail(path, f"script = {script!r}: no scripts/{script}.py")
     steps_setting = data.get("steps_setting", STEPS_SETTING.get(script))
-    if steps_setting is None:
-        _fail(path, f"steps_setting is required for script {script!r} (the setting holding its total steps)")
     base: dict[str, Any] = {}
     if "base" in data:
         try:
@@ -95,31 +101,33 @@ def load_preset(path: Path) -> Preset:
         for seed in seeds or [None]:
             settings = shared | overrides | ({"seed": seed} if seed is not None else {})
             label = arm if seed is None else f"{arm}_seed{seed}"
-            if steps_setting not in settings:
+            if steps_setting is not None and steps_setting not in settings:
                 _fail(path, f"arm {arm!r}: {steps_setting} is not set (in [shared] or the arm)")
-            if script == "train_grpo":
-                _check_grpo_settings(path, arm, settings)
+            if script in CONFIGS:
+                _check_settings(path, arm, settings, *CONFIGS[script])
             runs.append(ArmRun(label, arm, seed, settings))
     return Preset(path.stem, script, steps_setting, runs)
 
 
-def _check_grpo_settings(path: Path, arm: str, settings: dict[str, Any]) -> None:
-    """The handouts' checks, before any arm starts: a bad arm must not surface hours into a sweep."""
-    unknown = sorted(set(settings) - field_names())
+def _check_settings(path: Path, arm: str, settings: dict[str, Any], config_cls: type, check: Callable[[Any], None]) -> None:
+    """The script's own checks, before any arm starts: a bad arm must not surface hours into a sweep."""
+    unknown = sorted(set(settings) - {f.name for f in fields(config_cls)})
     if unknown:
-        _fail(path, f"arm {arm!r}: unknown settings {', '.join(unknown)} (not GRPOConfig fields)")
+        _fail(path, f"arm {arm!r}: unknown settings {', '.join(unknown)} (not {config_cls.__name__} fields)")
     try:
-        validate(GRPOConfig(**settings))
+        check(config_cls(**settings))
     except (ValueError, TypeError) as err:
         _fail(path, f"arm {arm!r}: {err}")
 
 
-def run_state(run_dir: Path, total_steps: int) -> RunState:
-    """new: nothing there; finished: a complete checkpoint at the last step; resume: an earlier complete
-    checkpoint; restart: files but no complete checkpoint (stopped before its first one)."""
+def run_state(run_dir: Path, total_steps: int | None) -> RunState:
+    """new: nothing there; finished: a complete checkpoint at the last step (or, where the total is not a
+    setting, the exported policy/); resume: an earlier complete checkpoint; restart: files but no complete
+    checkpoint (stopped before its first one)."""
     step = complete_step(run_dir)
     if step is not None:
-        return "finished" if step >= total_steps else "resume"
+        done = (run_dir / "policy").is_dir() if total_steps is None else step >= total_steps
+        return "finished" if done else "resume"
     return "restart" if run_dir.exists() and any(run_dir.iterdir()) else "new"
 
 

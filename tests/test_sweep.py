@@ -19,10 +19,10 @@ PRESETS = sorted((ROOT / "configs" / "experiments").rglob("*.toml"))
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
 def test_every_shipped_preset_loads_and_validates(path):
     preset = load_preset(path)
-    assert preset.runs and preset.script == "train_grpo"
+    assert preset.runs and preset.script in ("train_grpo", "train_sft", "expert_iteration")
     assert len({run.label for run in preset.runs}) == len(preset.runs)
     for run in preset.runs:
-        assert preset.total_steps(run) >= 1
+        assert preset.script == "train_sft" or preset.total_steps(run) >= 1
 
 
 def test_handout_presets_differ_only_in_their_arms():
@@ -92,6 +92,10 @@ def test_run_state(tmp_path):
     (tmp_path / "torn" / "checkpoint").mkdir(parents=True)
     (tmp_path / "torn" / "checkpoint" / STATE).write_text("{}")  # no COMPLETE marker: a torn save
     assert run_state(tmp_path / "torn", 4) == "restart"
+    checkpoint_at(tmp_path / "sft", 7)  # a script whose total is no setting: finished once policy/ is written
+    assert run_state(tmp_path / "sft", None) == "resume"
+    (tmp_path / "sft" / "policy").mkdir()
+    assert run_state(tmp_path / "sft", None) == "finished"
 
 
 def test_run_config_round_trips_through_toml(tmp_path):
