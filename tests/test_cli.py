@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from alignment.grpo_config import GRPOConfig
 from alignment.settings import SETTINGS_FILE, choices_of, flag, help_of, write_run_settings
-from scripts import train_grpo
+from tests.test_train_script import captured  # noqa: F401  (the fixture: train_grpo replaced by a recorder)
 
 SCRIPTS = sorted(p.stem for p in (Path(__file__).parents[1] / "scripts").glob("*.py") if p.stem != "__init__")
 runner = CliRunner()
@@ -20,14 +20,6 @@ runner = CliRunner()
 
 def app_of(name: str):
     return importlib.import_module(f"scripts.{name}").app
-
-
-@pytest.fixture
-def captured(monkeypatch):
-    seen = {}
-    monkeypatch.setattr(train_grpo, "train_grpo", lambda config, resume=False: seen.update(config=config, resume=resume))
-    monkeypatch.setattr(train_grpo, "report", lambda output_dir: None)
-    return seen
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
