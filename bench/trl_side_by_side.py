@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer and our GRPO loop side by side on the demo workload, alternating step by step.
 
-    flock /work/cpu.lock uv run --group bench python bench/trl_side_by_side.py --steps 5
+    uv run --group bench python bench/trl_side_by_side.py --steps 5
 
 Both train SmolLM2-135M-Instruct in float32 on the CPU: 8 keyword prompts x group 4 (the same prompt
 strings, chat template applied), exactly 32 new tokens (minimum = maximum), temperature 1, keyword-inclusion
