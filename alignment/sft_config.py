@@ -28,7 +28,7 @@ class SFTTrainingSettings:
     eval_max_tokens: int = setting(1024, "Maximum new tokens per held-out response.")
     eval_temperature: float = setting(1.0, "Held-out sampling temperature (0 = greedy).")
     eval_top_p: float = setting(1.0, "Held-out nucleus mass.")
-    backend: Literal["auto", "hf", "vllm"] = setting("auto", "Rollout backend: auto (vllm if installed and CUDA present, else hf), hf or vllm.")
+    backend: Literal["auto", "hf", "vllm"] = setting("auto", "Rollout backend: auto (vllm where its installed build runs on the device, else hf), hf or vllm.")
     policy_device: str | None = setting(None, "Policy device (default: cuda:0, else cpu).")
     rollout_device: str | None = setting(None, "Rollout device (default: cuda:1 with two GPUs, else the policy device).")
     dtype: str | None = setting(None, "Policy dtype: bfloat16, float32, ... (default: bfloat16 on GPU, float32 on CPU).")

