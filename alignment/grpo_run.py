@@ -8,6 +8,7 @@ import torch
 
 from alignment.atomic import check_writable_dir
 from alignment.checkpoint import export_policy, load_checkpoint, save_checkpoint
+from alignment.cpu_allocator import retain_freed_memory
 from alignment.data import HUB_DATASETS, load_math_examples
 from alignment.grader import REWARD_FNS
 from alignment.grpo_config import GRPOConfig, validate
@@ -61,7 +62,13 @@ def keyword_run_tasks(config: GRPOConfig, template: str) -> tuple[Task, Task]:
 
 
 def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype):
-    """(policy, tokenizer): our own TransformerLM for --backend transformer_lm, else a transformers model."""
+    """(policy, tokenizer): our own TransformerLM for --backend transformer_lm, else a transformers model.
+
+    A policy on the CPU first switches the process to glibc settings that keep freed memory for reuse
+    (alignment.cpu_allocator): a third off the CPU train phase on a VM slow to fault pages in.
+    """
+    if torch.device(device).type == "cpu":
+        retain_freed_memory()
     if resolve_backend(config.backend) == "transformer_lm":  # type: ignore[arg-type]
         return load_transformer_lm(config.model, device, dtype)
     return load_model_and_tokenizer(config.model, device, dtype)

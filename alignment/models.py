@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from alignment.gqa_attention import use_gqa_attention
+
 SMOLLM2 = "smollm2-135m"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -74,7 +76,12 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
 def load_model_and_tokenizer(
     name_or_path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM for training or generation; `smollm2-135m` names the packaged SmolLM2."""
+    """Load a causal LM for training or generation; `smollm2-135m` names the packaged SmolLM2.
+
+    On the CPU, grouped-query attention runs without copying keys and values per head (alignment.gqa_attention).
+    """
     path = resolve_model(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    if torch.device(device).type == "cpu":
+        use_gqa_attention(model)
     return model, load_tokenizer(path)

@@ -16,7 +16,7 @@ predicting the first response token; that position itself and the response form 
 import torch
 from torch import nn
 
-from alignment.logprobs import compute_entropy, get_response_log_probs, log_probs_of_labels, output_head
+from alignment.logprobs import get_response_log_probs, label_log_probs_and_entropy, log_probs_of_labels, output_head
 from alignment.transformer_lm import TransformerLM
 
 
@@ -91,8 +91,8 @@ def shared_prompt_log_probs(
     rows = torch.arange(batch, device=device)[:, None].expand_as(position)[valid]
     where = (rows, position[valid])
     zeros = torch.zeros((batch, seq), dtype=torch.float32, device=device)
-    out = {"log_probs": zeros.index_put(where, log_probs_of_labels(logits, labels.gather(1, gather_at)[valid]))}
-    if return_token_entropy:
-        with torch.no_grad():
-            out["token_entropy"] = zeros.index_put(where, compute_entropy(logits.float()))
-    return out
+    targets = labels.gather(1, gather_at)[valid]
+    if not return_token_entropy:
+        return {"log_probs": zeros.index_put(where, log_probs_of_labels(logits, targets))}
+    log_probs, entropy = label_log_probs_and_entropy(logits, targets)
+    return {"log_probs": zeros.index_put(where, log_probs), "token_entropy": zeros.index_put(where, entropy)}

@@ -8,7 +8,10 @@ reward, group-normalized advantages, GRPO-Clip (epsilon 0.2) with per-sequence m
 AdamW (fused, lr 3e-5, betas 0.9/0.95, no weight decay), gradient clipping at 1, and one optimizer step per
 rollout batch (4 microbatches of 8). After each TRL optimizer step, a callback runs one of ours, so both see
 the same machine load. Prints each step, the median of steps 2..N of each (step 1 pays one-time costs), the
-ratio, and our phase breakdown.
+ratio, and both phase breakdowns.
+
+TRL gets its policy from stock transformers (sdpa attention); ours comes from our loader (alignment.gqa_attention
+on the CPU). The allocator setting our loader makes (alignment.cpu_allocator) is process-wide: TRL runs under it.
 """
 
 import platform
@@ -20,7 +23,7 @@ from pathlib import Path
 import torch
 import typer
 from datasets import Dataset
-from transformers import TrainerCallback
+from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOConfig as TRLConfig
 from trl import GRPOTrainer as TRLTrainer
 
@@ -28,6 +31,7 @@ from alignment.grpo_config import GRPOConfig
 from alignment.grpo_run import build_engine, keyword_run_tasks, load_policy
 from alignment.grpo_trainer import GRPOTrainer
 from alignment.keywords import keyword_inclusion_reward_fn
+from alignment.models import load_tokenizer, resolve_model
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import chat_template, format_prompt
 from alignment.task import Task
@@ -58,8 +62,12 @@ def keyword_reward(prompts: list[str], completions: list[str], keywords: list[li
 
 
 def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallback) -> TRLTrainer:
-    """TRL's GRPOTrainer on the same prompts and settings (names from trl/trainer/grpo_config.py)."""
-    policy, tokenizer = load_policy(config, "cpu", torch.float32)
+    """TRL's GRPOTrainer on the same prompts and settings (names from trl/trainer/grpo_config.py).
+
+    The policy is loaded as a TRL user loads it, by stock transformers (its sdpa attention), not by our loader.
+    """
+    path = resolve_model(config.model)
+    policy, tokenizer = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), load_tokenizer(path)
     prompts = Dataset.from_dict({"prompt": [format_prompt(task.template, q) for q in task.questions],
                                  "keywords": list(task.truths)})
     n = config.n_prompts_per_rollout_batch
@@ -80,21 +88,37 @@ def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallb
 
 
 class Alternate(TrainerCallback):
-    """Times each TRL optimizer step, then runs one step of ours."""
+    """Times each TRL optimizer step and the generation inside it, then runs one step of ours."""
 
     def __init__(self, our_trainer: GRPOTrainer) -> None:
-        self.ours, self.trl_s, self.our_rows, self.started = our_trainer, [], [], 0.0
+        self.ours, self.trl_s, self.trl_generate_s, self.our_rows = our_trainer, [], [], []
+        self.started, self.generating = 0.0, 0.0
+
+    def time_generation(self, trainer: TRLTrainer) -> None:
+        """Wrap TRL's rollout phase (sampling, rewards, advantages) so that each step reports its share."""
+        generate = trainer._generate_and_score_completions
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return generate(*args, **kwargs)
+            finally:
+                self.generating += time.perf_counter() - start
+
+        trainer._generate_and_score_completions = timed
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self.started = time.perf_counter()
+        self.started, self.generating = time.perf_counter(), 0.0
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trl_s.append(time.perf_counter() - self.started)
+        self.trl_generate_s.append(self.generating)
         start = time.perf_counter()
         [row] = self.ours.step()
         self.our_rows.append(row | {"step_s": time.perf_counter() - start})
         phases = ", ".join(f"{p} {row.get(f'time_{p}_s', 0.0):.2f}s" for p in PHASES)
-        print(f"step {len(self.trl_s)}: TRL {self.trl_s[-1]:.2f}s | ours {self.our_rows[-1]['step_s']:.2f}s ({phases})", flush=True)
+        print(f"step {len(self.trl_s)}: TRL {self.trl_s[-1]:.2f}s (generation {self.generating:.2f}s) | "
+              f"ours {self.our_rows[-1]['step_s']:.2f}s ({phases})", flush=True)
 
 
 def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf") -> None:
@@ -109,11 +133,16 @@ def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf") -> No
         config = demo_config(steps, Path(tmp) / "ours", model, backend)
         our_trainer, task = ours(config)
         alternate = Alternate(our_trainer)
-        trl(config, task, Path(tmp) / "trl", alternate).train()
+        theirs = trl(config, task, Path(tmp) / "trl", alternate)
+        alternate.time_generation(theirs)
+        theirs.train()
     trl_s = statistics.median(alternate.trl_s[1:])
+    trl_generate_s = statistics.median(alternate.trl_generate_s[1:])
     ours_s = statistics.median(row["step_s"] for row in alternate.our_rows[1:])
     phases = {p: statistics.median(row.get(f"time_{p}_s", 0.0) for row in alternate.our_rows[1:]) for p in PHASES}
     print(f"median of steps 2-{steps}: TRL {trl_s:.2f}s, ours {ours_s:.2f}s per step: ours is {trl_s / ours_s:.2f}x faster")
+    print(f"TRL by phase (median): generation {trl_generate_s:.2f}s, the rest (loss, backward, optimizer) "
+          f"{trl_s - trl_generate_s:.2f}s")
     print("ours by phase (median): " + ", ".join(f"{p} {s:.2f}s" for p, s in phases.items()))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python {platform.python_version()}")
 

@@ -1,0 +1,94 @@
+"""The three CPU-side changes behind the GRPO step's train and rollout phases, each measured in isolation.
+
+    uv run python bench/cpu_kernels.py
+
+1. attention: transformers' masked sdpa (key/value heads copied out to every query head) vs alignment.gqa_attention
+   (enable_gqa), one layer at the SmolLM2-135M decode shape: 32 rows, 9 query / 3 key-value heads, 77 cached tokens.
+2. log-probs + entropy of 1024 response tokens over SmolLM2's 49152-token vocabulary, forward and backward:
+   log_probs_of_labels + compute_entropy vs label_log_probs_and_entropy, seconds and peak resident memory.
+3. allocator: allocate-and-fill a 64 MiB tensor, 20 times, under glibc's defaults vs retain_freed_memory().
+Cases 2 and 3 each run in a fresh interpreter (peak memory and malloc settings are per process).
+"""
+
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import typer
+
+CHILD = """
+import resource, statistics, sys, time
+import torch
+case = sys.argv[1]
+if case in ("fused", "separate"):
+    from alignment.logprobs import compute_entropy, label_log_probs_and_entropy, log_probs_of_labels
+    torch.manual_seed(0)
+    logits, labels = torch.randn(1024, 49152, requires_grad=True), torch.randint(0, 49152, (1024,))
+    before, times = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, []
+    for _ in range(5):
+        start = time.perf_counter()
+        if case == "fused":
+            log_probs, entropy = label_log_probs_and_entropy(logits, labels)
+        else:
+            log_probs = log_probs_of_labels(logits, labels)
+            with torch.no_grad():
+                entropy = compute_entropy(logits)
+        log_probs.sum().backward()
+        times.append(time.perf_counter() - start)
+    peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    print(f"{statistics.median(times):.3f} {peak:.0f}")
+else:
+    from alignment.cpu_allocator import retain_freed_memory
+    if case == "retain":
+        retain_freed_memory()
+    times = []
+    for _ in range(20):
+        start = time.perf_counter()
+        x = torch.ones(16 * 2**20)
+        times.append(time.perf_counter() - start)
+        del x
+    print(f"{statistics.median(times[1:]) * 1e3:.1f}")
+"""
+
+
+def child(case: str) -> list[str]:
+    return subprocess.run([sys.executable, "-c", CHILD, case], capture_output=True, text=True, check=True).stdout.split()
+
+
+def attention_us(grouped: bool, repeats: int = 300) -> float:
+    torch.manual_seed(0)
+    query, key, value = torch.randn(32, 9, 1, 64), torch.randn(32, 3, 77, 64), torch.randn(32, 3, 77, 64)
+    mask = torch.ones(32, 1, 1, 77, dtype=torch.bool)
+    mask[:8, ..., :6] = False  # left padding
+
+    def run() -> torch.Tensor:
+        if grouped:
+            return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True)
+        k, v = (t.repeat_interleave(3, dim=1) for t in (key, value))  # what transformers' repeat_kv copies
+        return F.scaled_dot_product_attention(query, k, v, attn_mask=mask)
+
+    samples = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            run()
+        samples.append((time.perf_counter() - start) / repeats * 1e6)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    print(f"attention, one layer, one decode step: sdpa with repeat_kv {attention_us(False):.0f} us, "
+          f"sdpa_gqa {attention_us(True):.0f} us")
+    (sep_s, sep_mib), (fused_s, fused_mib) = child("separate"), child("fused")
+    print(f"log-probs + entropy, 1024 x 49152, forward + backward: separate {float(sep_s):.3f} s (+{sep_mib} MiB peak), "
+          f"fused {float(fused_s):.3f} s (+{fused_mib} MiB peak)")
+    print(f"allocate + fill 64 MiB: glibc defaults {child('default')[0]} ms, retain_freed_memory {child('retain')[0]} ms")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python {platform.python_version()}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
