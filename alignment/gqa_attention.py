@@ -4,8 +4,9 @@ transformers' sdpa attention expands each key/value head to its query heads (`re
 whole KV cache) whenever it is given an attention mask, because CUDA's fused kernels take no mask together
 with grouped heads. Left-padded rollouts and the shared-prompt training pass always carry a mask, so on the CPU
 every decode step copied the cache of all 30 layers. torch's CPU scaled_dot_product_attention takes the mask
-and the grouped heads together (enable_gqa) with identical results: 1086 -> 320 us per layer at the
-SmolLM2-135M decode shape (32 rows, 77 cached tokens). Switched on for CPU policies only; CUDA keeps sdpa.
+and the grouped heads together (enable_gqa) with identical results: 1086 (another day 4353) -> 320 us per
+layer at the SmolLM2-135M decode shape (32 rows, 77 cached tokens). Switched on for CPU policies only; CUDA
+keeps sdpa.
 """
 
 import torch

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 import torch
 from tqdm.auto import tqdm
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from alignment.reserved_cache import ReservedCache
 from alignment.rollout import Rollout, SamplingConfig
 from alignment.rollout_common import decode, default_memory_budget, generate_in_groups, load_unless_shared
 
@@ -72,7 +73,7 @@ class HFRolloutEngine:
             attention[row, width - len(ids) :] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
+        cache = ReservedCache(sampling.max_tokens)  # room for every new token: no per-step copy of the cache
         logits = self.model(
             input_ids=input_ids, attention_mask=attention, position_ids=positions,
             past_key_values=cache, use_cache=True, logits_to_keep=1,

@@ -1,12 +1,16 @@
-"""The three CPU-side changes behind the GRPO step's train and rollout phases, each measured in isolation.
+"""The CPU-side changes behind the GRPO step's train and rollout phases, each measured in isolation.
 
-    uv run python bench/cpu_kernels.py
+    uv run python bench/cpu_kernels.py [--long]
 
 1. attention: transformers' masked sdpa (key/value heads copied out to every query head) vs alignment.gqa_attention
    (enable_gqa), one layer at the SmolLM2-135M decode shape: 32 rows, 9 query / 3 key-value heads, 77 cached tokens.
 2. log-probs + entropy of 1024 response tokens over SmolLM2's 49152-token vocabulary, forward and backward:
    log_probs_of_labels + compute_entropy vs label_log_probs_and_entropy, seconds and peak resident memory.
 3. allocator: allocate-and-fill a 64 MiB tensor, 20 times, under glibc's defaults vs retain_freed_memory().
+4. sampling one token per row of 32 x 49152 probabilities: a float64 running sum over the whole vocabulary
+   (the previous sample_tokens) vs the two-level inverse CDF of alignment.rollout_common.sample_tokens.
+5. with --long: the hf backend sampling 8 x 1024 tokens from SmolLM2-135M (float32), with transformers'
+   DynamicCache vs alignment.reserved_cache.ReservedCache (about 3.5 minutes).
 Cases 2 and 3 each run in a fresh interpreter (peak memory and malloc settings are per process).
 """
 
@@ -19,6 +23,14 @@ import time
 import torch
 import torch.nn.functional as F
 import typer
+from transformers import DynamicCache
+
+import alignment.hf_rollout as engine_module
+from alignment.hf_rollout import HFRolloutEngine
+from alignment.models import SMOLLM2, load_model_and_tokenizer
+from alignment.reserved_cache import ReservedCache
+from alignment.rollout import SamplingConfig
+from alignment.rollout_common import sample_tokens
 
 CHILD = """
 import resource, statistics, sys, time
@@ -80,13 +92,48 @@ def attention_us(grouped: bool, repeats: int = 300) -> float:
     return statistics.median(samples)
 
 
-def main() -> None:
+def sampling_ms(two_level: bool, repeats: int = 50) -> float:
+    torch.manual_seed(0)
+    probs, generator = torch.softmax(torch.randn(32, 49152) * 3, dim=-1), torch.Generator().manual_seed(0)
+
+    def one_level() -> torch.Tensor:
+        cdf = probs.double().cumsum(dim=-1)
+        point = torch.rand((32, 1), generator=generator, dtype=torch.float64) * cdf[:, -1:]
+        return torch.searchsorted(cdf, point, right=True).squeeze(-1)
+
+    run = (lambda: sample_tokens(probs, generator)) if two_level else one_level
+    start = time.perf_counter()
+    for _ in range(repeats):
+        run()
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
+def long_decode_s(cache_kind: str) -> float:
+    model, tokenizer = load_model_and_tokenizer(SMOLLM2, "cpu")
+    engine = HFRolloutEngine(model.eval(), tokenizer, progress=False)
+    if cache_kind == "dynamic":
+        engine_module.ReservedCache = lambda reserve: DynamicCache()  # what the sampler used before
+    sampling = SamplingConfig(temperature=1.0, max_tokens=1024, min_tokens=1024, seed=0)
+    try:
+        start = time.perf_counter()
+        engine.generate(["Write a long story about a dragon."], 8, sampling)
+        return time.perf_counter() - start
+    finally:
+        engine_module.ReservedCache = ReservedCache
+
+
+def main(long: bool = False) -> None:
     print(f"attention, one layer, one decode step: sdpa with repeat_kv {attention_us(False):.0f} us, "
           f"sdpa_gqa {attention_us(True):.0f} us")
     (sep_s, sep_mib), (fused_s, fused_mib) = child("separate"), child("fused")
     print(f"log-probs + entropy, 1024 x 49152, forward + backward: separate {float(sep_s):.3f} s (+{sep_mib} MiB peak), "
           f"fused {float(fused_s):.3f} s (+{fused_mib} MiB peak)")
     print(f"allocate + fill 64 MiB: glibc defaults {child('default')[0]} ms, retain_freed_memory {child('retain')[0]} ms")
+    print(f"sample 32 rows of 49152: one-level float64 CDF {sampling_ms(False):.2f} ms, two-level {sampling_ms(True):.2f} ms")
+    if long:
+        dynamic, reserved = long_decode_s("dynamic"), long_decode_s("reserved")
+        print(f"hf backend, 8 x 1024 tokens: DynamicCache {dynamic:.1f} s ({8192 / dynamic:.1f} tokens/s), "
+              f"ReservedCache {reserved:.1f} s ({8192 / reserved:.1f} tokens/s)")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python {platform.python_version()}")
 
 

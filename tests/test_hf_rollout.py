@@ -156,6 +156,16 @@ def test_sample_tokens_follows_the_distribution_and_skips_zero_mass():
     freq = torch.bincount(draws, minlength=5).double() / len(draws)
     assert torch.allclose(freq, probs[0].double(), atol=3e-3)
     assert freq[2] == 0
+    # many blocks, whole blocks of zero mass, a vocabulary that is not a multiple of the block
+    torch.manual_seed(0)
+    wide = torch.softmax(torch.randn(64, 1000) * 4, dim=-1)
+    wide[:, 128:512] = 0.0
+    wide /= wide.sum(dim=-1, keepdim=True)
+    drawn = sample_tokens(wide, torch.Generator().manual_seed(5))
+    point = torch.rand((64, 1), generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    cdf = wide.double().cumsum(dim=-1)  # the one-level inverse CDF at the same uniform points
+    assert drawn.tolist() == torch.searchsorted(cdf, point * cdf[:, -1:], right=True).squeeze(-1).tolist()
+    assert ((drawn < 128) | (drawn >= 512)).all()
     one_hot = torch.zeros(3, 7)
     one_hot[torch.arange(3), torch.tensor([6, 0, 3])] = 1.0  # certain tokens, including the first and last
     assert sample_tokens(one_hot, None).tolist() == [6, 0, 3]
