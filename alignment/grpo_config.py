@@ -7,14 +7,12 @@ from typing import Any, ClassVar, Literal
 from alignment.losses import LOSS_TYPES
 from alignment.prompts import PROMPT_NAMES
 from alignment.rollout import Backend
-from alignment.settings import check_choices, setting, to_json
+from alignment.settings import DType, WandbMode, check_choices, setting, to_json
 
 Task = Literal["math", "keywords"]
 Prompt = Literal[PROMPT_NAMES]  # type: ignore[valid-type]
 LossType = Literal[LOSS_TYPES]  # type: ignore[valid-type]
 LengthNormalization = Literal["masked_mean", "masked_normalize"]
-DType = Literal["bfloat16", "float16", "float32"]
-WandbMode = Literal["online", "offline", "disabled"]
 
 
 @dataclass

@@ -14,11 +14,15 @@ import json
 import typing
 from dataclasses import MISSING, Field, asdict, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from alignment.atomic import atomic_write_json
 
 SETTINGS_FILE = "settings.json"
+
+# choices shared by several scripts' settings
+DType = Literal["bfloat16", "float16", "float32"]
+WandbMode = Literal["online", "offline", "disabled"]
 
 
 def setting(default: Any = MISSING, help: str = "") -> Any:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from alignment.settings import check_choices, flag, setting, to_json
+from alignment.settings import DType, WandbMode, check_choices, flag, setting, to_json
 
 
 @dataclass
@@ -31,7 +31,7 @@ class SFTTrainingSettings:
     backend: Literal["auto", "hf", "vllm"] = setting("auto", "Rollout backend: auto (vllm where its installed build runs on the device, else hf), hf or vllm.")
     policy_device: str | None = setting(None, "Policy device (default: cuda:0, else cpu).")
     rollout_device: str | None = setting(None, "Rollout device (default: cuda:1 with two GPUs, else the policy device).")
-    dtype: str | None = setting(None, "Policy dtype: bfloat16, float32, ... (default: bfloat16 on GPU, float32 on CPU).")
+    dtype: DType | None = setting(None, "Policy dtype (default: bfloat16 on GPU, float32 on CPU).")
     gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of the rollout GPU's memory.")
     grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8).")
     torch_threads: int | None = setting(None, "CPU threads for torch (default: torch's choice); 1 avoids OpenMP stalls on CPU cores shared with other jobs.")
@@ -40,7 +40,7 @@ class SFTTrainingSettings:
     overwrite: bool = setting(False, "Let a fresh run replace an earlier run's files in --output-dir.")
     checkpoint_every: int = setting(64, "Save a resumable checkpoint every N optimizer steps (SFT) or EI steps (EI), and at the end.")
     wandb_project: str | None = setting(None, "wandb project name.")
-    wandb_mode: Literal["online", "offline", "disabled"] = setting("disabled", "wandb: online, offline (no network needed) or disabled.")
+    wandb_mode: WandbMode = setting("disabled", "wandb: online, offline (no network needed) or disabled.")
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)  # config files give it as a string

@@ -49,6 +49,8 @@ def test_every_setting_has_help_beside_its_field():
     ("train_grpo_ray", ["--strategy", "async"], "'async' is not one of 'colocated-sync', 'colocated-multistep'"),
     ("eval_zero_shot", ["--backend", "tpu"], "'tpu' is not one of 'auto', 'hf', 'vllm', 'transformer_lm'"),
     ("train_grpo", ["--dtype", "int8"], "'int8' is not one of 'bfloat16', 'float16', 'float32'"),
+    ("train_sft", ["--dtype", "bf16"], "'bf16' is not one of 'bfloat16', 'float16', 'float32'"),
+    ("expert_iteration", ["--wandb-mode", "on"], "'on' is not one of 'online', 'offline', 'disabled'"),
 ])
 def test_a_wrong_choice_is_refused_by_the_parser_naming_flag_and_values(script, args, message, captured):
     result = runner.invoke(app_of(script), [*args, "--model", "/nonexistent"])
