@@ -2,20 +2,31 @@
 
 GRPO scores group_size responses per prompt. Under causal attention a prompt's hidden states do not depend on
 what follows it, so the forward pass over the prompt is the same for every response in its group. Here it runs
-once per distinct prompt; its keys and values are then indexed out to the rows that share it and the responses
-run on top of them. Autograd sums the group's gradients into that one prompt pass: the result equals scoring
-every row separately (tested to float tolerance), at the cost of prompt tokens x distinct prompts instead of
-x rows. On the CPU demo (~45-token prompts, 32-token responses, groups of 4) that is 44% fewer tokens through
-the model and a 24% shorter train phase (docs/benchmarks.md).
+once per distinct prompt, and every response of the group attends to its keys and values. Autograd sums the
+group's gradients into that one prompt pass: the result equals scoring every row separately (tested to float
+tolerance), at the cost of prompt tokens x distinct prompts instead of x rows. On the CPU demo (~45-token
+prompts, 32-token responses, groups of 4) that is 44% fewer tokens through the model and a 24% shorter train
+phase (docs/benchmarks.md).
+
+Two ways to run it. Packed: one sequence per distinct prompt, the prompt followed by each of its rows'
+suffixes, under a block-causal mask (a suffix sees its prompt and itself), so every weight multiplies all of a
+microbatch's tokens at once; the masked-out suffix-to-suffix attention is computed and thrown away. Cached:
+the prompts in one pass, then the suffixes on top of their KV cache; nothing is wasted, but each weight
+multiplies two smaller blocks of tokens. Packing is used when the wasted attention is small beside the
+weights' work (short responses: a CPU demo microbatch's forward and backward took 3.21 s cached, 2.63 s
+packed, bench/cpu_kernels.py) and the attention takes a prepared mask (sdpa; not flash-attention).
 
 Rows are in RolloutBatch layout: right-padded prompt + response, labels = input_ids shifted left, and
 response_mask True on a contiguous run of label positions. The prompt fed once is the row up to the position
 predicting the first response token; that position itself and the response form the per-row suffix.
 """
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from alignment.gqa_attention import NAME as GQA_NAME
 from alignment.logprobs import get_response_log_probs, label_log_probs_and_entropy, log_probs_of_labels, output_head
 from alignment.transformer_lm import TransformerLM
 
@@ -43,6 +54,18 @@ def prompt_groups(input_ids: torch.Tensor, response_mask: torch.Tensor) -> tuple
     return torch.unique(prefixes, dim=0, return_inverse=True)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """A microbatch as distinct prompts plus per-row suffixes (built by shared_prompt_log_probs)."""
+
+    unique: torch.Tensor  # (prompts, width) the distinct prompts, right-padded with -1
+    prompt_length: torch.Tensor  # (prompts,)
+    inverse: torch.Tensor  # (batch,) which prompt each row continues
+    suffix_ids: torch.Tensor  # (batch, suffix) tokens from the column predicting the first response token
+    position: torch.Tensor  # (batch, suffix) their columns in the row = position ids
+    valid: torch.Tensor  # (batch, suffix) bool, False past a row's response
+
+
 def shared_prompt_log_probs(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -62,19 +85,88 @@ def shared_prompt_log_probs(
     if len(unique) == batch:
         return get_response_log_probs(model, input_ids, labels, return_token_entropy, response_mask=response_mask)
 
-    # Distinct prompts, left-padded so that every one ends at the same column as the cache the suffixes extend.
     prompt_length = (unique >= 0).sum(dim=1)  # (prompts,)
-    width = unique.shape[1]
-    source = torch.arange(width, device=device) - (width - prompt_length)[:, None]  # (prompts, width); < 0 is padding
-    prompt_mask = source >= 0
-    prompt_ids = unique.gather(1, source.clamp(min=0)).masked_fill(~prompt_mask, 0)
     start, length = prompt_length[inverse], response_mask.sum(dim=1)  # (batch,) each
     # Per-row suffix, from the column predicting the first response token; labels are the response.
     steps = torch.arange(int(length.max()), device=device)
     position = start[:, None] + steps  # (batch, suffix) column in the row = position id
     valid = steps < length[:, None]
     gather_at = position.clamp(max=seq - 1)
-    suffix_ids = input_ids.gather(1, gather_at)
+    layout = Layout(unique, prompt_length, inverse, input_ids.gather(1, gather_at), position, valid)
+    run = packed_hidden if packing_pays(model, prompt_length, inverse, length) else cached_hidden
+    hidden = run(model, layout)  # (response tokens, d_model)
+    logits = output_head(model)(hidden)  # (response tokens, vocab)
+    rows = torch.arange(batch, device=device)[:, None].expand_as(position)[valid]
+    where = (rows, position[valid])
+    zeros = torch.zeros((batch, seq), dtype=torch.float32, device=device)
+    targets = labels.gather(1, gather_at)[valid]
+    if not return_token_entropy:
+        return {"log_probs": zeros.index_put(where, log_probs_of_labels(logits, targets))}
+    log_probs, entropy = label_log_probs_and_entropy(logits, targets)
+    return {"log_probs": zeros.index_put(where, log_probs), "token_entropy": zeros.index_put(where, entropy)}
+
+
+def packing_pays(model: nn.Module, prompt_length: torch.Tensor, inverse: torch.Tensor, length: torch.Tensor) -> bool:
+    """Whether the packed layout's wasted attention stays under 5% of the weights' work.
+
+    Per token, a transformer's weights cost about 24 * d_model^2 FLOPs (4 d^2 attention projections, 8 d^2 MLP,
+    doubled for multiply-add) and attention 4 * d_model per key it looks at, so each masked-out key a token
+    computes costs 1 / (6 * d_model) of its weight work.
+    """
+    if isinstance(model, TransformerLM):
+        d_model = model.config.d_model
+    elif model.config._attn_implementation in ("sdpa", GQA_NAME) and "sliding_attention" not in (
+        getattr(model.config, "layer_types", None) or ()  # a prepared mask would replace the window
+    ):
+        d_model = model.config.hidden_size
+    else:
+        return False
+    p, n = prompt_length.double(), length.double()
+    total = p.index_add(0, inverse, n)  # (prompts,) packed lengths
+    computed = (total * (total + 1) / 2).sum()  # keys looked at under the causal part of the mask
+    used = (p * (p + 1) / 2).sum() + (n * p[inverse] + n * (n + 1) / 2).sum()
+    return bool((computed - used) / total.sum() < 0.05 * 6 * d_model)
+
+
+def packed_hidden(model: nn.Module, layout: Layout) -> torch.Tensor:
+    """Final hidden states of the response-predicting positions, row by row: (valid.sum(), d_model)."""
+    unique, prompt_length, inverse, valid = layout.unique, layout.prompt_length, layout.inverse, layout.valid
+    device, width = unique.device, unique.shape[1]
+    length = valid.sum(dim=1)
+    # each row's suffix starts after its prompt and the suffixes of its group's earlier rows
+    earlier_in_group = (inverse[:, None] == inverse[None, :]).tril(diagonal=-1)  # (batch, batch)
+    offset = prompt_length[inverse] + (earlier_in_group * length).sum(dim=1)  # (batch,)
+    total = int(prompt_length.index_add(0, inverse, length).max())
+    ids = torch.zeros((len(unique), total), dtype=torch.long, device=device)
+    position_ids = torch.zeros_like(ids)
+    segment = torch.full_like(ids, -2)  # -2 padding, -1 the prompt, r >= 0 row r's suffix
+    in_prompt = torch.arange(width, device=device) < prompt_length[:, None]  # (prompts, width)
+    ids[:, :width] = unique.clamp(min=0) * in_prompt
+    position_ids[:, :width] = torch.arange(width, device=device)
+    segment[:, :width] = torch.where(in_prompt, -1, -2)
+    rows = torch.arange(len(inverse), device=device)[:, None].expand_as(valid)[valid]
+    at = (inverse[rows], (offset[:, None] + torch.arange(valid.shape[1], device=device))[valid])
+    ids[at], position_ids[at], segment[at] = layout.suffix_ids[valid], layout.position[valid], rows
+    causal = torch.ones((total, total), dtype=torch.bool, device=device).tril()
+    key, query = segment[:, None, :], segment[:, :, None]
+    # every query sees the prompt's first token, so no row of the mask is empty (which would give NaN)
+    mask = (causal & ((key == -1) | ((key == query) & (key >= 0))))[:, None]  # (prompts, 1, total, total)
+    if isinstance(model, TransformerLM):
+        hidden, _ = model.forward_with_cache(ids, mask, positions=position_ids)
+    else:
+        hidden = model.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False).last_hidden_state
+    return hidden[at]
+
+
+def cached_hidden(model: nn.Module, layout: Layout) -> torch.Tensor:
+    """packed_hidden's result from a prompt pass and a suffix pass on the prompts' KV cache."""
+    unique, prompt_length, inverse, valid = layout.unique, layout.prompt_length, layout.inverse, layout.valid
+    suffix_ids, position = layout.suffix_ids, layout.position
+    device, width = unique.device, unique.shape[1]
+    # Distinct prompts, left-padded so that every one ends at the same column as the cache the suffixes extend.
+    source = torch.arange(width, device=device) - (width - prompt_length)[:, None]  # (prompts, width); < 0 is padding
+    prompt_mask = source >= 0
+    prompt_ids = unique.gather(1, source.clamp(min=0)).masked_fill(~prompt_mask, 0)
     if isinstance(model, TransformerLM):
         _, cache = model.forward_with_cache(prompt_ids, prompt_mask, positions=source.clamp(min=0))
         hidden, _ = model.forward_with_cache(suffix_ids, valid, positions=position, cache=cache.select(inverse))
@@ -87,12 +179,4 @@ def shared_prompt_log_probs(
             input_ids=suffix_ids, attention_mask=torch.cat([prompt_mask[inverse], valid], dim=1).long(),
             position_ids=position, past_key_values=cache, use_cache=True,
         ).last_hidden_state
-    logits = output_head(model)(hidden[valid])  # (response tokens, vocab)
-    rows = torch.arange(batch, device=device)[:, None].expand_as(position)[valid]
-    where = (rows, position[valid])
-    zeros = torch.zeros((batch, seq), dtype=torch.float32, device=device)
-    targets = labels.gather(1, gather_at)[valid]
-    if not return_token_entropy:
-        return {"log_probs": zeros.index_put(where, log_probs_of_labels(logits, targets))}
-    log_probs, entropy = label_log_probs_and_entropy(logits, targets)
-    return {"log_probs": zeros.index_put(where, log_probs), "token_entropy": zeros.index_put(where, entropy)}
+    return hidden[valid]

@@ -178,10 +178,17 @@ class TransformerLM(nn.Module):
 
         input_ids: (batch, seq), continuing `cache` (batch, past) when given. attention_mask (batch, seq):
         1 for real tokens, 0 for padding (either side), covering the new tokens only (the cache keeps its
-        own). positions (batch, seq): rotary positions; by default each real token's index among the real
-        tokens of its row, cache included. Apply `lm_head` for logits, where they are needed.
+        own); or, without a cache, a prepared (batch, 1, seq, seq) bool mask, True where a query (row) may
+        attend to a key (column), e.g. block-causal packing (its returned cache is not for continuing).
+        positions (batch, seq): rotary positions; by default each real token's index among the real tokens
+        of its row, cache included. Apply `lm_head` for logits, where they are needed.
         """
         s, device = input_ids.shape[1], input_ids.device
+        if attention_mask is not None and attention_mask.dim() == 4:
+            if cache is not None or positions is None:
+                raise ValueError("a 4D attention_mask needs positions and no cache")
+            every_key = torch.ones_like(input_ids, dtype=torch.bool)
+            return self._run_blocks(input_ids, positions, attention_mask.bool(), None, every_key)
         new_mask = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         key_mask = new_mask if cache is None else torch.cat([cache.mask, new_mask], dim=1)  # (batch, past + seq)
         past = key_mask.shape[1] - s
@@ -191,6 +198,11 @@ class TransformerLM(nn.Module):
         key_at = torch.arange(past + s, device=device)[None, :]
         # causal over real keys; a padded query also attends to itself, so no row is empty (which gives NaN)
         mask = ((key_at <= query_at) & key_mask[:, None, None, :]) | (key_at == query_at)
+        return self._run_blocks(input_ids, positions, mask, cache, key_mask)
+
+    def _run_blocks(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: KVCache | None, key_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, KVCache]:
         x = self.embed(input_ids)
         keys, values = [], []
         for i, block in enumerate(self.blocks):

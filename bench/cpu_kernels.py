@@ -9,7 +9,10 @@
 3. allocator: allocate-and-fill a 64 MiB tensor, 20 times, under glibc's defaults vs retain_freed_memory().
 4. sampling one token per row of 32 x 49152 probabilities: a float64 running sum over the whole vocabulary
    (the previous sample_tokens) vs the two-level inverse CDF of alignment.rollout_common.sample_tokens.
-5. with --long: the hf backend sampling 8 x 1024 tokens from SmolLM2-135M (float32), with transformers'
+5. scoring one demo microbatch (2 prompts of 42 tokens, 4 responses of 32 each) with SmolLM2-135M, forward and
+   backward, the prompts shared: a prompt pass and a suffix pass on its KV cache vs one block-causal packed pass
+   (alignment.shared_prompt), 12 alternating rounds of 2 calls each, the first round dropped.
+6. with --long: the hf backend sampling 8 x 1024 tokens from SmolLM2-135M (float32), with transformers'
    DynamicCache vs alignment.reserved_cache.ReservedCache (about 3.5 minutes).
 Cases 2 and 3 each run in a fresh interpreter (peak memory and malloc settings are per process).
 """
@@ -26,11 +29,13 @@ import typer
 from transformers import DynamicCache
 
 import alignment.hf_rollout as engine_module
+import alignment.shared_prompt as shared_prompt
 from alignment.hf_rollout import HFRolloutEngine
 from alignment.models import SMOLLM2, load_model_and_tokenizer
 from alignment.reserved_cache import ReservedCache
 from alignment.rollout import SamplingConfig
 from alignment.rollout_common import sample_tokens
+from alignment.shared_prompt import packing_pays, shared_prompt_log_probs
 
 CHILD = """
 import resource, statistics, sys, time
@@ -108,6 +113,33 @@ def sampling_ms(two_level: bool, repeats: int = 50) -> float:
     return (time.perf_counter() - start) / repeats * 1e3
 
 
+def shared_prompt_s() -> tuple[float, float]:
+    """Median seconds of one forward + backward of the demo microbatch: (cached, packed)."""
+    model, _ = load_model_and_tokenizer(SMOLLM2, "cpu")
+    model.train()
+    torch.manual_seed(0)
+    prompts, responses = torch.randint(100, 40000, (2, 42)), torch.randint(100, 40000, (8, 32))
+    ids = torch.cat([prompts.repeat_interleave(4, dim=0), responses], dim=1)  # (8, 74)
+    labels = torch.cat([ids[:, 1:], ids[:, :1]], dim=1)
+    response = torch.zeros_like(ids, dtype=torch.bool)
+    response[:, 41:73] = True
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for round_ in range(12):
+            for packed in (False, True):
+                shared_prompt.packing_pays = (lambda *args: True) if packed else (lambda *args: False)
+                for _ in range(2):
+                    start = time.perf_counter()
+                    out = shared_prompt_log_probs(model, ids, labels, response, return_token_entropy=True)
+                    (out["log_probs"].sum() + out["token_entropy"].sum()).backward()
+                    if round_:
+                        times[packed].append(time.perf_counter() - start)
+                model.zero_grad(set_to_none=True)
+    finally:
+        shared_prompt.packing_pays = packing_pays
+    return statistics.median(times[False]), statistics.median(times[True])
+
+
 def long_decode_s(cache_kind: str) -> float:
     model, tokenizer = load_model_and_tokenizer(SMOLLM2, "cpu")
     engine = HFRolloutEngine(model.eval(), tokenizer, progress=False)
@@ -130,6 +162,8 @@ def main(long: bool = False) -> None:
           f"fused {float(fused_s):.3f} s (+{fused_mib} MiB peak)")
     print(f"allocate + fill 64 MiB: glibc defaults {child('default')[0]} ms, retain_freed_memory {child('retain')[0]} ms")
     print(f"sample 32 rows of 49152: one-level float64 CDF {sampling_ms(False):.2f} ms, two-level {sampling_ms(True):.2f} ms")
+    cached, packed = shared_prompt_s()
+    print(f"demo microbatch, forward + backward: prompt pass + cached suffix pass {cached:.3f} s, packed {packed:.3f} s")
     if long:
         dynamic, reserved = long_decode_s("dynamic"), long_decode_s("reserved")
         print(f"hf backend, 8 x 1024 tokens: DynamicCache {dynamic:.1f} s ({8192 / dynamic:.1f} tokens/s), "

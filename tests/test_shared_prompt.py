@@ -6,10 +6,11 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
+import alignment.shared_prompt as shared_prompt
 from alignment.logprobs import get_response_log_probs
 from alignment.rollout import Rollout
 from alignment.rollout_batch import collate
-from alignment.shared_prompt import can_share_prompts, shared_prompt_log_probs
+from alignment.shared_prompt import can_share_prompts, packing_pays, shared_prompt_log_probs
 from alignment.transformer_lm import TransformerLM, config_from_llama, from_llama_state_dict
 
 
@@ -54,7 +55,9 @@ def policy(request, tiny_model, tiny_llama):
     return copy.deepcopy(tiny_model).train() if request.param == "transformers" else as_transformer_lm(tiny_llama).train()
 
 
-def test_shared_prompts_match_full_rows(policy, tokenizer):
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "cached"])
+def test_shared_prompts_match_full_rows(policy, tokenizer, packed, monkeypatch):
+    monkeypatch.setattr(shared_prompt, "packing_pays", lambda *args: packed)
     model = policy
     batch = make_batch(tokenizer)
     assert can_share_prompts(model, batch.response_mask)
@@ -69,8 +72,10 @@ def test_shared_prompts_match_full_rows(policy, tokenizer):
         torch.testing.assert_close(shared_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_rows_of_one_prompt_in_any_order(tiny_model, tokenizer):
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "cached"])
+def test_rows_of_one_prompt_in_any_order(tiny_model, tokenizer, packed, monkeypatch):
     """Group membership comes from the tokens, so shuffled rows and singleton groups are handled."""
+    monkeypatch.setattr(shared_prompt, "packing_pays", lambda *args: packed)
     batch = make_batch(tokenizer)
     picked = batch.select(torch.tensor([4, 0, 8, 3, 1]))
     with torch.no_grad():
@@ -104,3 +109,25 @@ def test_transformer_lm_policy_scores_like_transformers(tiny_llama, tokenizer):
         theirs = get_response_log_probs(tiny_llama, batch.input_ids, batch.labels, response_mask=batch.response_mask)
         mine = shared_prompt_log_probs(ours, batch.input_ids, batch.labels, batch.response_mask)
     torch.testing.assert_close(mine["log_probs"], theirs["log_probs"], atol=1e-4, rtol=1e-4)
+
+
+def test_packing_is_chosen_for_short_responses_on_sdpa_only(tiny_model):
+    """The demo's microbatch (2 prompts of 42 tokens, 4 responses of 32 each, d_model 576) wastes about 36 keys
+    a token, 1% of the weights' work; 8 responses of 1024 tokens would waste ~3,500 (38% at d_model 1536)."""
+    model = copy.deepcopy(tiny_model)
+    inverse = torch.arange(2).repeat_interleave(4)
+    demo = (torch.tensor([42, 42]), inverse, torch.full((8,), 32))
+    model.config.hidden_size = 576
+    assert packing_pays(model, *demo)
+    model.config.hidden_size = 64  # the same batch beside a narrow model: 36 keys are 9% of its weight work
+    assert not packing_pays(model, *demo)
+    model.config.hidden_size = 1536
+    long = (torch.tensor([150]), torch.zeros(8, dtype=torch.long), torch.full((8,), 1024))
+    assert not packing_pays(model, *long)
+    model.config.hidden_size = 576
+    model.config.layer_types = ["full_attention", "sliding_attention"]
+    assert not packing_pays(model, *demo)
+    model.config.layer_types = ["full_attention", "full_attention"]
+    assert packing_pays(model, *demo)
+    model.config._attn_implementation = "flash_attention_2"  # takes no prepared 4D mask
+    assert not packing_pays(model, *demo)

@@ -139,6 +139,22 @@ def test_explicit_positions(tiny_ours, tokenizer):
     assert (reversed_ - plain).abs().max() > 1e-3  # other relative positions: other logits
 
 
+def test_a_prepared_causal_4d_mask_gives_the_plain_forward(tiny_ours, tokenizer):
+    ids = tokenizer(PROMPTS[2], return_tensors="pt")["input_ids"]
+    n = ids.shape[1]
+    causal = torch.ones(1, 1, n, n, dtype=torch.bool).tril()
+    positions = torch.arange(n)[None]
+    with torch.no_grad():
+        plain = tiny_ours(ids)
+        prepared = tiny_ours(ids, causal, positions)
+        _, cache = tiny_ours.forward_with_cache(ids)
+    assert torch.equal(plain, prepared)
+    with pytest.raises(ValueError, match="4D attention_mask needs positions and no cache"):
+        tiny_ours(ids, causal, positions, cache)
+    with pytest.raises(ValueError, match="4D attention_mask needs positions"):
+        tiny_ours(ids, causal)
+
+
 def test_llama_features_the_model_lacks_are_refused_by_name(tiny_llama):
     from transformers import LlamaConfig
 
