@@ -13,6 +13,7 @@ Task = Literal["math", "keywords"]
 Prompt = Literal[PROMPT_NAMES]  # type: ignore[valid-type]
 LossType = Literal[LOSS_TYPES]  # type: ignore[valid-type]
 LengthNormalization = Literal["masked_mean", "masked_normalize"]
+ReuseRolloutForward = Literal["auto", "on", "off"]
 
 
 @dataclass
@@ -57,6 +58,7 @@ class GRPOConfig:
     kl_reference: bool = setting(True, "Keep a frozen copy of the initial policy and log KL to it (costs its memory).")
     kl_prev: bool = setting(True, "Log KL between the policies before and after each step (one extra forward pass).")
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward to save memory.")
+    reuse_rollout_forward: ReuseRolloutForward = setting("auto", "Train on the rollout's own forward pass: the sampler keeps every linear layer's output and the training forward replays them instead of multiplying again (the same gradient up to rounding, a third less train-phase arithmetic; alignment/forward_tape.py). Needs --backend hf or transformer_lm, one optimizer step per rollout batch, no --gradient-checkpointing, no dropout, and memory for every rollout token's linear-layer outputs (1.1 GB for configs/keyword_demo.toml). auto: used where all of that holds and it fits a quarter of memory.")
     backend: Backend = setting("auto", "Rollout backend; transformer_lm: the policy is our own TransformerLM, sampled by its own decoder.")
     policy_device: str | None = setting(None, "Policy device (default: cuda:0, else cpu).")
     rollout_device: str | None = setting(None, "Rollout device (default: cuda:1 with two GPUs, else the policy device).")
@@ -72,7 +74,7 @@ class GRPOConfig:
     RESUMABLE: ClassVar[frozenset[str]] = frozenset({
         "n_grpo_steps", "output_dir", "eval_every", "n_eval_examples", "eval_max_tokens", "checkpoint_every",
         "wandb_project", "wandb_mode", "gpu_memory_utilization", "policy_device", "rollout_device",
-        "grader_workers", "overwrite",
+        "grader_workers", "overwrite", "reuse_rollout_forward",
     })
 
     @property

@@ -8,9 +8,10 @@ the new weights to the rollout engine.
 
 import copy
 import math
+import os
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -20,9 +21,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from alignment.advantages import normalize_group_rewards
 from alignment.evaluation import generate_and_grade
 from alignment.faults import fault_point
+from alignment.forward_tape import ForwardTape, has_dropout
 from alignment.grpo_config import GRPOConfig
 from alignment.grpo_step import grpo_microbatch_train_step
 from alignment.kl import k3, kl_estimates
+from alignment.logprobs import output_head
 from alignment.masked import masked_mean
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import format_prompt
@@ -107,6 +110,43 @@ def rollout_sampling(c: GRPOConfig, step: int) -> SamplingConfig:
     )
 
 
+def rollout_forward_tape(
+    config: GRPOConfig, policy: PreTrainedModel, engine: RolloutEngine | None, prompt_tokens: int
+) -> ForwardTape | None:
+    """A ForwardTape when the learner may replay the sampler's forward (--reuse-rollout-forward), else None.
+
+    `prompt_tokens` is the longest prompt. With `on`, whatever stands in the way is a ValueError naming it.
+    """
+    if config.reuse_rollout_forward == "off":
+        return None
+    tape = ForwardTape(policy, output_head(policy))
+    slots = config.n_prompts_per_rollout_batch * prompt_tokens + config.rollout_batch_size * config.sampling_max_tokens
+    needed, budget = slots * tape.bytes_per_slot(), tape_memory_budget(next(policy.parameters()).device)
+    in_process = hasattr(engine, "tape") and getattr(engine, "use_cache", True)  # hf, transformer_lm with its cache
+    samples_policy = in_process and getattr(engine, "model", None) is policy
+    requirements = [
+        (not config.off_policy,
+         "one optimizer step per rollout batch (--epochs-per-rollout-batch 1, --train-batch-size = --rollout-batch-size)"),
+        (not config.gradient_checkpointing, "no --gradient-checkpointing"),
+        (samples_policy, "a rollout engine that samples the policy itself (--backend hf, or transformer_lm with its cache)"),
+        (not has_dropout(policy), "a policy without dropout"),
+        (needed <= budget, f"{needed / 2**30:.1f} GiB for the tape, at most a quarter of memory ({budget / 2**30:.1f} GiB)"),
+    ]
+    problem = next((what for met, what in requirements if not met), None)
+    if problem is None:
+        return tape
+    if config.reuse_rollout_forward == "on":
+        raise ValueError(f"--reuse-rollout-forward on needs {problem}")
+    return None
+
+
+def tape_memory_budget(device: torch.device) -> int:
+    """A quarter of the device's free memory (GPU) or of the machine's memory (CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0] // 4
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
 class GRPOTrainer:
     """Holds the policy, optimizer, rollout engine and grader; `step()` runs one GRPO step."""
 
@@ -131,6 +171,7 @@ class GRPOTrainer:
         self.order = PromptOrder(len(task.questions), config.seed)
         self.step_index = 0
         self.prompt_ids = [tokenizer(format_prompt(task.template, q))["input_ids"] for q in task.questions]
+        self.tape = rollout_forward_tape(config, policy, engine, max(map(len, self.prompt_ids)))
 
     @property
     def device(self) -> torch.device:
@@ -158,7 +199,8 @@ class GRPOTrainer:
         """group_size rollouts for each question index, prompt-major."""
         self.policy.eval()
         prompts = [format_prompt(self.task.template, self.task.questions[q]) for q in questions]
-        return self.engine.generate(prompts, self.config.group_size, self.sampling(self.step_index))
+        with nullcontext() if self.tape is None else self.tape.recording(self.engine):
+            return self.engine.generate(prompts, self.config.group_size, self.sampling(self.step_index))
 
     def grade(self, questions: Sequence[int], rollouts: Sequence[Rollout]) -> list[dict[str, float]]:
         truths = self.task.truths_for(questions, [r.prompt_index for r in rollouts])
@@ -173,7 +215,13 @@ class GRPOTrainer:
             raise FloatingPointError(f"GRPO step {self.step_index + 1}: the reward of rollout {bad} is {raw[bad].item()} "
                                      f"(response {rollouts[bad].text[:80]!r}); no update was made")
         advantages = normalize_group_rewards(raw, c.group_size, c.advantage_eps, c.use_std_normalization)
-        return collate([self.prompt_ids[q] for q in questions], rollouts, raw, advantages, self.tokenizer.pad_token_id)
+        batch = collate([self.prompt_ids[q] for q in questions], rollouts, raw, advantages, self.tokenizer.pad_token_id)
+        if self.tape is not None and self.tape.versions is not None:
+            try:
+                batch.slots = self.tape.row_slots(batch.input_ids, batch.response_mask)  # where their forward was kept
+            except ValueError:
+                pass  # rollouts changed since sampling (edited, filtered): the learner recomputes their forward
+        return batch
 
     def learn(self, batch: RolloutBatch, timer: PhaseTimer | None = None) -> list[dict[str, float]]:
         """Old/reference log-probs when needed, then epochs_per_rollout_batch epochs of optimizer steps.
@@ -218,7 +266,8 @@ class GRPOTrainer:
             micro = batch.select(slice(start, start + c.micro_train_batch_size))
             mask = micro.response_mask.to(device)
             out = shared_prompt_log_probs(
-                self.policy, micro.input_ids.to(device), micro.labels.to(device), mask, return_token_entropy=True
+                self.policy, micro.input_ids.to(device), micro.labels.to(device), mask, return_token_entropy=True,
+                tape=self.tape, slots=None if micro.slots is None else micro.slots.to(device),
             )
             old = None
             if c.needs_old_log_probs:

@@ -10,9 +10,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from alignment.forward_tape import ForwardTape
 from alignment.reserved_cache import ReservedCache
 from alignment.rollout import Rollout, SamplingConfig
-from alignment.rollout_common import decode, default_memory_budget, generate_in_groups, load_unless_shared
+from alignment.rollout_common import decode, default_memory_budget, generate_in_groups, load_unless_shared, sampling_linears
 
 
 def kv_cache_bytes_per_token(model: PreTrainedModel) -> int:
@@ -43,6 +44,7 @@ class HFRolloutEngine:
             eos_ids.add(tokenizer.eos_token_id)
         self.eos_ids = torch.tensor(sorted(eos_ids), dtype=torch.long)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
+        self.tape: ForwardTape | None = None  # set by ForwardTape.recording: say which tokens each call feeds
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         load_unless_shared(self.model, state_dict)
@@ -73,19 +75,17 @@ class HFRolloutEngine:
             attention[row, width - len(ids) :] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = ReservedCache(sampling.max_tokens)  # room for every new token: no per-step copy of the cache
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        ).logits[:, -1]
-        cache.batch_repeat_interleave(n)
-        attention, position = attention.repeat_interleave(n, dim=0), positions[:, -1].repeat_interleave(n) + 1
+        cache, tape = ReservedCache(sampling.max_tokens), self.tape  # room for every new token: no per-step copy
+        rows, fed = torch.arange(len(prompts) * n, device=device), 0  # for the tape: running rows, tokens fed
 
         def advance(chosen: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
-            nonlocal attention, position
+            nonlocal attention, position, rows, fed
             if kept is not None:
                 cache.batch_select_indices(kept)
-                attention, position = attention[kept], position[kept]
+                attention, position, rows = attention[kept], position[kept], rows[kept]
+            if tape is not None:
+                tape.add_response_tokens(rows, fed, chosen)
+            fed += 1
             attention = torch.cat([attention, attention.new_ones((len(chosen), 1))], dim=-1)
             out = self.model(
                 input_ids=chosen.unsqueeze(-1), attention_mask=attention, position_ids=position.unsqueeze(-1),
@@ -95,7 +95,16 @@ class HFRolloutEngine:
             return out.logits[:, -1]
 
         prompt_indices = [i for i in range(len(prompts)) for _ in range(n)]
-        return decode(
-            logits.repeat_interleave(n, dim=0), advance, self.tokenizer, prompt_indices, self.eos_ids.tolist(),
-            sampling, generator, bar,
-        )
+        with sampling_linears(self.model, tape):
+            if tape is not None:
+                tape.add_prompts(input_ids, attention.bool(), n, sampling.max_tokens)
+            logits = self.model(
+                input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                past_key_values=cache, use_cache=True, logits_to_keep=1,
+            ).logits[:, -1]
+            cache.batch_repeat_interleave(n)
+            attention, position = attention.repeat_interleave(n, dim=0), positions[:, -1].repeat_interleave(n) + 1
+            return decode(
+                logits.repeat_interleave(n, dim=0), advance, self.tokenizer, prompt_indices, self.eos_ids.tolist(),
+                sampling, generator, bar,
+            )

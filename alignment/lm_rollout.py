@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from alignment.forward_tape import ForwardTape
 from alignment.lm_sampler import sample
 from alignment.rollout import Rollout, SamplingConfig
 from alignment.rollout_common import default_memory_budget, generate_in_groups, load_unless_shared
@@ -41,6 +42,7 @@ class TransformerLMRolloutEngine:
         if eos_ids is None and tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer defines no EOS token; pass eos_ids")
         self.eos_ids = list(eos_ids) if eos_ids is not None else [tokenizer.eos_token_id]
+        self.tape: ForwardTape | None = None  # set by ForwardTape.recording: the sampler says which tokens it feeds
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         load_unless_shared(self.model, state_dict)
@@ -56,7 +58,7 @@ class TransformerLMRolloutEngine:
         return generate_in_groups(
             self.tokenizer, prompts, n, sampling, self.model.device, self.batch_size_for,
             lambda prompt_ids, generator, bar: sample(
-                self.model, self.tokenizer, prompt_ids, n, sampling, self.eos_ids, generator, self.use_cache, bar
+                self.model, self.tokenizer, prompt_ids, n, sampling, self.eos_ids, generator, self.use_cache, bar, self.tape
             ),
             self.progress,
         )

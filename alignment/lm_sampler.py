@@ -13,8 +13,9 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from alignment.forward_tape import ForwardTape
 from alignment.rollout import Rollout, SamplingConfig
-from alignment.rollout_common import decode
+from alignment.rollout_common import decode, sampling_linears
 from alignment.transformer_lm import TransformerLM
 
 
@@ -40,29 +41,31 @@ def sample(
     generator: torch.Generator | None = None,
     use_cache: bool = True,
     bar: tqdm | None = None,
+    tape: ForwardTape | None = None,
 ) -> list[Rollout]:
     """n samples of each tokenized prompt, prompt-major: result[i * n : (i + 1) * n] continue prompts[i].
 
     Stops a row at an EOS token (eos_ids), a stop string of `sampling` (the tokenizer decodes to check) or
     max_tokens; neither EOS nor a stop string counts before min_tokens, and EOS gets no probability there.
-    `generator` seeds the draws (None: torch's global generator); `bar` counts finished sequences.
+    `generator` seeds the draws (None: torch's global generator); `bar` counts finished sequences; `tape`
+    records the forward passes for the learner (with the cache only: alignment.forward_tape).
     """
     if n < 1:
         raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
+    if tape is not None and not use_cache:
+        raise ValueError("recording the forward passes (a ForwardTape) needs use_cache=True")
     ids, mask = left_pad(prompts, model.device)
     cache = None
-    if use_cache:
-        hidden, cache = model.forward_with_cache(ids, mask)
-        logits = model.lm_head(hidden[:, -1]).repeat_interleave(n, dim=0)
-        cache = cache.repeat_interleave(n)
-    else:
-        ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
-        logits = model.lm_head(model.forward_with_cache(ids, mask)[0][:, -1])
+    rows, fed = torch.arange(len(prompts) * n, device=model.device), 0  # for the tape: running rows, tokens fed
 
     def advance(chosen: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
-        nonlocal cache, ids, mask
+        nonlocal cache, ids, mask, rows, fed
         if cache is not None:
-            cache = cache if kept is None else cache.select(kept)
+            if kept is not None:
+                cache, rows = cache.select(kept), rows[kept]
+            if tape is not None:
+                tape.add_response_tokens(rows, fed, chosen)
+            fed += 1
             hidden, cache = model.forward_with_cache(chosen.unsqueeze(-1), cache=cache)
         else:
             if kept is not None:
@@ -72,4 +75,14 @@ def sample(
         return model.lm_head(hidden[:, -1])
 
     prompt_indices = [i for i in range(len(prompts)) for _ in range(n)]
-    return decode(logits, advance, tokenizer, prompt_indices, eos_ids, sampling, generator, bar)
+    with sampling_linears(model, tape):
+        if tape is not None:
+            tape.add_prompts(ids, mask, n, sampling.max_tokens)
+        if use_cache:
+            hidden, cache = model.forward_with_cache(ids, mask)
+            logits = model.lm_head(hidden[:, -1]).repeat_interleave(n, dim=0)
+            cache = cache.repeat_interleave(n)
+        else:
+            ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
+            logits = model.lm_head(model.forward_with_cache(ids, mask)[0][:, -1])
+        return decode(logits, advance, tokenizer, prompt_indices, eos_ids, sampling, generator, bar)

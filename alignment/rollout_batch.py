@@ -21,6 +21,7 @@ class RolloutBatch:
     advantages: torch.Tensor  # (batch, 1)
     rollout_log_probs: torch.Tensor  # (batch, seq): the sampler's log-prob of each response label, 0 elsewhere
     old_log_probs: torch.Tensor | None = None  # (batch, seq), set once per rollout batch when off-policy
+    slots: torch.Tensor | None = None  # (batch, seq) ForwardTape slots of the input positions, when recorded
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -41,6 +42,7 @@ class RolloutBatch:
             advantages=rows(self.advantages, False),
             rollout_log_probs=rows(self.rollout_log_probs, True),
             old_log_probs=rows(self.old_log_probs, True),
+            slots=rows(self.slots, True),
         )
 
 

@@ -2,11 +2,13 @@
 sampling, stop and bookkeeping rules, batching prompts into whole groups, and policy weight loads.
 
 A backend supplies only its model calls: the first next-token logits of every row, and a function that
-takes the chosen tokens of the rows still running and returns their next logits.
+takes the chosen tokens of the rows still running and returns their next logits. It makes them inside
+`sampling_linears`, which also records them when the learner will replay them (alignment/forward_tape.py).
 """
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -15,9 +17,41 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from alignment.faults import fault_point
+from alignment.forward_tape import ForwardTape, module_forwards
 from alignment.rollout import Rollout, SamplingConfig
 
 STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
+FEW_ROWS = 64  # up to this many rows, a CPU linear layer multiplies as W @ x^T
+
+
+def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear(x, weight, bias), as (W @ x^T)^T when x has few rows on the CPU.  (..., in) -> (..., out)
+
+    MKL's sgemm copies its larger operand into a blocked layout on every call: for x @ W^T that is the weight
+    matrix, for W @ x^T the few rows of x. At SmolLM2-135M's decode shapes (32 rows) a step's linear layers took
+    173 ms instead of 190 (bench/cpu_kernels.py), and the demo's rollouts 6.11 s instead of 7.50 (medians,
+    alternating). The result is made contiguous again (a copy of only rows x out): attention refuses its fused
+    CPU kernel for a transposed query, which cost more than the products saved.
+    """
+    rows = x.numel() // x.shape[-1]
+    if x.device.type != "cpu" or rows > FEW_ROWS:
+        return F.linear(x, weight, bias)
+    y = torch.mm(weight, x.reshape(rows, x.shape[-1]).t()).t().contiguous()
+    return (y if bias is None else y + bias).view(*x.shape[:-1], weight.shape[0])
+
+
+@contextmanager
+def sampling_linears(model: nn.Module, tape: ForwardTape | None) -> Iterator[None]:
+    """Inside, the model's linear layers compute as few_rows_linear and, given a tape, record their outputs."""
+
+    def forward(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        y = few_rows_linear(x, layer.weight, layer.bias)
+        if tape is not None:
+            tape.record(layer, y)
+        return y
+
+    with module_forwards(model, {nn.Linear: forward}):
+        yield
 
 
 def default_memory_budget(device: torch.device) -> int:
@@ -34,7 +68,7 @@ def sampling_log_probs(logits: torch.Tensor, temperature: float, top_p: float) -
     and reports the plain softmax.
     """
     logits = logits.float()
-    if temperature > 0:
+    if temperature > 0 and temperature != 1:
         logits = logits / temperature
     log_probs = torch.log_softmax(logits, dim=-1)
     if temperature == 0 or top_p >= 1.0:
@@ -56,7 +90,8 @@ def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None, block:
     Zero-probability tokens are never drawn. (batch, vocab) -> (batch,)
     """
     rows, vocab = probs.shape
-    blocks = F.pad(probs, (0, (-vocab) % block)).view(rows, -1, block)  # zero padding is never drawn
+    padded = probs if vocab % block == 0 else F.pad(probs, (0, (-vocab) % block))  # zero padding is never drawn
+    blocks = padded.view(rows, -1, block)
     totals = blocks.sum(dim=-1, dtype=torch.float64)  # (rows, n_blocks)
     ends = totals.cumsum(dim=-1)
     point = torch.rand((rows, 1), generator=generator, device=probs.device, dtype=torch.float64) * ends[:, -1:]
@@ -113,7 +148,8 @@ def decode(
     logits: (rows, vocab), each row's first next-token logits. advance(chosen, kept) is called after each
     step with the tokens just chosen for the rows still running, (live,), and, when some rows have just
     finished, the (live,) indices of those that go on among the previous step's rows (None when all do);
-    it drops the others from the model state and returns the running rows' next logits, (live, vocab).
+    it drops the others from the model state and returns the running rows' next logits, (live, vocab), a
+    tensor of its own (decode masks EOS in it in place).
     A row stops at an EOS token, a stop string or max_tokens; neither EOS nor a stop string counts before
     min_tokens, and EOS gets no probability there. `bar` counts finished sequences.
     """
@@ -125,7 +161,7 @@ def decode(
     finish = ["length"] * rows
     for step in range(sampling.max_tokens):
         if step < sampling.min_tokens:
-            logits = logits.index_fill(-1, eos, float("-inf"))
+            logits = logits.index_fill_(-1, eos, float("-inf"))
         log_probs = sampling_log_probs(logits, sampling.temperature, sampling.top_p)
         chosen = log_probs.argmax(dim=-1) if sampling.temperature == 0 else sample_tokens(log_probs.exp(), generator)
         chosen_lp = log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)

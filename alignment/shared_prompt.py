@@ -19,13 +19,20 @@ packed, bench/cpu_kernels.py) and the attention takes a prepared mask (sdpa; not
 Rows are in RolloutBatch layout: right-padded prompt + response, labels = input_ids shifted left, and
 response_mask True on a contiguous run of label positions. The prompt fed once is the row up to the position
 predicting the first response token; that position itself and the response form the per-row suffix.
+
+Given a ForwardTape and the slots of the rows' positions, every model call here replays the sampler's recorded
+linear-layer outputs instead of recomputing them (alignment/forward_tape.py); slots follow tokens through
+each layout by the same indexing.
 """
 
+import dataclasses
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from alignment.forward_tape import ForwardTape
 from alignment.gqa_attention import NAME as GQA_NAME
 from alignment.logprobs import get_response_log_probs, label_log_probs_and_entropy, log_probs_of_labels, output_head
 from alignment.transformer_lm import TransformerLM
@@ -64,6 +71,13 @@ class Layout:
     suffix_ids: torch.Tensor  # (batch, suffix) tokens from the column predicting the first response token
     position: torch.Tensor  # (batch, suffix) their columns in the row = position ids
     valid: torch.Tensor  # (batch, suffix) bool, False past a row's response
+    prompt_slots: torch.Tensor | None = None  # (prompts, width) tape slots of the distinct prompts' tokens
+    suffix_slots: torch.Tensor | None = None  # (batch, suffix) tape slots of the suffixes, -1 where not valid
+    tape: ForwardTape | None = None
+
+    def replaying(self, slots: torch.Tensor | None) -> AbstractContextManager:
+        """A model call that replays the tape at `slots` (a no-op without a tape)."""
+        return nullcontext() if self.tape is None or slots is None else self.tape.replaying(slots)
 
 
 def shared_prompt_log_probs(
@@ -72,18 +86,23 @@ def shared_prompt_log_probs(
     labels: torch.Tensor,
     response_mask: torch.Tensor,
     return_token_entropy: bool = False,
+    tape: ForwardTape | None = None,
+    slots: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Same contract as get_response_log_probs(..., response_mask=...): (batch, seq) float32, 0 off the response.
 
-    Falls back to scoring every row in full when `can_share_prompts` says no or no prompt repeats.
+    Falls back to scoring every row in full when `can_share_prompts` says no or no prompt repeats. With `tape`
+    and `slots` (batch, seq), the tape slot of each input position (ForwardTape.row_slots), the model's linear
+    layers replay what the sampler computed.
     """
     batch, seq = input_ids.shape
     device = input_ids.device
-    if not can_share_prompts(model, response_mask):
-        return get_response_log_probs(model, input_ids, labels, return_token_entropy, response_mask=response_mask)
+    tape = tape if slots is not None else None
     unique, inverse = prompt_groups(input_ids, response_mask)  # (prompts, width), (batch,)
-    if len(unique) == batch:
-        return get_response_log_probs(model, input_ids, labels, return_token_entropy, response_mask=response_mask)
+    if not can_share_prompts(model, response_mask) or len(unique) == batch:
+        replay = nullcontext() if tape is None else tape.replaying(slots, slots[response_mask])
+        with replay:
+            return get_response_log_probs(model, input_ids, labels, return_token_entropy, response_mask=response_mask)
 
     prompt_length = (unique >= 0).sum(dim=1)  # (prompts,)
     start, length = prompt_length[inverse], response_mask.sum(dim=1)  # (batch,) each
@@ -93,9 +112,18 @@ def shared_prompt_log_probs(
     valid = steps < length[:, None]
     gather_at = position.clamp(max=seq - 1)
     layout = Layout(unique, prompt_length, inverse, input_ids.gather(1, gather_at), position, valid)
+    if tape is not None:
+        # a distinct prompt's slots are those of its first row
+        rows = torch.arange(batch, device=device)
+        first = torch.full((len(unique),), batch, device=device).scatter_reduce(0, inverse, rows, "amin")
+        layout = dataclasses.replace(
+            layout, prompt_slots=slots[first, : unique.shape[1]],
+            suffix_slots=slots.gather(1, gather_at).masked_fill(~valid, -1), tape=tape,
+        )
     run = packed_hidden if packing_pays(model, prompt_length, inverse, length) else cached_hidden
     hidden = run(model, layout)  # (response tokens, d_model)
-    logits = output_head(model)(hidden)  # (response tokens, vocab)
+    with layout.replaying(None if layout.suffix_slots is None else layout.suffix_slots[valid]):
+        logits = output_head(model)(hidden)  # (response tokens, vocab)
     rows = torch.arange(batch, device=device)[:, None].expand_as(position)[valid]
     where = (rows, position[valid])
     zeros = torch.zeros((batch, seq), dtype=torch.float32, device=device)
@@ -137,24 +165,30 @@ def packed_hidden(model: nn.Module, layout: Layout) -> torch.Tensor:
     earlier_in_group = (inverse[:, None] == inverse[None, :]).tril(diagonal=-1)  # (batch, batch)
     offset = prompt_length[inverse] + (earlier_in_group * length).sum(dim=1)  # (batch,)
     total = int(prompt_length.index_add(0, inverse, length).max())
-    ids = torch.zeros((len(unique), total), dtype=torch.long, device=device)
-    position_ids = torch.zeros_like(ids)
-    segment = torch.full_like(ids, -2)  # -2 padding, -1 the prompt, r >= 0 row r's suffix
     in_prompt = torch.arange(width, device=device) < prompt_length[:, None]  # (prompts, width)
-    ids[:, :width] = unique.clamp(min=0) * in_prompt
-    position_ids[:, :width] = torch.arange(width, device=device)
-    segment[:, :width] = torch.where(in_prompt, -1, -2)
     rows = torch.arange(len(inverse), device=device)[:, None].expand_as(valid)[valid]
     at = (inverse[rows], (offset[:, None] + torch.arange(valid.shape[1], device=device))[valid])
-    ids[at], position_ids[at], segment[at] = layout.suffix_ids[valid], layout.position[valid], rows
+
+    def pack(prompt_part: torch.Tensor, suffix_part: torch.Tensor, fill: int) -> torch.Tensor:
+        """(prompts, total): each prompt's row of the prompt part (fill past its length), then its rows' suffixes."""
+        packed = torch.full((len(unique), total), fill, dtype=torch.long, device=device)
+        packed[:, :width] = prompt_part.where(in_prompt, fill)
+        packed[at] = suffix_part
+        return packed
+
+    ids = pack(unique, layout.suffix_ids[valid], 0)
+    position_ids = pack(torch.arange(width, device=device).expand_as(unique), layout.position[valid], 0)
+    segment = pack(torch.full_like(unique, -1), rows, -2)  # -2 padding, -1 the prompt, r >= 0 row r's suffix
+    slots = None if layout.suffix_slots is None else pack(layout.prompt_slots, layout.suffix_slots[valid], -1)
     causal = torch.ones((total, total), dtype=torch.bool, device=device).tril()
     key, query = segment[:, None, :], segment[:, :, None]
     # every query sees the prompt's first token, so no row of the mask is empty (which would give NaN)
     mask = (causal & ((key == -1) | ((key == query) & (key >= 0))))[:, None]  # (prompts, 1, total, total)
-    if isinstance(model, TransformerLM):
-        hidden, _ = model.forward_with_cache(ids, mask, positions=position_ids)
-    else:
-        hidden = model.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False).last_hidden_state
+    with layout.replaying(slots):
+        if isinstance(model, TransformerLM):
+            hidden, _ = model.forward_with_cache(ids, mask, positions=position_ids)
+        else:
+            hidden = model.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False).last_hidden_state
     return hidden[at]
 
 
@@ -167,16 +201,23 @@ def cached_hidden(model: nn.Module, layout: Layout) -> torch.Tensor:
     source = torch.arange(width, device=device) - (width - prompt_length)[:, None]  # (prompts, width); < 0 is padding
     prompt_mask = source >= 0
     prompt_ids = unique.gather(1, source.clamp(min=0)).masked_fill(~prompt_mask, 0)
+    prompt_slots = None
+    if layout.prompt_slots is not None:
+        prompt_slots = layout.prompt_slots.gather(1, source.clamp(min=0)).masked_fill(~prompt_mask, -1)
     if isinstance(model, TransformerLM):
-        _, cache = model.forward_with_cache(prompt_ids, prompt_mask, positions=source.clamp(min=0))
-        hidden, _ = model.forward_with_cache(suffix_ids, valid, positions=position, cache=cache.select(inverse))
+        with layout.replaying(prompt_slots):
+            _, cache = model.forward_with_cache(prompt_ids, prompt_mask, positions=source.clamp(min=0))
+        with layout.replaying(layout.suffix_slots):
+            hidden, _ = model.forward_with_cache(suffix_ids, valid, positions=position, cache=cache.select(inverse))
     else:
-        cache = model.base_model(
-            input_ids=prompt_ids, attention_mask=prompt_mask.long(), position_ids=source.clamp(min=0), use_cache=True
-        ).past_key_values
+        with layout.replaying(prompt_slots):
+            cache = model.base_model(
+                input_ids=prompt_ids, attention_mask=prompt_mask.long(), position_ids=source.clamp(min=0), use_cache=True
+            ).past_key_values
         cache.reorder_cache(inverse)  # (prompts, ...) -> (batch, ...) by index_select, so gradients flow back
-        hidden = model.base_model(
-            input_ids=suffix_ids, attention_mask=torch.cat([prompt_mask[inverse], valid], dim=1).long(),
-            position_ids=position, past_key_values=cache, use_cache=True,
-        ).last_hidden_state
+        with layout.replaying(layout.suffix_slots):
+            hidden = model.base_model(
+                input_ids=suffix_ids, attention_mask=torch.cat([prompt_mask[inverse], valid], dim=1).long(),
+                position_ids=position, past_key_values=cache, use_cache=True,
+            ).last_hidden_state
     return hidden[valid]

@@ -14,6 +14,14 @@
    (alignment.shared_prompt), 12 alternating rounds of 2 calls each, the first round dropped.
 6. with --long: the hf backend sampling 8 x 1024 tokens from SmolLM2-135M (float32), with transformers'
    DynamicCache vs alignment.reserved_cache.ReservedCache (about 3.5 minutes).
+7. the linear layers of one decode step at SmolLM2-135M's shapes (30 layers x 7 and the 49152-wide head, 32 rows,
+   random weights): F.linear (x @ W^T) vs alignment.rollout_common.few_rows_linear (W @ x^T, made contiguous).
+8. the weight gradients of one demo train phase at those shapes (4 microbatches of 344 tokens, 256 response tokens
+   at the head): a new gradient per microbatch added into .grad, as autograd does, vs addmm_ into .grad in place
+   (alignment.forward_tape's replayed linear).
+9. the tied embedding's gradient over those 4 microbatches: autograd's dense zero-filled (49152, 576) gradient
+   per microbatch added into .grad vs index_add_ into .grad at the rows used (alignment.forward_tape).
+Cases 7-9 alternate their two ways over 7 rounds and report medians of the last 6.
 Cases 2 and 3 each run in a fresh interpreter (peak memory and malloc settings are per process).
 """
 
@@ -22,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +43,7 @@ from alignment.hf_rollout import HFRolloutEngine
 from alignment.models import SMOLLM2, load_model_and_tokenizer
 from alignment.reserved_cache import ReservedCache
 from alignment.rollout import SamplingConfig
-from alignment.rollout_common import sample_tokens
+from alignment.rollout_common import few_rows_linear, sample_tokens
 from alignment.shared_prompt import packing_pays, shared_prompt_log_probs
 
 CHILD = """
@@ -154,6 +163,76 @@ def long_decode_s(cache_kind: str) -> float:
         engine_module.ReservedCache = ReservedCache
 
 
+# SmolLM2-135M's linear layers, (out, in) and count per layer: q, k, v, o, gate, up, down; then the tied head
+LAYER_SHAPES = [((576, 576), 2), ((192, 576), 2), ((1536, 576), 2), ((576, 1536), 1)]
+HEAD = (49152, 576)
+
+
+def alternating(ways: dict[str, Callable[[], object]], rounds: int = 7) -> dict[str, float]:
+    """Median seconds of each way, run in turn each round; the first round is left out."""
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for round_ in range(rounds):
+        for name, run in ways.items():
+            start = time.perf_counter()
+            run()
+            if round_:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def decode_linears_ms() -> dict[str, float]:
+    torch.manual_seed(0)
+    weights = [torch.randn(shape) * 0.02 for shape, count in LAYER_SHAPES for _ in range(30 * count)]
+    weights.append(torch.randn(HEAD) * 0.02)
+    inputs = {n: torch.randn(32, 1, n) for n in (576, 1536)}
+    ways = {
+        "x @ W^T": lambda: [F.linear(inputs[w.shape[1]], w) for w in weights],
+        "W @ x^T": lambda: [few_rows_linear(inputs[w.shape[1]], w, None) for w in weights],
+    }
+    return {name: s * 1e3 for name, s in alternating(ways).items()}
+
+
+def weight_gradients_s() -> dict[str, float]:
+    torch.manual_seed(0)
+    layers = [(shape, 344) for shape, count in LAYER_SHAPES for _ in range(30 * count)] + [(HEAD, 256)]
+    parts = [[(torch.randn(tokens, shape[0]), torch.randn(tokens, shape[1])) for _ in range(4)] for shape, tokens in layers]
+
+    def new_then_add() -> None:
+        for microbatches in parts:
+            grad = None
+            for g, x in microbatches:
+                new = g.t() @ x
+                grad = new if grad is None else grad.add_(new)
+
+    def in_place() -> None:
+        for microbatches in parts:
+            grad = None
+            for g, x in microbatches:
+                grad = g.t() @ x if grad is None else grad.addmm_(g.t(), x)
+
+    return alternating({"new + add": new_then_add, "addmm_ in place": in_place})
+
+
+def embedding_gradient_ms() -> dict[str, float]:
+    torch.manual_seed(0)
+    weight = torch.randn(HEAD, requires_grad=True)
+    parts = [(torch.randint(0, HEAD[0], (344,)), torch.randn(344, HEAD[1])) for _ in range(4)]
+
+    def dense() -> None:
+        weight.grad = None
+        for ids, g in parts:
+            F.embedding(ids, weight).backward(g)
+
+    def in_place() -> None:
+        weight.grad = None
+        for ids, g in parts:
+            if weight.grad is None:
+                weight.grad = torch.zeros_like(weight)
+            weight.grad.index_add_(0, ids, g)
+
+    return {name: s * 1e3 for name, s in alternating({"dense": dense, "index_add_ in place": in_place}).items()}
+
+
 def main(long: bool = False) -> None:
     print(f"attention, one layer, one decode step: sdpa with repeat_kv {attention_us(False):.0f} us, "
           f"sdpa_gqa {attention_us(True):.0f} us")
@@ -164,6 +243,12 @@ def main(long: bool = False) -> None:
     print(f"sample 32 rows of 49152: one-level float64 CDF {sampling_ms(False):.2f} ms, two-level {sampling_ms(True):.2f} ms")
     cached, packed = shared_prompt_s()
     print(f"demo microbatch, forward + backward: prompt pass + cached suffix pass {cached:.3f} s, packed {packed:.3f} s")
+    decode = decode_linears_ms()
+    print(f"one decode step's linear layers, 32 rows: x @ W^T {decode['x @ W^T']:.1f} ms, W @ x^T {decode['W @ x^T']:.1f} ms")
+    grads = weight_gradients_s()
+    print(f"weight gradients of 4 microbatches: new + add {grads['new + add']:.2f} s, addmm_ in place {grads['addmm_ in place']:.2f} s")
+    embedding = embedding_gradient_ms()
+    print(f"embedding gradient of 4 microbatches: dense {embedding['dense']:.0f} ms, index_add_ in place {embedding['index_add_ in place']:.0f} ms")
     if long:
         dynamic, reserved = long_decode_s("dynamic"), long_decode_s("reserved")
         print(f"hf backend, 8 x 1024 tokens: DynamicCache {dynamic:.1f} s ({8192 / dynamic:.1f} tokens/s), "

@@ -61,8 +61,10 @@ def test_cache_and_no_cache_sample_the_same_tokens(lm):
     ]
     cached, recomputed = runs
     assert [r.token_ids for r in cached] == [r.token_ids for r in recomputed]
+    # the cached decode multiplies a few rows as W @ x^T, the full re-run many as x @ W^T (few_rows_linear): the
+    # same sums in another order, so log-probs of about -10 agree to float32 rounding, not bit for bit
     for a, b in zip(cached, recomputed):
-        assert a.finish_reason == b.finish_reason and (torch.tensor(a.logprobs) - torch.tensor(b.logprobs)).abs().max() <= 1e-5
+        assert a.finish_reason == b.finish_reason and (torch.tensor(a.logprobs) - torch.tensor(b.logprobs)).abs().max() <= 1e-4
     lengths = {len(r.token_ids) for r in cached}
     assert len(lengths) > 2 and min(lengths) >= 2  # rows really were pruned at different steps, none before min_tokens
 
