@@ -153,6 +153,8 @@ class ForwardTape:
         self.fed: list[int] = []  # per row: response tokens fed to the model
         self.versions = None
         self._batch = (0, 0, 0)  # the latest add_prompts batch: its first row, response block, rows
+        self._running = torch.empty(0, dtype=torch.long)  # its rows still running (indices into it)
+        self._step = 0  # response tokens fed to it so far, per running row
         self.tokens.fill_(-1)
         self._body: slice | torch.Tensor | None = None
         self._head: slice | torch.Tensor | None = None
@@ -187,14 +189,19 @@ class ForwardTape:
                 self.fed.append(0)
         self.used = responses + max_tokens * rows
         self._batch = (len(self.fed) - rows, responses, rows)
+        self._running, self._step = torch.arange(rows, device=prompt_mask.device), 0
         block = torch.arange(start, responses, device=prompt_mask.device).view(prompts, width)
         self.tokens[block[prompt_mask]] = prompt_ids[prompt_mask]
         self._body, self._head = _target(block), _target(block[:, -1])
 
-    def add_response_tokens(self, rows: torch.Tensor, t: int, tokens: torch.Tensor) -> None:
-        """The next model call feeds `tokens`, response token t of `rows` (indices into the latest add_prompts
-        batch), one each."""
+    def add_response_tokens(self, tokens: torch.Tensor, kept: torch.Tensor | None) -> None:
+        """The next model call feeds `tokens`, the next response token of each row still running; `kept` as
+        decode's advance gets it: the indices, among the previous call's rows, of those that go on (None: all)."""
         first_row, responses, count = self._batch
+        if kept is not None:
+            self._running = self._running[kept]
+        rows, t = self._running, self._step
+        self._step += 1
         for row in rows.tolist():
             self.fed[first_row + row] = t + 1
         slots = responses + t * count + rows

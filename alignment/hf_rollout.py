@@ -76,16 +76,14 @@ class HFRolloutEngine:
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         cache, tape = ReservedCache(sampling.max_tokens), self.tape  # room for every new token: no per-step copy
-        rows, fed = torch.arange(len(prompts) * n, device=device), 0  # for the tape: running rows, tokens fed
 
         def advance(chosen: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
-            nonlocal attention, position, rows, fed
+            nonlocal attention, position
             if kept is not None:
                 cache.batch_select_indices(kept)
-                attention, position, rows = attention[kept], position[kept], rows[kept]
+                attention, position = attention[kept], position[kept]
             if tape is not None:
-                tape.add_response_tokens(rows, fed, chosen)
-            fed += 1
+                tape.add_response_tokens(chosen, kept)
             attention = torch.cat([attention, attention.new_ones((len(chosen), 1))], dim=-1)
             out = self.model(
                 input_ids=chosen.unsqueeze(-1), attention_mask=attention, position_ids=position.unsqueeze(-1),

@@ -56,16 +56,13 @@ def sample(
         raise ValueError("recording the forward passes (a ForwardTape) needs use_cache=True")
     ids, mask = left_pad(prompts, model.device)
     cache = None
-    rows, fed = torch.arange(len(prompts) * n, device=model.device), 0  # for the tape: running rows, tokens fed
 
     def advance(chosen: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
-        nonlocal cache, ids, mask, rows, fed
+        nonlocal cache, ids, mask
         if cache is not None:
-            if kept is not None:
-                cache, rows = cache.select(kept), rows[kept]
+            cache = cache if kept is None else cache.select(kept)
             if tape is not None:
-                tape.add_response_tokens(rows, fed, chosen)
-            fed += 1
+                tape.add_response_tokens(chosen, kept)
             hidden, cache = model.forward_with_cache(chosen.unsqueeze(-1), cache=cache)
         else:
             if kept is not None:

@@ -150,7 +150,7 @@ def test_replay_refuses_changed_weights_and_other_rows(tiny_model, tokenizer):
             pass
 
 
-def test_tape_only_where_replay_is_exact(tiny_model, tokenizer, tmp_path):
+def test_tape_only_where_replay_is_exact(tiny_model, tokenizer):
     model = copy.deepcopy(tiny_model)
     engine = HFRolloutEngine(model, tokenizer, progress=False)
     base = GRPOConfig(rollout_batch_size=4, group_size=2, train_batch_size=4, gradient_accumulation_steps=2,
