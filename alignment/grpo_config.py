@@ -45,6 +45,7 @@ class GRPOConfig:
     use_std_normalization: bool = setting(True, "Divide advantages by the group std.")
     cliprange: float = setting(0.2, "GRPO-Clip epsilon.")
     tis_cap: float | None = setting(None, "Truncated importance sampling: weight each token's policy-gradient loss by min(pi_train / pi_rollout, C) to correct the rollout engine's log-prob mismatch (off by default).")
+    skip_zero_advantage: bool = setting(True, "Rows whose advantage (the reward, for no_baseline) is exactly 0 add exactly 0 to the gradient: score them without gradient, for the loss value and metrics, and leave them out of the backward. The same update up to rounding, and less work wherever a group's rewards all agree.")
     length_normalization: LengthNormalization = setting("masked_mean", "masked_mean: per-sequence mean; masked_normalize: sum / constant (Dr. GRPO).")
     normalize_constant: float | None = setting(None, "Constant for masked_normalize (default: --sampling-max-tokens).")
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.")
@@ -74,7 +75,7 @@ class GRPOConfig:
     RESUMABLE: ClassVar[frozenset[str]] = frozenset({
         "n_grpo_steps", "output_dir", "eval_every", "n_eval_examples", "eval_max_tokens", "checkpoint_every",
         "wandb_project", "wandb_mode", "gpu_memory_utilization", "policy_device", "rollout_device",
-        "grader_workers", "overwrite", "reuse_rollout_forward",
+        "grader_workers", "overwrite", "reuse_rollout_forward", "skip_zero_advantage",
     })
 
     @property

