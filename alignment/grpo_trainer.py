@@ -260,9 +260,9 @@ class GRPOTrainer:
 
     def rows_to_learn(self, batch: RolloutBatch) -> torch.Tensor:
         """(batch,) bool: the rows the backward needs. With --skip-zero-advantage, not those whose loss weight (the
-        advantage; the reward for no_baseline) is exactly 0: every loss here is that weight times a function of the
-        log-probs, so their gradient is exactly 0. One row stays even when all are 0, so that every parameter still
-        gets its (zero) gradient and AdamW counts the step as it would."""
+        advantage; the reward for no_baseline) is exactly 0: every loss here multiplies that weight into each
+        token's term (GRPO-Clip's min and clip included), so their gradient is exactly 0. One row stays even when
+        all are 0, so that every parameter still gets its (zero) gradient and AdamW counts the step as it would."""
         c = self.config
         if not c.skip_zero_advantage:
             return torch.ones(len(batch), dtype=torch.bool)
