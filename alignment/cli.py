@@ -14,7 +14,7 @@ from typing import Any
 import typer
 import yaml
 
-from alignment.data import MathExample, load_math_examples
+from alignment.data import MathExample, load_math_examples, spread_subset
 from alignment.grader import REWARD_FNS, RewardFn
 from alignment.grpo_config import Prompt
 from alignment.prompts import load_prompt
@@ -31,10 +31,10 @@ HELP_COLUMN = 30  # where click starts the help text of an option
 class GenerationConfig:
     """Settings of scripts/eval_zero_shot.py (and the base of scripts/best_of_n.py's); each is a flag."""
 
-    dataset: str = setting("gsm8k", "`math` (MATH-500), `gsm8k`, a .jsonl file, a local dataset folder or a hub id.")
+    dataset: str = setting("gsm8k", "`math` (MATH's 5,000 test problems), `math500`, `gsm8k` (its test split), ..., a .jsonl file, a local dataset folder or a hub id; its test or validation split.")
     prompt: Prompt = setting("r1_zero", "Prompt template (each with its reward function).")
     model: str = setting("Qwen/Qwen2.5-Math-1.5B", "A local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged, offline).")
-    limit: int | None = setting(None, "Use only the first N examples.")
+    limit: int | None = setting(None, "Use only N examples, spread over the dataset by a fixed seed (MATH's splits are ordered by subject).")
     temperature: float = setting(1.0, "Sampling temperature (0 = greedy).")
     top_p: float = setting(1.0, "Nucleus sampling mass.")
     max_tokens: int = setting(1024, "Maximum new tokens per response.")
@@ -181,7 +181,7 @@ def load_task(dataset: str, prompt: str, limit: int | None) -> tuple[list[MathEx
     if limit is not None and limit < 1:
         raise bad_flag("--limit", f"must be >= 1, got {limit}")
     try:
-        examples = load_math_examples(dataset, limit=limit)
+        examples = spread_subset(load_math_examples(dataset), limit)  # N spread over the source, not its first N
     except (FileNotFoundError, ValueError) as err:
         raise bad_flag("--dataset", str(err)) from None
     return examples, load_prompt(prompt), REWARD_FNS[prompt]

@@ -11,13 +11,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from alignment.data import load_math_examples
+from alignment.data_splits import run_data
 from alignment.grpo_trainer import PromptOrder
 from alignment.prompts import format_prompt, load_prompt
 from alignment.rollout import Rollout, SamplingConfig
 from alignment.sft_config import EIConfig, validate
 from alignment.sft_data import SFTExample
-from alignment.sft_run import SFTRun, check_output_dir, open_run, sft_steps, stop_strings
+from alignment.sft_run import SFTRun, check_output_dir, math_task, open_run, sft_steps, stop_strings
 
 
 def correct_examples(prompts: list[str], truths: list[str], rollouts: list[Rollout], scores: list[dict[str, float]]) -> list[SFTExample]:
@@ -57,12 +57,13 @@ def expert_iteration(config: EIConfig, resume: bool = False) -> list[dict[str, A
     """Run (or resume) expert iteration; returns the metrics rows of this invocation's EI steps."""
     validate(config)
     check_output_dir(config, resume)
-    try:
-        pool = load_math_examples(config.dataset, split=config.dataset_split)
-    except (FileNotFoundError, ValueError) as err:
-        raise ValueError(f"--dataset: {err}") from None
-    template = load_prompt(config.prompt)
-    run = open_run(config, resume, [SFTExample(format_prompt(template, e.question), "") for e in pool])
+    data = run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
+                    config.allow_validation_overlap)
+    for note in data.notes:
+        tqdm.write(note)
+    pool, template = data.train, load_prompt(config.prompt)
+    run = open_run(config, resume, [SFTExample(format_prompt(template, e.question), "") for e in pool],
+                   math_task(data.validation, config.prompt))
     order = PromptOrder(len(pool), config.seed, run.state.get("order_position", 0))
     rows: list[dict[str, Any]] = []
     try:

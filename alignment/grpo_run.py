@@ -9,7 +9,7 @@ import torch
 from alignment.atomic import check_writable_dir
 from alignment.checkpoint import export_policy, load_checkpoint, save_checkpoint
 from alignment.cpu_allocator import retain_freed_memory
-from alignment.data import HUB_DATASETS, load_math_examples
+from alignment.data_splits import run_data
 from alignment.grader import REWARD_FNS
 from alignment.grpo_config import GRPOConfig, validate
 from alignment.grpo_trainer import GRPOTrainer, evaluate, progress
@@ -29,17 +29,17 @@ from alignment.task import Task
 
 
 def math_tasks(config: GRPOConfig) -> tuple[Task, Task]:
-    """Training and validation tasks from MATH-style or GSM8K data."""
+    """Training and validation tasks from MATH-style or GSM8K data; prints what was chosen and the overlap."""
     if config.prompt not in REWARD_FNS:
         raise ValueError(f"--prompt {config.prompt!r} is not one of {', '.join(REWARD_FNS)}")
-    if config.validation_dataset is None and config.dataset not in HUB_DATASETS:
-        raise ValueError(f"--validation-dataset is required when --dataset is a path ({config.dataset})")
     template, reward_fn = load_prompt(config.prompt), REWARD_FNS[config.prompt]
-    train = load_math_examples(config.dataset, split=config.dataset_split)
-    validation = load_math_examples(config.validation_dataset or config.dataset, split="test", limit=config.n_eval_examples)
+    data = run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
+                    config.allow_validation_overlap)
+    for note in data.notes:
+        print(note)
     return (
-        Task([e.question for e in train], [e.answer for e in train], template, reward_fn),
-        Task([e.question for e in validation], [e.answer for e in validation], template, reward_fn),
+        Task([e.question for e in data.train], [e.answer for e in data.train], template, reward_fn),
+        Task([e.question for e in data.validation], [e.answer for e in data.validation], template, reward_fn),
     )
 
 

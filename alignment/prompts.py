@@ -26,6 +26,14 @@ def format_prompt(template: str, question: str) -> str:
     return template.replace("{question}", question)
 
 
+def prompt_question(template: str, prompt: str) -> str | None:
+    """The question a prompt was formatted from with `template` (format_prompt's inverse), or None if it was not."""
+    before, _, after = template.partition("{question}")
+    if len(prompt) < len(before) + len(after) or not (prompt.startswith(before) and prompt.endswith(after)):
+        return None
+    return prompt[len(before) : len(prompt) - len(after)]
+
+
 def chat_template(tokenizer) -> str:
     """The model's chat turn around `{question}`, or the bare question for models without a chat template."""
     if not tokenizer.chat_template:

@@ -15,7 +15,7 @@ from alignment.settings import DType, WandbMode, check_choices, flag, setting, t
 class SFTTrainingSettings:
     model: str = setting("Qwen/Qwen2.5-Math-1.5B", "Policy to train: a local HF folder (e.g. the policy/ folder of an earlier run), a hub id, or `smollm2-135m` (packaged).")
     prompt: Literal["r1_zero", "question_only"] = setting("r1_zero", "Prompt template; picks the matching reward function.")
-    validation_dataset: str = setting("math", "Held-out questions: `math` (MATH-500), `gsm8k` (its test split), a .jsonl file, a local dataset folder or a hub id.")
+    allow_validation_overlap: bool = setting(False, "Start even when over 1% of the held-out questions are also training questions.")
     learning_rate: float = setting(1e-5, "AdamW learning rate (constant).")
     weight_decay: float = setting(0.0, "AdamW weight decay.")
     batch_size: int = setting(32, "Examples per optimizer step.")
@@ -64,7 +64,8 @@ class SFTTrainingSettings:
 class SFTConfig(SFTTrainingSettings):
     """scripts/train_sft.py."""
 
-    dataset: str = setting("gsm8k", "Training data: a .jsonl file, local dataset folder or hub id (`gsm8k` names the hub GSM8K).")
+    dataset: str = setting("gsm8k", "Training data: a .jsonl file (the handout's MATH sft.jsonl), local dataset folder or hub id; with --data-format gsm8k also `gsm8k`.")
+    validation_dataset: str = setting("math", "Held-out questions: a short name (`math`: MATH's 5,000 test problems, `math500`, `gsm8k`: its test split, ...), a .jsonl file, a local dataset folder or a hub id; their test or validation split.")
     data_format: Literal["sft", "gsm8k"] = setting("gsm8k", "sft: records with prompt, response (and ground_truth); gsm8k: question/answer records turned into r1_zero reasoning traces.")
     dataset_split: str = setting("train", "Split of --dataset (folders and hub ids).")
     n_examples: int | None = setting(None, "Unique training examples: the first N of --dataset (the handout sweeps 128 to 1024; default all).")
@@ -76,8 +77,9 @@ class SFTConfig(SFTTrainingSettings):
 class EIConfig(SFTTrainingSettings):
     """scripts/expert_iteration.py."""
 
-    dataset: str = setting("math", "Questions to sample from: `math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id.")
-    dataset_split: str = setting("train", "Split of --dataset (short names, folders and hub ids).")
+    dataset: str = setting("math", "Questions to sample from: `math` (MATH's 7,500 training problems), `competition_math`, `hendrycks_math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id.")
+    dataset_split: str = setting("train", "Split of --dataset (a source with one split uses it).")
+    validation_dataset: str | None = setting(None, "Held-out questions (default: --dataset's test or validation split; for a source with one split, a held-out slice of it).")
     n_ei_steps: int = setting(5, "Expert-iteration steps.")
     questions_per_step: int = setting(512, "Db: questions sampled per EI step.")
     rollouts_per_question: int = setting(4, "G: rollouts per question.")

@@ -17,7 +17,8 @@ import torch
 from tqdm.auto import tqdm
 
 from alignment.checkpoint import export_policy, load_checkpoint
-from alignment.data import load_math_examples
+from alignment.data import MathExample, load_math_examples, spread_subset
+from alignment.data_splits import check_overlap
 from alignment.generation_log import log_generations
 from alignment.grader import REWARD_FNS, RewardFn
 from alignment.grpo_run import build_engine, devices, load_policy
@@ -26,7 +27,7 @@ from alignment.metrics_log import MetricsLog
 from alignment.models import load_tokenizer
 from alignment.parallel_grading import ParallelGrader
 from alignment.plotting import line_figure, read_rows
-from alignment.prompts import load_prompt
+from alignment.prompts import load_prompt, prompt_question
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.sft_config import SFTConfig, SFTTrainingSettings, validate
 from alignment.sft_data import SFTExample, load_sft_examples
@@ -55,9 +56,24 @@ def stop_strings(prompt: str) -> tuple[str, ...]:
     return ("</answer>",) if prompt == "r1_zero" else ()
 
 
-def held_out_task(config: SFTTrainingSettings) -> Task:
-    examples = load_math_examples(config.validation_dataset, split="test", limit=config.n_eval_examples)
-    return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(config.prompt), REWARD_FNS[config.prompt])
+def math_task(examples: Sequence[MathExample], prompt: str) -> Task:
+    return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(prompt), REWARD_FNS[prompt])
+
+
+def sft_validation(config: SFTConfig, examples: Sequence[SFTExample]) -> Task:
+    """--n-eval-examples held-out questions, none of which (beyond 1%) is the question of a training prompt."""
+    try:
+        validation = spread_subset(load_math_examples(config.validation_dataset), config.n_eval_examples)
+    except (FileNotFoundError, ValueError) as err:
+        raise ValueError(f"--validation-dataset: {err}") from None
+    questions = [prompt_question(load_prompt(config.prompt), e.prompt) for e in examples]
+    known = [q for q in questions if q is not None]
+    note = check_overlap(known, [e.question for e in validation], config.dataset, config.validation_dataset,
+                         config.allow_validation_overlap)
+    unknown = f" ({len(questions) - len(known)} training prompts are not in the --prompt template, so not compared)"
+    tqdm.write(f"validating on {len(validation)} questions of {config.validation_dataset}; {note}"
+               + (unknown if len(known) < len(questions) else ""))
+    return math_task(validation, config.prompt)
 
 
 @dataclass
@@ -100,11 +116,10 @@ class SFTRun:
         self.log.close()
 
 
-def open_run(config: SFTTrainingSettings, resume: bool, examples: Sequence[SFTExample] = ()) -> SFTRun:
+def open_run(config: SFTTrainingSettings, resume: bool, examples: Sequence[SFTExample], validation: Task) -> SFTRun:
     """Model, engine, grader and log for a checked config; `examples` are length-checked before the model loads."""
     tokenizer = load_tokenizer(config.model)
     check_prompt_lengths(examples, tokenizer, config.max_seq_length)
-    validation = held_out_task(config)
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
@@ -187,7 +202,7 @@ def train_sft(config: SFTConfig, resume: bool = False) -> list[dict[str, Any]]:
     examples, counts = load_training_examples(config)
     tqdm.write(f"training on {len(examples)} examples" + (f" (kept {counts['n_examples_kept']} of {counts['n_examples_loaded']} "
                "graded correct)" if config.filter_correct else ""))
-    run = open_run(config, resume, examples)
+    run = open_run(config, resume, examples, sft_validation(config, examples))
     n_steps = n_optimizer_steps(len(examples), config.epochs, config.batch_size)
     rows: list[dict[str, Any]] = []
     try:

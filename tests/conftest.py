@@ -6,7 +6,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
+from alignment.data import MIRROR_ENV
 from alignment.models import SMOLLM2, load_tokenizer
+from tests.hub_copies import write_hub_mirror
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -55,3 +57,15 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
     LlamaForCausalLM(_tiny_config("llama", len(tokenizer), tokenizer.pad_token_id)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def hub_mirror_root(tmp_path_factory) -> Path:
+    return write_hub_mirror(tmp_path_factory.mktemp("hub-mirror"))
+
+
+@pytest.fixture
+def hub_mirror(hub_mirror_root, monkeypatch) -> Path:
+    """Short names and hub ids resolve to local copies of the real repos ($ALIGNMENT_DATA_MIRROR), as a user's would."""
+    monkeypatch.setenv(MIRROR_ENV, str(hub_mirror_root))
+    return hub_mirror_root

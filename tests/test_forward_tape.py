@@ -200,7 +200,7 @@ def test_grpo_steps_on_the_tape_match_recomputing(tiny_model_dir, tmp_path):
     states, rows = {}, {}
     for reuse in ("on", "off"):
         config = tiny_config(tiny_model_dir, tmp_path / reuse, n_grpo_steps=2, loss_type="grpo_clip",
-                             reuse_rollout_forward=reuse, kl_reference=False)
+                             reuse_rollout_forward=reuse, kl_prev=True)
         rows[reuse] = train_grpo(config, TASK, TASK)
         states[reuse] = load_file(config.output_dir / "policy" / "model.safetensors")
     for a, b in zip(rows["on"], rows["off"]):

@@ -45,7 +45,7 @@ LOSSES = ["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]
 @pytest.mark.parametrize("off_policy", [False, True], ids=["on_policy", "off_policy"])
 def test_one_step_for_every_loss(tiny_model_dir, tmp_path, loss_type, off_policy):
     extra = {"epochs_per_rollout_batch": 2, "train_batch_size": 2, "gradient_accumulation_steps": 1} if off_policy else {}
-    config = tiny_config(tiny_model_dir, tmp_path, loss_type=loss_type, **extra)
+    config = tiny_config(tiny_model_dir, tmp_path, loss_type=loss_type, kl_reference=True, kl_prev=True, **extra)
     from alignment.models import load_model_and_tokenizer
 
     initial = load_model_and_tokenizer(str(tiny_model_dir))[0].state_dict()

@@ -61,7 +61,7 @@ def check_rows(rows: list[dict], max_lag: int) -> None:
 
 
 def test_colocated_sync_a_light_scorer_and_a_dead_learner(cluster, tiny_model_dir, tmp_path):
-    config = config_for(tiny_model_dir, tmp_path)
+    config = config_for(tiny_model_dir, tmp_path, kl_reference=True)
     scorer_imports = []
 
     def look_then_kill_worker(step, actors):

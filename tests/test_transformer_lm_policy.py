@@ -18,7 +18,8 @@ def test_transformer_lm_trains_like_the_transformers_model_with_its_weights(tiny
     """Same weights, same seeded samples: the first step's metrics agree between the two implementations."""
     runs = {}
     for backend in ("hf", "transformer_lm"):
-        config = tiny_config(tiny_model_dir, tmp_path / backend, backend=backend, loss_type="grpo_clip", n_grpo_steps=2)
+        config = tiny_config(tiny_model_dir, tmp_path / backend, backend=backend, loss_type="grpo_clip", n_grpo_steps=2,
+                             kl_reference=True, kl_prev=True)
         runs[backend] = train_grpo(config, TASK, TASK)
     hf, ours = runs["hf"], runs["transformer_lm"]
     assert [r["train_reward"] for r in ours] == [r["train_reward"] for r in hf]

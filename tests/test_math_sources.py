@@ -1,0 +1,146 @@
+"""MATH and GSM8K as they are shipped: every short name and layout, loaded by `datasets` from local copies of the
+real repos (tests/hub_copies.py), the choice of training and validation splits, held-out slices and the overlap check."""
+
+import json
+import re
+
+import pytest
+
+from alignment.data import MIRROR_ENV, load_math_examples, spread_subset
+from alignment.data_splits import run_data
+from alignment.grpo_run import train_grpo
+from alignment.prompts import load_prompt
+from tests.test_grpo_loop import tiny_config
+from tests.hub_copies import MATH500_IDS, N_GSM8K_TEST, N_GSM8K_TRAIN, N_TEST, N_TRAIN, TEST_IDS, TRAIN_IDS, math_problem, write_course_math
+
+
+def answers(ids) -> list[str]:
+    return [math_problem(i)["answer"] for i in ids]
+
+
+@pytest.mark.parametrize("name,split,expected", [
+    ("math", "train", TRAIN_IDS),
+    ("math", None, TEST_IDS),  # evaluation split: MATH's test problems
+    ("math500", None, MATH500_IDS),
+    ("hendrycks_math", "train", TRAIN_IDS),  # seven per-subject configs read one after another, each ordered as ours
+    ("hendrycks_math", "test", TEST_IDS),
+])
+def test_short_names_read_the_real_layouts(hub_mirror, name, split, expected):
+    examples = load_math_examples(name, split=split)
+    assert sorted(e.answer for e in examples) == sorted(answers(expected))
+    # the answer of a solution-only record is the last \boxed{} or \fbox{} with nested braces intact
+    assert examples[0].answer.startswith("\\frac{") and examples[0].answer.count("{") == 2
+    assert all(e.question.startswith("Problem ") and "Level" in str(e.meta.get("level")) or name == "math500" for e in examples)
+
+
+def test_competition_math_is_one_split_of_everything(hub_mirror):
+    examples = load_math_examples("competition_math")
+    assert sorted(e.answer for e in examples) == sorted(answers(TRAIN_IDS + TEST_IDS))
+
+
+def test_gsm8k_reads_the_main_config_only(hub_mirror):
+    train, test = load_math_examples("gsm8k", split="train"), load_math_examples("gsm8k")
+    assert (len(train), len(test)) == (N_GSM8K_TRAIN, N_GSM8K_TEST)
+    assert train[0].answer == "3" and "**" not in train[0].solution  # socratic's solutions have `**` steps
+
+
+def test_folders_and_hub_ids_load_like_short_names(hub_mirror):
+    folder = hub_mirror / "DigitalLearningGmbH" / "MATH-lighteval"
+    assert load_math_examples(str(folder), split="train") == load_math_examples("math", split="train")
+    assert load_math_examples("EleutherAI/hendrycks_math") == load_math_examples("hendrycks_math")  # via the mirror
+    assert load_math_examples(str(hub_mirror / "HuggingFaceH4" / "MATH-500" / "test.jsonl")) == load_math_examples("math500")
+
+
+def test_course_math_folder(tmp_path, hub_mirror):
+    folder = write_course_math(tmp_path / "MATH", load_prompt("r1_zero"))
+    train = load_math_examples(str(folder), split="train")  # no `answer` field: taken from the solution
+    assert [e.answer for e in train] == answers(TRAIN_IDS)
+    assert [e.answer for e in load_math_examples(str(folder))] == answers(TEST_IDS)  # validation.jsonl; sft.jsonl is no split
+    data = run_data(str(folder), "train", None, n_validation=1000)
+    assert (len(data.train), len(data.validation)) == (N_TRAIN, N_TEST)
+    assert f"validating on {N_TEST} of {folder} [validation]" in data.notes[0]
+
+
+def test_a_record_without_answer_or_boxed_solution_names_file_line_and_field(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(math_problem(1)) + "\n" + json.dumps({"problem": "p", "solution": "no box here"}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: missing field 'answer', and field 'solution' has no \\boxed"):
+        load_math_examples(str(path))
+    path.write_text(json.dumps({"problem": "p"}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: missing field 'answer' \(and no 'solution'"):
+        load_math_examples(str(path))
+
+
+def test_math_trains_on_train_and_validates_on_a_spread_of_test(hub_mirror):
+    data = run_data("math", "train", None, n_validation=14)
+    assert len(data.train) == N_TRAIN and len(data.validation) == 14
+    assert data.validation == spread_subset(load_math_examples("math"), 14)
+    assert len({e.meta["type"] for e in data.validation}) >= 4  # spread over subjects, not the first 14 (algebra)
+    assert data.notes[0] == "training on 70 questions of math [train]; validating on 14 of math [test]"
+    assert data.notes[-1] == "overlap: 0 of 14 validation questions also appear in the training data"
+
+
+@pytest.mark.parametrize("source", ["competition_math", "math500", "file"])
+def test_a_single_split_source_holds_out_a_seeded_disjoint_slice(hub_mirror, source):
+    if source == "file":
+        source = str(hub_mirror / "HuggingFaceH4" / "MATH-500" / "test.jsonl")
+    whole = load_math_examples(source, split="train" if source == "competition_math" else None)
+    data = run_data(source, "train", None, n_validation=50)
+    size = min(50, len(whole) // 10)
+    assert len(data.validation) == size and len(data.train) == len(whole) - size
+    assert not {e.question for e in data.train} & {e.question for e in data.validation}
+    assert sorted(e.answer for e in data.train + data.validation) == sorted(e.answer for e in whole)
+    assert run_data(source, "train", None, n_validation=50) == data  # the same slice every time
+    assert any(f"{size} of its {len(whole)} questions held out" in note for note in data.notes)
+
+
+def test_validation_that_is_trained_on_is_refused_naming_both(hub_mirror):
+    # competition_math holds MATH's test problems, and MATH-500 is taken from them
+    with pytest.raises(ValueError, match=r"10 of 10 validation questions \(math500\) are also training questions "
+                                         r"\(competition_math \[train\]\).*--allow-validation-overlap"):
+        run_data("competition_math", "train", "math500", n_validation=100)
+    data = run_data("competition_math", "train", "math500", n_validation=100, allow_overlap=True)
+    assert data.notes[-1] == "overlap: 10 of 10 validation questions also appear in the training data"
+    assert run_data("math", "train", "math500", 100).notes[-1].startswith("overlap: 0 of 10")
+
+
+def test_whitespace_does_not_hide_an_overlap_and_one_percent_is_allowed(tmp_path):
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(math_problem(i)) + "\n" for i in range(200)))
+
+    def validation(n_seen: int):
+        path = tmp_path / f"val{n_seen}.jsonl"
+        seen = [math_problem(i) | {"problem": "  " + math_problem(i)["problem"].replace(" ", "\n ")} for i in range(n_seen)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in seen + [math_problem(1000 + i) for i in range(300 - n_seen)]))
+        return str(path)
+
+    assert run_data(str(train), "train", validation(3), 300).notes[-1].startswith("overlap: 3 of 300")  # 1%: allowed
+    with pytest.raises(ValueError, match="4 of 300 validation questions"):
+        run_data(str(train), "train", validation(4), 300)
+
+
+def test_bad_split_and_missing_source_name_the_flag(hub_mirror, monkeypatch):
+    with pytest.raises(ValueError, match=r"--dataset: --dataset-split 'dev': math has splits train, test"):
+        run_data("math", "dev", None, 10)
+    with pytest.raises(ValueError, match=r"--validation-dataset: dataset 'nope.jsonl': no such file"):
+        run_data("math", "train", "nope.jsonl", 10)
+    monkeypatch.delenv(MIRROR_ENV)
+    with pytest.raises(ValueError, match=r"--dataset: dataset 'no_such_name'"):
+        run_data("no_such_name", "train", None, 10)
+
+
+@pytest.mark.parametrize("source", ["math", "math500", "competition_math", "hendrycks_math", "gsm8k", "course",
+                                    "lighteval_folder", "math500_jsonl"])
+def test_a_grpo_run_starts_on_each_layout(hub_mirror, tiny_model_dir, tmp_path, source, capsys):
+    dataset = {
+        "course": str(write_course_math(tmp_path / "MATH", load_prompt("r1_zero"))),
+        "lighteval_folder": str(hub_mirror / "DigitalLearningGmbH" / "MATH-lighteval"),
+        "math500_jsonl": str(hub_mirror / "HuggingFaceH4" / "MATH-500" / "test.jsonl"),
+    }.get(source, source)
+    config = tiny_config(tiny_model_dir, tmp_path, dataset=dataset, prompt="r1_zero", n_eval_examples=2,
+                         sampling_max_tokens=4, sampling_min_tokens=1)
+    rows = train_grpo(config)
+    assert len(rows) == 1 and rows[0]["grpo_step"] == 1
+    printed = capsys.readouterr().out
+    assert "training on " in printed and re.search(r"overlap: 0 of [12] validation questions", printed)
+    assert (config.output_dir / "policy" / "config.json").is_file()

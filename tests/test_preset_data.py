@@ -1,0 +1,77 @@
+"""Every settings file in configs/ and every preset in configs/experiments/ loads its data, offline, through the code
+path a real run takes: short names resolve to local copies of the hub repos, paths as the repo's own files lay them."""
+
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from alignment.data_splits import run_data
+from alignment.grpo_config import GRPOConfig
+from alignment.grpo_run import keyword_run_tasks
+from alignment.prompts import load_prompt
+from alignment.sft_config import EIConfig, SFTConfig
+from alignment.sft_run import load_training_examples, sft_validation
+from alignment.sweep import load_preset
+from tests.conftest import SHARED_DATA
+from tests.hub_copies import write_course_math
+
+REPO = Path(__file__).resolve().parents[1]
+SETTINGS_FILES = {  # configs/*.toml -> the script that takes it
+    "grpo_handout_starter": "train_grpo", "keyword_demo": "train_grpo", "keyword_transformer_lm": "train_grpo",
+    "grpo_gsm8k_cpu": "train_grpo", "sft_gsm8k_demo": "train_sft", "ei_gsm8k_demo": "expert_iteration",
+}
+CONFIGS = {"train_grpo": GRPOConfig, "train_sft": SFTConfig, "expert_iteration": EIConfig}
+
+
+def runs() -> list[tuple[str, str, dict]]:
+    """(name, script, settings) of every settings file and every arm of every preset."""
+    found = []
+    for path in sorted((REPO / "configs").glob("*.toml")):
+        assert path.stem in SETTINGS_FILES, f"{path.name}: add it to SETTINGS_FILES with the script that takes it"
+        found.append((path.stem, SETTINGS_FILES[path.stem], tomllib.loads(path.read_text())))
+    for path in sorted((REPO / "configs" / "experiments").rglob("*.toml")):
+        preset = load_preset(path)
+        found += [(f"{preset.name}/{run.label}", preset.script, run.settings) for run in preset.runs]
+    return found
+
+
+def load_data(script: str, settings: dict) -> int:
+    """Load a run's training and validation data as its script would; returns the number of training items."""
+    config = CONFIGS[script](**settings)
+    if script == "train_grpo":
+        if config.task == "keywords":
+            return len(keyword_run_tasks(config, "{question}")[0].questions)
+        return len(run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
+                            config.allow_validation_overlap).train)
+    if script == "train_sft":
+        examples, _ = load_training_examples(config)
+        assert sft_validation(config, examples).questions
+        return len(examples)
+    return len(run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
+                        config.allow_validation_overlap).train)
+
+
+@pytest.fixture
+def repo_layout(tmp_path, monkeypatch) -> Path:
+    """A working folder where the presets' relative paths resolve as from the repo root: data/ (with the course's
+    MATH/ folder that sft_dataset_size points at), prompts, and ../shared when this checkout has it."""
+    root = tmp_path / "repo"
+    (root / "data").mkdir(parents=True)
+    write_course_math(root / "data" / "MATH", load_prompt("r1_zero"))
+    (root / "data" / "keywords.txt").symlink_to(REPO / "data" / "keywords.txt")
+    if SHARED_DATA.is_dir():
+        (tmp_path / "shared").mkdir()
+        (tmp_path / "shared" / "data").symlink_to(SHARED_DATA)
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.mark.parametrize("name,script,settings", runs(), ids=[name for name, _, _ in runs()])
+def test_every_preset_loads_its_data(hub_mirror, repo_layout, name, script, settings):
+    paths = [v for k, v in settings.items() if k in ("dataset", "validation_dataset") and isinstance(v, str) and "/" in v]
+    if any(p.startswith("../shared/") for p in paths) and not SHARED_DATA.is_dir():
+        pytest.skip(f"{name} reads ../shared/data, which a fresh clone does not have")
+    assert load_data(script, settings) > 0
+    assert os.getcwd() == str(repo_layout)
