@@ -6,7 +6,7 @@ import inspect
 import json
 import tomllib
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import Field, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -149,11 +149,16 @@ def run_settings(ctx: typer.Context, config_cls: type, config: Path | None, resu
     return flags | changes
 
 
-def run_command(config_cls: type, run: Callable[[Any, bool], Any], summary: str) -> typer.Typer:
-    """A training script: --config FILE, --resume DIR and one flag per field; calls run(config, resuming)."""
+def run_command(config_cls: type, run: Callable[..., Any], summary: str,
+                options: Sequence[inspect.Parameter] = ()) -> typer.Typer:
+    """A training script: --config FILE, --resume DIR and one flag per field; calls run(config, resuming).
+
+    `options` are flags that are not settings of the run (such as --plan-memory): run gets them as keywords.
+    """
 
     def main(ctx: typer.Context, config: Path | None = None, resume: Path | None = None, **flags: Any) -> None:
-        run(config_cls(**run_settings(ctx, config_cls, config, resume, flags)), resume is not None)
+        extra = {option.name: flags.pop(option.name) for option in options}
+        run(config_cls(**run_settings(ctx, config_cls, config, resume, flags)), resume is not None, **extra)
 
     parameters = [
         inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
@@ -162,7 +167,7 @@ def run_command(config_cls: type, run: Callable[[Any, bool], Any], summary: str)
         inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
                           default=typer.Option(None, help=f"Continue the run in this folder with its own settings ({SETTINGS_FILE}); only settings safe to change mid-run may be given with it.")),
     ]
-    return typer_app(main, parameters + option_parameters(config_cls), summary)
+    return typer_app(main, parameters + list(options) + option_parameters(config_cls), summary)
 
 
 @dataclass

@@ -41,7 +41,7 @@ class GRPOConfig:
     epochs_per_rollout_batch: int = setting(1, "Passes over each rollout batch (> 1 is off-policy).")
     train_batch_size: int = setting(256, "Rollouts per optimizer step (< --rollout-batch-size is off-policy).")
     gradient_accumulation_steps: int = setting(128, "Microbatches per optimizer step (microbatch 2 fits a 1.5B model on an 80 GB GPU).")
-    gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of the rollout GPU's memory.")
+    gpu_memory_utilization: float | None = setting(None, "vLLM: fraction of the rollout GPU's memory (default: 0.85 on a GPU of its own, as the handouts run; on a GPU shared with the policy, what the memory plan leaves it).")
     loss_type: LossType = setting("reinforce_with_baseline", "Policy-gradient loss (alignment/losses.py).")
     use_std_normalization: bool = setting(True, "Divide advantages by the group std.")
     cliprange: float = setting(0.2, "GRPO-Clip epsilon.")
@@ -145,7 +145,7 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--sampling-temperature must be >= 0, got {c.sampling_temperature}")
     if not 0 < c.learning_rate:
         _fail(f"--learning-rate must be > 0, got {c.learning_rate}")
-    if not 0 < c.gpu_memory_utilization <= 1:
+    if c.gpu_memory_utilization is not None and not 0 < c.gpu_memory_utilization <= 1:
         _fail(f"--gpu-memory-utilization must be in (0, 1], got {c.gpu_memory_utilization}")
 
 

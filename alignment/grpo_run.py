@@ -19,9 +19,10 @@ from alignment.keywords import DEFAULT_KEYWORDS, keyword_tasks, load_keywords
 from alignment.lm_checkpoint import load_transformer_lm
 from alignment.lm_rollout import TransformerLMRolloutEngine
 from alignment.metrics_log import MetricsLog
-from alignment.models import load_model_and_tokenizer
+from alignment.memory_plan import ASSUMED_PROMPT_TOKENS, OWN_GPU_SHARE, GiB, Machine, grpo_workload, model_shape, report
+from alignment.models import load_model_and_tokenizer, load_tokenizer
 from alignment.parallel_grading import ParallelGrader
-from alignment.prompts import chat_template, load_prompt
+from alignment.prompts import chat_template, format_prompt, load_prompt
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.rollout_backends import make_rollout_engine, resolve_backend
 from alignment.settings import write_run_settings
@@ -74,14 +75,37 @@ def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype):
     return load_model_and_tokenizer(config.model, device, dtype)
 
 
-def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, policy_device: str) -> RolloutEngine:
-    """An in-process backend on the policy's own device samples from the policy object itself: no weight copies."""
+def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, policy_device: str,
+                 vllm_share: float | None = None) -> RolloutEngine:
+    """An in-process backend on the policy's own device samples from the policy object itself: no weight copies.
+
+    vLLM on the policy's own GPU takes `vllm_share` of it (the memory plan's) and sleeps while the policy trains.
+    """
     backend = resolve_backend(config.backend)  # type: ignore[arg-type]
     if backend == "transformer_lm" and rollout_device == policy_device:
         return TransformerLMRolloutEngine(policy, tokenizer)
     if backend == "hf" and rollout_device == policy_device:
         return HFRolloutEngine(policy, tokenizer)
-    return make_rollout_engine(config.model, backend, rollout_device, gpu_memory_utilization=config.gpu_memory_utilization, seed=config.seed)
+    shared_gpu = rollout_device == policy_device and torch.device(policy_device).type == "cuda"
+    share = vllm_share or config.gpu_memory_utilization or OWN_GPU_SHARE
+    return make_rollout_engine(config.model, backend, rollout_device, gpu_memory_utilization=share, seed=config.seed,
+                               sleep=shared_gpu)
+
+
+def check_gpu_memory(config: GRPOConfig, task: Task | None, policy_device: str, rollout_device: str) -> float | None:
+    """Print the run's memory plan for its GPUs and return vLLM's share; ValueError naming the flags that would make
+    it fit when it does not. Reads config.json and the tokenizer only: no model has loaded yet."""
+    tokenizer = load_tokenizer(config.model)
+    template = load_prompt(config.prompt) if config.task == "math" else "{question}"
+    prompt_tokens = ASSUMED_PROMPT_TOKENS if task is None else max(
+        len(tokenizer(format_prompt(template, q))["input_ids"]) for q in task.questions)
+    gpus = 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
+    machine = Machine(gpus, torch.cuda.get_device_properties(torch.device(policy_device)).total_memory / GiB)
+    result, text = report(model_shape(config.model), grpo_workload(config, prompt_tokens), machine)
+    print(text)
+    if not result.fits:
+        raise ValueError(text.splitlines()[-1])
+    return result.vllm_share
 
 
 def validation_sampling(config: GRPOConfig) -> SamplingConfig:
@@ -111,13 +135,16 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     policy_device, rollout_device = devices(config)
+    vllm_share = None
+    if torch.device(policy_device).type == "cuda":
+        vllm_share = check_gpu_memory(config, task, policy_device, rollout_device)
     dtype = getattr(torch, config.dtype) if config.dtype else (torch.bfloat16 if policy_device.startswith("cuda") else torch.float32)
     policy, tokenizer = load_policy(config, policy_device, dtype)
     if task is None or validation is None:
         task, validation = keyword_run_tasks(config, chat_template(tokenizer))
     if config.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
-    engine = build_engine(config, policy, tokenizer, rollout_device, policy_device)
+    engine = build_engine(config, policy, tokenizer, rollout_device, policy_device, vllm_share)
     grader = ParallelGrader(task.reward_fn, config.grader_workers)
     trainer = GRPOTrainer(config, policy, tokenizer, engine, task, grader)
     elapsed = 0.0

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from alignment.memory_plan import OWN_GPU_SHARE
 from alignment.checkpoint import load_checkpoint, save_checkpoint
 from alignment.grpo_run import build_engine, load_policy
 from alignment.grpo_trainer import GRPOTrainer, PhaseTimer, evaluate, rollout_sampling
@@ -90,7 +91,8 @@ class Generator(_Actor):
         torch.set_num_threads(threads)
         dtype = model_dtype(config, device)
         if resolve_backend(config.backend) == "vllm":  # type: ignore[arg-type]
-            engine = make_rollout_engine(config.model, "vllm", device, dtype, config.gpu_memory_utilization, config.seed)
+            share = config.gpu_memory_utilization or OWN_GPU_SHARE  # a generator actor has its GPU to itself
+            engine = make_rollout_engine(config.model, "vllm", device, dtype, share, config.seed)
             self._attach(config, task, validation, None, engine)  # vLLM keeps its own copy of the weights
         else:  # hf or transformer_lm: an in-process engine over this actor's own copy of the policy
             model, tokenizer = load_policy(config, device, dtype)

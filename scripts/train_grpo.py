@@ -3,6 +3,7 @@
     uv run scripts/train_grpo.py --loss-type grpo_clip --epochs-per-rollout-batch 2
     uv run scripts/train_grpo.py --config my_run.toml --learning-rate 2e-5     # flags override the file
     uv run scripts/train_grpo.py --resume outputs/grpo                          # continue a stopped run
+    uv run scripts/train_grpo.py --config configs/grpo_handout_starter.toml --plan-memory 1x24   # fits one GPU?
     uv run scripts/eval_zero_shot.py --model outputs/grpo/policy ...            # use what it trained
 
 Every field of alignment.grpo_config.GRPOConfig is a flag (`--n-grpo-steps`, `--no-use-std-normalization`,
@@ -11,22 +12,39 @@ metrics.jsonl, rollouts.jsonl, checkpoint/, plots/ and, at the end, policy/: the
 model folder that every script's --model accepts.
 """
 
+import inspect
 from pathlib import Path
 
 import typer
 
 from alignment.cli import run_command
-from alignment.grpo_config import GRPOConfig
+from alignment.grpo_config import GRPOConfig, validate
+from alignment.memory_plan import Machine, grpo_workload, model_shape
+from alignment.memory_plan import report as memory_report
 from alignment.grpo_run import train_grpo
 from alignment.plotting import plot_runs, read_rows
 
 
-def run(config: GRPOConfig, resume: bool) -> None:
+def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None) -> None:
+    if plan_memory is not None:
+        raise typer.Exit(print_memory_plan(config, plan_memory))
     try:
         train_grpo(config, resume=resume)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     report(config.output_dir)
+
+
+def print_memory_plan(config: GRPOConfig, machine_text: str) -> int:
+    """Print the run's memory plan on a machine of GPUSxGIB; 0 when it fits, 1 when not. Reads config.json only."""
+    try:
+        validate(config)
+        machine = Machine.parse(machine_text)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    result, text = memory_report(model_shape(config.model), grpo_workload(config), machine)
+    typer.echo(text)
+    return 0 if result.fits else 1
 
 
 def report(output_dir: Path) -> None:
@@ -42,7 +60,11 @@ def report(output_dir: Path) -> None:
     typer.echo(f"trained policy: {output_dir / 'policy'}")
 
 
-app = run_command(GRPOConfig, run, "Train a policy with GRPO (see the module docstring).")
+PLAN_MEMORY = inspect.Parameter("plan_memory", inspect.Parameter.KEYWORD_ONLY, annotation=str | None, default=typer.Option(
+    None, metavar="GPUSxGIB", help="Print the memory plan of these settings on a machine of GPUS GPUs of GIB GiB each "
+    "(e.g. 1x24, 2x80) and exit: 0 if it fits, 1 if not, with the flags that would make it fit. Reads only the "
+    "model's config.json; runs on any machine."))
+app = run_command(GRPOConfig, run, "Train a policy with GRPO (see the module docstring).", [PLAN_MEMORY])
 
 if __name__ == "__main__":
     app()

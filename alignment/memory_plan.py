@@ -1,0 +1,307 @@
+"""GPU memory of a GRPO run, planned from the model's shape before anything loads.
+
+Per device, in bytes: the policy's weights, gradients and AdamW states (each in the policy's dtype, as torch's
+AdamW keeps them), the KL reference copy when kept, the activations one microbatch saves for backward at the
+longest sequence (with or without gradient checkpointing), the log-prob head's float32 work over the response
+tokens, and the rollout engine: vLLM's share of its GPU (weights, KV cache, its own overhead) or the hf backend's
+KV cache. A GPU that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU, KV cache freed) while
+the policy trains, and the policy's gradients are freed while vLLM generates, so each phase is checked alone.
+
+All but `model_shape` (which reads a config.json) are pure functions of numbers: `scripts/train_grpo.py
+--plan-memory 1x24` prints a plan for a machine that is not there, and a GPU run checks its plan before loading.
+Estimates, not measurements: allocator fragmentation and short-lived temporaries beyond the head's are not counted.
+"""
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+GiB = 2**30
+CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context and library workspaces: outside torch's allocator, on every GPU used
+VLLM_OVERHEAD_BYTES = 2 * GiB  # vLLM's activation peak (sampling included) and CUDA graphs, besides weights and KV
+VLLM_ASLEEP_BYTES = GiB // 2  # what a level-1 sleeping engine keeps on its GPU (graph pools, buffers)
+OWN_GPU_SHARE = 0.85  # the handouts' gpu_memory_utilization for vLLM on a GPU of its own
+ASSUMED_PROMPT_TOKENS = 512  # longest prompt when the data is not read (r1_zero + a long MATH problem)
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+Rollout = Literal["vllm", "hf"]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What memory depends on in a Llama / Qwen2-style decoder (read from config.json)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool
+    qkv_bias: bool  # Qwen2 has biases on q, k and v
+
+    @classmethod
+    def from_config(cls, config: Any) -> "ModelShape":
+        """From a transformers config (or anything with its attribute names)."""
+        heads = config.num_attention_heads
+        return cls(
+            hidden=config.hidden_size, layers=config.num_hidden_layers, heads=heads,
+            kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+            intermediate=config.intermediate_size, vocab=config.vocab_size,
+            tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+            qkv_bias=getattr(config, "model_type", "") == "qwen2" or bool(getattr(config, "attention_bias", False)),
+        )
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    def parameters(self) -> int:
+        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        attention = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
+        layer = attention + 3 * h * self.intermediate + 2 * h  # + gate/up/down and two RMSNorm weights
+        embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
+        return self.layers * layer + embeddings + h  # + the final norm
+
+    def kv_cache_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.layers * self.kv_dim * dtype_bytes
+
+    def saved_bytes_per_token_per_layer(self, dtype_bytes: int) -> int:
+        """What one decoder layer keeps for backward, per token (transformers' Llama / Qwen2 with SDPA).
+
+        Each RMSNorm keeps its float32 input and its normalized output (4h + b·h); attention keeps q, k, v and
+        its output for SDPA and o_proj's input (b·(3·q_dim + 2·kv_dim)); the SwiGLU MLP keeps gate and up, SiLU(gate)
+        and their product (4·b·I). Projections' inputs are those same tensors. b is the dtype's bytes.
+        """
+        b, h = dtype_bytes, self.hidden
+        norms = 2 * (4 * h + b * h)
+        attention = b * (3 * self.q_dim + 2 * self.kv_dim)
+        return norms + attention + 4 * b * self.intermediate
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The settings memory depends on."""
+
+    dtype_bytes: int  # policy dtype: weights, gradients and AdamW states alike
+    micro_batch: int  # sequences per microbatch
+    prompt_tokens: int  # longest prompt
+    response_tokens: int  # sampling_max_tokens
+    rollout_batch: int
+    group_size: int
+    gradient_checkpointing: bool
+    kl_reference: bool
+    rollout: Rollout
+    gpu_memory_utilization: float | None = None  # vLLM's share; None: OWN_GPU_SHARE on its own GPU, else planned
+    trainable_fraction: float = 1.0  # of the parameters (LoRA trains a few; full fine-tuning all)
+
+    @property
+    def sequence_tokens(self) -> int:
+        return self.prompt_tokens + self.response_tokens
+
+
+@dataclass(frozen=True)
+class Machine:
+    gpus: int
+    gib: float
+
+    @classmethod
+    def parse(cls, text: str) -> "Machine":
+        """`1x24`, `2x80`: GPU count x GiB each."""
+        count, sep, size = text.lower().partition("x")
+        try:
+            machine = cls(int(count), float(size))
+        except ValueError:
+            raise ValueError(f"--plan-memory {text!r}: expected GPUSxGIB, e.g. 1x24 or 2x80") from None
+        if not sep or machine.gpus < 1 or machine.gib <= 0:
+            raise ValueError(f"--plan-memory {text!r}: expected GPUSxGIB with at least 1 GPU, e.g. 1x24 or 2x80")
+        return machine
+
+    @property
+    def bytes_per_gpu(self) -> int:
+        return int(self.gib * GiB)
+
+
+def activation_bytes(shape: ModelShape, work: Workload) -> int:
+    """Saved activations of one microbatch at the longest sequence, plus the log-prob head's peak.
+
+    Without checkpointing every layer keeps `saved_bytes_per_token_per_layer`; with it, each layer keeps its input
+    and one layer's activations are recomputed at a time. The head runs on response tokens only: the logits (b·V)
+    and three float32 vocab-wide tensors at once (the float copy, shifted logits, probabilities; 12·V).
+    """
+    tokens = work.micro_batch * work.sequence_tokens
+    per_layer = shape.saved_bytes_per_token_per_layer(work.dtype_bytes)
+    if work.gradient_checkpointing:
+        layers = tokens * (shape.layers * work.dtype_bytes * shape.hidden + per_layer)
+    else:
+        layers = tokens * shape.layers * per_layer
+    head = work.micro_batch * work.response_tokens * shape.vocab * (work.dtype_bytes + 12)
+    return layers + head
+
+
+def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:
+    """The learner's parts: weights, gradients, AdamW states, reference copy and activations."""
+    params = shape.parameters()
+    trainable = math.ceil(params * work.trainable_fraction)
+    return {
+        "weights": params * work.dtype_bytes,
+        "gradients": trainable * work.dtype_bytes,
+        "optimizer": 2 * trainable * work.dtype_bytes,  # AdamW's exp_avg and exp_avg_sq
+        "reference": params * work.dtype_bytes if work.kl_reference else 0,
+        "activations": activation_bytes(shape, work),
+    }
+
+
+def vllm_needs(shape: ModelShape, work: Workload) -> int:
+    """The least vLLM can generate with: weights, overhead, and KV cache for one group at full length."""
+    kv = work.group_size * work.sequence_tokens * shape.kv_cache_bytes_per_token(work.dtype_bytes)
+    return shape.parameters() * work.dtype_bytes + VLLM_OVERHEAD_BYTES + kv
+
+
+def hf_kv_bytes(shape: ModelShape, work: Workload) -> int:
+    """The hf backend's KV cache: every rollout of the batch at full length."""
+    return work.rollout_batch * work.sequence_tokens * shape.kv_cache_bytes_per_token(work.dtype_bytes)
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    name: str
+    capacity: int  # usable bytes: the GPU less the CUDA context
+    parts: dict[str, int]  # what lives there, by name
+    peak: int  # the largest phase
+    fits: bool  # the peak is within capacity, and vLLM (if there) has at least what it needs
+
+
+def device(name: str, capacity: int, parts: dict[str, int], peak: int, enough_for_vllm: bool = True) -> DevicePlan:
+    return DevicePlan(name, capacity, parts, peak, enough_for_vllm and peak <= capacity)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    devices: list[DevicePlan]
+    vllm_share: float | None  # gpu_memory_utilization to give vLLM, when vLLM is used
+    notes: list[str]
+
+    @property
+    def fits(self) -> bool:
+        return all(d.fits for d in self.devices)
+
+
+def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
+    """Where everything goes on `machine` and whether it fits (a GPU of its own for vLLM when there are two)."""
+    total = machine.bytes_per_gpu
+    usable = total - CUDA_CONTEXT_BYTES
+    learner = policy_bytes(shape, work)
+    resident = learner["weights"] + learner["optimizer"] + learner["reference"]  # held through every phase
+    training = resident + learner["gradients"] + learner["activations"]
+    notes: list[str] = []
+    if work.rollout == "hf":
+        kv = hf_kv_bytes(shape, work)
+        if machine.gpus >= 2:
+            sampler = {"sampler weights": learner["weights"], "hf KV cache": kv}
+            return MemoryPlan([device("cuda:0", usable, learner, training),
+                               device("cuda:1", usable, sampler, sum(sampler.values()))], None, notes)
+        parts = learner | {"hf KV cache": kv}  # rollouts and training alternate; gradients are freed in between
+        return MemoryPlan([device("cuda:0", usable, parts, resident + max(kv, training - resident))], None, notes)
+    needs = vllm_needs(shape, work)
+    if machine.gpus >= 2:
+        share = work.gpu_memory_utilization or OWN_GPU_SHARE
+        engine = {"vLLM share": int(share * total), "(vLLM needs at least)": needs}
+        return MemoryPlan([device("cuda:0", usable, learner, training),
+                           device("cuda:1", usable, engine, int(share * total), int(share * total) >= needs)], share, notes)
+    # one GPU: vLLM sleeps while the policy trains, and gets what the resident policy leaves while it generates
+    share = work.gpu_memory_utilization
+    if share is None:
+        share = max(0.0, math.floor(100 * (usable - resident) / total) / 100)
+        notes.append(f"vLLM's share planned: --gpu-memory-utilization {share:.2f}")
+    vllm = int(share * total)
+    if vllm < needs:
+        notes.append(f"vLLM's share ({vllm / GiB:.1f} GiB) is below what it needs ({needs / GiB:.1f} GiB: weights, "
+                     "overhead, KV cache for one group)")
+    parts = learner | {"vLLM awake": vllm, "vLLM asleep": VLLM_ASLEEP_BYTES, "(vLLM needs at least)": needs}
+    generating, training_phase = resident + vllm, training + VLLM_ASLEEP_BYTES
+    notes.append(f"generating: {generating / GiB:.1f} GiB (weights, AdamW states, reference, vLLM awake); "
+                 f"training: {training_phase / GiB:.1f} GiB (those, gradients, activations, vLLM asleep)")
+    peak = max(generating, training_phase)
+    return MemoryPlan([device("cuda:0", usable, parts, peak, vllm >= needs)], share, notes)
+
+
+def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
+    """Flags that would make a plan that does not fit fit: each alone where one suffices, else together."""
+    options: list[tuple[str, Workload, Machine]] = []
+    if not work.gradient_checkpointing:
+        options.append(("--gradient-checkpointing", replace(work, gradient_checkpointing=True), machine))
+    if work.kl_reference:
+        options.append(("--no-kl-reference", replace(work, kl_reference=False), machine))
+    if work.micro_batch > 1:
+        options.append(("a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
+                        replace(work, micro_batch=1), machine))
+    if machine.gpus == 1 and work.gpu_memory_utilization is not None:
+        options.append(("no --gpu-memory-utilization (vLLM's share planned)", replace(work, gpu_memory_utilization=None), machine))
+    if machine.gpus == 1:
+        options.append(("a second GPU (vLLM on it, as the handouts run)", work, replace(machine, gpus=2)))
+    alone = [text for text, w, m in options if plan(shape, w, m).fits]
+    if alone:
+        return alone
+    combined_work, combined_machine, applied = work, machine, []
+    for text, w, m in options:  # apply them in order, cumulatively, until it fits
+        combined_work = replace(combined_work, **{k: getattr(w, k) for k in ("gradient_checkpointing", "kl_reference",
+                                                                              "micro_batch", "gpu_memory_utilization")
+                                                  if getattr(w, k) != getattr(work, k)})
+        combined_machine = m if m != machine else combined_machine
+        applied.append(text)
+        if plan(shape, combined_work, combined_machine).fits:
+            return [" + ".join(applied)]
+    return []
+
+
+def describe(result: MemoryPlan, machine: Machine, work: Workload, shape: ModelShape) -> str:
+    """The plan as lines of text: each device's parts and peak against its capacity."""
+    lines = [f"memory plan: {machine.gpus} x {machine.gib:g} GiB; policy {shape.parameters() / 1e9:.2f}B parameters, "
+             f"microbatch {work.micro_batch} x {work.sequence_tokens} tokens "
+             f"({work.prompt_tokens} prompt + {work.response_tokens} response), "
+             f"gradient checkpointing {'on' if work.gradient_checkpointing else 'off'}, rollouts by {work.rollout}"]
+    for device in result.devices:
+        lines.append(f"  {device.name}: peak {device.peak / GiB:.1f} of {device.capacity / GiB:.1f} GiB usable "
+                     f"({'fits' if device.fits else 'does NOT fit'})")
+        lines += [f"    {name:<22}{size / GiB:8.2f} GiB" for name, size in device.parts.items() if size]
+    return "\n".join(lines + [f"  {note}" for note in result.notes])
+
+
+def model_shape(model: str) -> ModelShape:
+    """The shape from the model's config.json alone (a local folder, a hub id, or `smollm2-135m`): no weights."""
+    from transformers import AutoConfig
+
+    from alignment.models import resolve_model
+
+    return ModelShape.from_config(AutoConfig.from_pretrained(resolve_model(model)))
+
+
+def grpo_workload(config: Any, prompt_tokens: int = ASSUMED_PROMPT_TOKENS) -> Workload:
+    """A GRPOConfig's settings as a Workload (on a GPU the policy defaults to bfloat16)."""
+    return Workload(
+        dtype_bytes=DTYPE_BYTES[config.dtype or "bfloat16"], micro_batch=config.micro_train_batch_size,
+        prompt_tokens=prompt_tokens, response_tokens=config.sampling_max_tokens,
+        rollout_batch=config.rollout_batch_size, group_size=config.group_size,
+        gradient_checkpointing=config.gradient_checkpointing, kl_reference=config.kl_reference,
+        rollout="hf" if config.backend in ("hf", "transformer_lm") else "vllm",
+        gpu_memory_utilization=config.gpu_memory_utilization,
+    )
+
+
+def report(shape: ModelShape, work: Workload, machine: Machine) -> tuple[MemoryPlan, str]:
+    """The plan and its text; when it does not fit, the text ends with the flags that would make it fit."""
+    result = plan(shape, work, machine)
+    text = describe(result, machine, work, shape)
+    if not result.fits:
+        fixes = remedies(shape, work, machine)
+        text += ("\ndoes not fit; it would with " + " or ".join(fixes) if fixes else
+                 "\ndoes not fit, and no change of microbatch, checkpointing, reference or vLLM share makes it: "
+                 "a larger GPU is needed")
+    return result, text

@@ -1,0 +1,53 @@
+"""configs/grpo_handout_starter.toml and GRPOConfig's defaults are the CS336 A5 starter hyperparameters, value by value,
+and the loop they drive is the handout's: no KL monitors unless asked for (grpo_kl_monitoring asks)."""
+
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from alignment.grpo_config import GRPOConfig
+from alignment.sweep import load_preset
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# The handout's starter block (CS336 A5, "GRPO train loop"): setting -> (value, the handout's line for it)
+HANDOUT = {
+    "n_grpo_steps": (200, "n_grpo_steps: int = 200"),
+    "learning_rate": (1e-5, "learning_rate: float = 1e-5"),
+    "advantage_eps": (1e-6, "advantage_eps: float = 1e-6"),
+    "rollout_batch_size": (256, "rollout_batch_size: int = 256"),
+    "group_size": (8, "group_size: int = 8"),
+    "sampling_temperature": (1.0, "sampling_temperature: float = 1.0"),
+    "sampling_min_tokens": (4, "sampling_min_tokens: int = 4 # As in Expert Iteration, disallow empty string responses"),
+    "sampling_max_tokens": (1024, "sampling_max_tokens: int = 1024"),
+    "epochs_per_rollout_batch": (1, "epochs_per_rollout_batch: int = 1 # On-policy"),
+    "train_batch_size": (256, "train_batch_size: int = 256 # On-policy"),
+    "gradient_accumulation_steps": (128, "gradient_accumulation_steps: int = 128 # microbatch size is 2, will fit on H100"),
+    "gpu_memory_utilization": (0.85, "gpu_memory_utilization: float = 0.85"),
+    "loss_type": ("reinforce_with_baseline", 'loss_type: Literal[...] = "reinforce_with_baseline"'),
+    "use_std_normalization": (True, "use_std_normalization: bool = True"),
+    "weight_decay": (0.0, "torch.optim.AdamW(..., weight_decay=0.0, betas=(0.9, 0.95))"),
+    "adam_beta1": (0.9, "torch.optim.AdamW(..., weight_decay=0.0, betas=(0.9, 0.95))"),
+    "adam_beta2": (0.95, "torch.optim.AdamW(..., weight_decay=0.0, betas=(0.9, 0.95))"),
+    "max_grad_norm": (1.0, "gradient clipping with clip value 1.0"),
+    "cliprange": (0.2, "GRPO-Clip with epsilon 0.2"),
+    "model": ("Qwen/Qwen2.5-Math-1.5B", "Qwen 2.5 Math 1.5B Base"),
+    "prompt": ("r1_zero", "the r1_zero prompt"),
+}
+
+
+@pytest.mark.parametrize("name", HANDOUT)
+def test_starter_file_and_defaults_are_the_handouts(name):
+    value, line = HANDOUT[name]
+    starter = tomllib.loads((CONFIGS / "grpo_handout_starter.toml").read_text())
+    assert starter.get(name, value) == value, f"configs/grpo_handout_starter.toml {name} = {starter[name]!r}; the handout: {line}"
+    default = next(f.default for f in fields(GRPOConfig) if f.name == name)
+    assert default == value, f"GRPOConfig.{name} defaults to {default!r}; the handout: {line}"
+
+
+def test_kl_monitors_are_off_except_where_a_preset_asks():
+    config = GRPOConfig(**tomllib.loads((CONFIGS / "grpo_handout_starter.toml").read_text()))
+    assert not config.kl_reference and not config.kl_prev  # the handout's loop keeps no reference copy
+    for run in load_preset(CONFIGS / "experiments" / "grpo_kl_monitoring.toml").runs:
+        assert run.settings["kl_reference"] and run.settings["kl_prev"]

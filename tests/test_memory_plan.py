@@ -1,0 +1,146 @@
+"""The memory planner on Qwen2.5-Math-1.5B's shape, with every number derived by hand here from the shape, and the
+`--plan-memory` command, which reads only a config.json."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from typer.testing import CliRunner
+
+from alignment.memory_plan import GiB, Machine, ModelShape, Workload, activation_bytes, plan, remedies, report
+
+QWEN_MATH_15B = ModelShape(hidden=1536, layers=28, heads=12, kv_heads=2, head_dim=128, intermediate=8960, vocab=151936,
+                           tied_embeddings=True, qkv_bias=True)
+# The handout's microbatch: 2 sequences, a 512-token prompt (assumed) + 1,024 response tokens, bfloat16
+HANDOUT = Workload(dtype_bytes=2, micro_batch=2, prompt_tokens=512, response_tokens=1024, rollout_batch=256,
+                   group_size=8, gradient_checkpointing=False, kl_reference=False, rollout="vllm")
+
+# By hand. Per layer: q (1536x1536 + 1536 bias), k and v (1536x256 + 256 each), o (1536x1536), gate/up/down
+# (3 x 1536x8960), two norms (2 x 1536); the tied embedding 151936x1536 once; the final norm 1536.
+LAYER = (1536 * 1536 + 1536) + 2 * (1536 * 256 + 256) + 1536 * 1536 + 3 * 1536 * 8960 + 2 * 1536
+PARAMS = 28 * LAYER + 151936 * 1536 + 1536
+WEIGHTS = 2 * PARAMS  # bf16; gradients the same; AdamW two states of the same
+# Saved per token per layer: 2 norms x (fp32 input 4*1536 + bf16 output 2*1536); q, attention output and o_proj
+# input 3 x 2*1536, k and v 2 x 2*256; gate, up, silu(gate) and their product 4 x 2*8960
+SAVED = 2 * (4 * 1536 + 2 * 1536) + 3 * 2 * 1536 + 2 * 2 * 256 + 4 * 2 * 8960
+TOKENS = 2 * (512 + 1024)
+HEAD = 2 * 1024 * 151936 * (2 + 12)  # response tokens x vocab x (bf16 logits + three fp32 tensors)
+ACTIVATIONS = TOKENS * 28 * SAVED + HEAD
+ACTIVATIONS_CHECKPOINTED = TOKENS * (28 * 2 * 1536 + SAVED) + HEAD
+VLLM_NEEDS = WEIGHTS + 2 * GiB + 8 * 1536 * (2 * 28 * 256 * 2)  # weights, overhead, KV cache of one group of 8
+
+
+def test_hand_derived_sizes():
+    assert PARAMS == 1_543_714_304  # Qwen2.5-Math-1.5B's published 1.54B
+    assert QWEN_MATH_15B.parameters() == PARAMS
+    assert QWEN_MATH_15B.saved_bytes_per_token_per_layer(2) == SAVED == 100_352
+    assert activation_bytes(QWEN_MATH_15B, HANDOUT) == ACTIVATIONS
+    assert activation_bytes(QWEN_MATH_15B, replace(HANDOUT, gradient_checkpointing=True)) == ACTIVATIONS_CHECKPOINTED
+    assert QWEN_MATH_15B.kv_cache_bytes_per_token(2) == 28_672
+
+
+def test_shape_from_a_qwen2_config(tmp_path):
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                         intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True)
+    assert ModelShape.from_config(config) == QWEN_MATH_15B
+
+
+@pytest.mark.parametrize("gib,share", [(24, 0.59), (40, 0.75), (80, 0.87), (141, 0.93)])
+def test_one_gpu_shared_with_vllm(gib, share):
+    """vLLM gets what the resident policy (weights + AdamW states) leaves; training runs while vLLM sleeps."""
+    usable = gib * GiB - 1 * GiB  # less the CUDA context
+    resident = WEIGHTS + 2 * WEIGHTS
+    assert int(100 * (usable - resident) / (gib * GiB)) / 100 == share  # the hand computation of the share
+    for checkpointing, activations in ((False, ACTIVATIONS), (True, ACTIVATIONS_CHECKPOINTED)):
+        result = plan(QWEN_MATH_15B, replace(HANDOUT, gradient_checkpointing=checkpointing), Machine(1, gib))
+        assert result.vllm_share == share
+        generating = resident + int(share * gib * GiB)
+        training = resident + WEIGHTS + activations + GiB // 2  # + gradients, + vLLM asleep
+        (gpu,) = result.devices
+        assert gpu.peak == max(generating, training)
+        assert gpu.fits == (max(generating, training) <= usable and int(share * gib * GiB) >= VLLM_NEEDS)
+    # 23.6 GiB of training does not fit the 23 GiB a 24 GiB GPU leaves; checkpointing (16.1 GiB) does
+    assert not plan(QWEN_MATH_15B, HANDOUT, Machine(1, 24)).fits
+    assert plan(QWEN_MATH_15B, replace(HANDOUT, gradient_checkpointing=True), Machine(1, 24)).fits
+    assert plan(QWEN_MATH_15B, HANDOUT, Machine(1, 40)).fits
+
+
+@pytest.mark.parametrize("gib", [24, 40, 80, 141])
+def test_two_gpus_keep_the_handouts_split(gib):
+    result = plan(QWEN_MATH_15B, HANDOUT, Machine(2, gib))
+    learner, engine = result.devices
+    assert result.vllm_share == 0.85  # the handouts' gpu_memory_utilization, on vLLM's own GPU
+    assert learner.peak == 4 * WEIGHTS + ACTIVATIONS  # weights, gradients, two AdamW states, activations
+    assert engine.peak == int(0.85 * gib * GiB)
+    assert learner.fits == (4 * WEIGHTS + ACTIVATIONS <= gib * GiB - GiB)
+    assert engine.fits == (0.85 * gib * GiB >= VLLM_NEEDS)
+    assert [learner.fits, engine.fits] == [gib >= 40, True]
+
+
+def test_kl_reference_costs_a_copy_and_shrinks_vllms_share():
+    with_ref = plan(QWEN_MATH_15B, replace(HANDOUT, kl_reference=True), Machine(1, 80))
+    assert with_ref.vllm_share == int(100 * (79 * GiB - 4 * WEIGHTS) / (80 * GiB)) / 100 == 0.84
+    assert with_ref.devices[0].parts["reference"] == WEIGHTS
+
+
+def test_hf_rollouts_alternate_kv_cache_and_training():
+    work = replace(HANDOUT, rollout="hf")
+    kv = 256 * 1536 * 28_672  # every rollout of the batch at full length
+    (gpu,) = plan(QWEN_MATH_15B, work, Machine(1, 80)).devices
+    assert gpu.parts["hf KV cache"] == kv
+    assert gpu.peak == 3 * WEIGHTS + max(kv, WEIGHTS + ACTIVATIONS)
+
+
+def test_an_explicit_share_too_small_for_vllm_is_refused():
+    result = plan(QWEN_MATH_15B, replace(HANDOUT, gradient_checkpointing=True, gpu_memory_utilization=0.1), Machine(1, 40))
+    assert not result.fits and any("below what it needs" in note for note in result.notes)  # 4 GiB < 5.2 GiB for weights + KV + overhead
+
+
+def test_remedies_name_the_flags_that_make_it_fit():
+    assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 24)) == [
+        "--gradient-checkpointing", "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"]
+    assert remedies(QWEN_MATH_15B, replace(HANDOUT, kl_reference=True), Machine(2, 24)) == [
+        "--gradient-checkpointing", "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"]
+    # 16 GiB: nothing alone fits, checkpointing and one sequence per microbatch together do
+    assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 16)) == [
+        "--gradient-checkpointing + a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"]
+    assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 8)) == []
+    _, text = report(QWEN_MATH_15B, HANDOUT, Machine(1, 8))
+    assert text.endswith("a larger GPU is needed")
+
+
+@pytest.mark.parametrize("text", ["24", "x24", "0x80", "2xbig", "1x-3"])
+def test_bad_machine_is_named(text):
+    with pytest.raises(ValueError, match=f"--plan-memory '{text}': expected GPUSxGIB"):
+        Machine.parse(text)
+
+
+@pytest.fixture
+def qwen_config_dir(tmp_path):
+    """A folder holding nothing but Qwen2.5-Math-1.5B's config.json: no weights, no tokenizer."""
+    folder = tmp_path / "Qwen2.5-Math-1.5B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
+        "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
+        "tie_word_embeddings": True, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+    }))
+    return folder
+
+
+def test_plan_memory_command_exits_0_when_it_fits_and_1_with_the_remedy(qwen_config_dir, tmp_path):
+    from scripts import train_grpo
+
+    base = ["--model", str(qwen_config_dir), "--output-dir", str(tmp_path / "never-written")]
+    fits = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "2x80"])
+    assert fits.exit_code == 0, fits.output
+    assert "cuda:0: peak 23.6 of 79.0 GiB usable (fits)" in fits.output and "cuda:1: peak 68.0" in fits.output
+    tight = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "1x24"])
+    assert tight.exit_code == 1
+    assert "does not fit; it would with --gradient-checkpointing or a microbatch of 1 sequence" in tight.output
+    assert CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "1x24", "--gradient-checkpointing"]).exit_code == 0
+    assert not (tmp_path / "never-written").exists()  # planning writes nothing
+    bad = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "lots"])
+    assert bad.exit_code == 2 and "--plan-memory 'lots'" in bad.output
