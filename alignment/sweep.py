@@ -23,6 +23,7 @@ from typing import Any, Literal
 from alignment.atomic import atomic_write_text
 from alignment.checkpoint import complete_step
 from alignment.grpo_config import GRPOConfig, validate
+from alignment.rollout_backends import vllm_build
 from alignment.run_table import final_rewards, read_metrics_jsonl
 from alignment.sft_config import EIConfig, SFTConfig
 from alignment.sft_config import validate as validate_sft
@@ -118,6 +119,15 @@ def _check_settings(path: Path, arm: str, settings: dict[str, Any], config_cls: 
         check(config_cls(**settings))
     except (ValueError, TypeError) as err:
         _fail(path, f"arm {arm!r}: {err}")
+
+
+def gpus_needed(settings: dict[str, Any]) -> int:
+    """GPUs a run takes: a policy GPU and a rollout GPU when vLLM generates (the handouts' split), else one.
+
+    Every script here samples with vLLM under `auto` where its CUDA build is installed, as on a GPU cluster.
+    """
+    backend = settings.get("backend", "auto")
+    return 2 if backend == "vllm" or (backend == "auto" and vllm_build() == "cuda") else 1
 
 
 def run_state(run_dir: Path, total_steps: int | None) -> RunState:

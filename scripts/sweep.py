@@ -1,14 +1,15 @@
 """Run every arm of an experiment preset, then compare them.
 
     uv run scripts/sweep.py configs/experiments/grpo_baselines.toml
-    uv run scripts/sweep.py configs/experiments/grpo_learning_rate.toml --launcher ray --gpus-per-arm 2
+    uv run scripts/sweep.py configs/experiments/grpo_learning_rate.toml --launcher ray
 
 Each run (an arm, at each of the preset's seeds) trains in its own folder <output-root>/<preset>/<run>/ as a
 subprocess of the preset's script (scripts/train_grpo.py unless it names another), with its settings written
 to <output-root>/<preset>/configs/<run>.toml and its output to logs/<run>.log. Finished runs are skipped and
 runs with an earlier checkpoint resume, so re-running the command after an interruption picks up where it
-stopped. With several GPUs (or a Ray cluster) runs go side by side through Ray, each on --gpus-per-arm
-devices (2: a policy GPU and a rollout GPU); on a CPU they run one after another. At the end: plots/ (one
+stopped. With several GPUs (or a Ray cluster) runs go side by side through Ray, each on the GPUs it needs (2 when
+its rollouts use vLLM: a policy GPU and a rollout GPU, as the handouts run; else 1; --gpus-per-arm sets a
+number); on a CPU they run one after another. At the end: plots/ (one
 line per run: validation reward vs step and vs wall time, entropy, response length, gradient norm, clip
 fraction, KL) and results.md (final validation rewards).
 """
@@ -25,7 +26,7 @@ from alignment.atomic import atomic_write_text
 from alignment.cli import option_parameters, typer_app
 from alignment.plotting import plot_rows
 from alignment.settings import setting
-from alignment.sweep import ArmRun, Preset, changed_settings, launch, load_preset, read_metrics, results_table, run_command, run_state, \
+from alignment.sweep import ArmRun, Preset, changed_settings, gpus_needed, launch, load_preset, read_metrics, results_table, run_command, run_state, \
     run_styles, write_run_config
 
 
@@ -35,28 +36,29 @@ class SweepConfig:
     launcher: Literal["auto", "local", "ray"] = setting(
         "auto", "local: one run after another; ray: side by side on a Ray cluster; auto: ray when at least two "
                 "runs fit on this machine's GPUs or --ray-address is given.")
-    gpus_per_arm: int = setting(1, "GPUs each run gets under Ray (2 for a separate rollout GPU).")
+    gpus_per_arm: int | None = setting(None, "GPUs each run gets under Ray (default: what the run needs: 2 when its rollouts use vLLM, a policy GPU and a rollout GPU as the handouts run; else 1).")
     ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start one here).")
 
 
-def use_ray(config: SweepConfig, n_runs: int) -> bool:
+def use_ray(config: SweepConfig, gpus: list[int]) -> bool:
+    """Ray when asked, or when at least two of the runs (`gpus`: each one's GPU count) fit this machine's GPUs."""
     if config.launcher != "auto":
         return config.launcher == "ray"
     if config.ray_address is not None:
         return True
     import torch
 
-    return n_runs > 1 and torch.cuda.device_count() >= 2 * config.gpus_per_arm
+    return len(gpus) > 1 and torch.cuda.device_count() >= sum(sorted(gpus)[:2])
 
 
-def run_on_ray(jobs: dict[str, tuple[list[str], Path]], config: SweepConfig) -> dict[str, int]:
-    """Every job as a Ray task holding --gpus-per-arm GPUs; Ray sets CUDA_VISIBLE_DEVICES for each."""
+def run_on_ray(jobs: dict[str, tuple[list[str], Path]], gpus: dict[str, int], config: SweepConfig) -> dict[str, int]:
+    """Every job as a Ray task holding its GPUs; Ray sets CUDA_VISIBLE_DEVICES for each."""
     from alignment.ray_env import ray
 
     ray.init(address=config.ray_address)
     try:
-        remote = ray.remote(num_gpus=config.gpus_per_arm)(launch)
-        pending = {remote.remote(command, log): label for label, (command, log) in jobs.items()}
+        pending = {ray.remote(num_gpus=gpus[label])(launch).remote(command, log): label
+                   for label, (command, log) in jobs.items()}
         statuses = {}
         while pending:
             done, _ = ray.wait(list(pending))
@@ -103,7 +105,7 @@ def compare(preset: Preset, root: Path, runs: list[ArmRun]) -> list[Path]:
 
 def main(preset: Path, **flags: Any) -> None:
     config = SweepConfig(**flags)
-    if config.gpus_per_arm < 0:
+    if config.gpus_per_arm is not None and config.gpus_per_arm < 0:
         raise typer.BadParameter(f"must be >= 0, got {config.gpus_per_arm}", param_hint="'--gpus-per-arm'")
     try:
         loaded = load_preset(preset)
@@ -111,8 +113,10 @@ def main(preset: Path, **flags: Any) -> None:
         raise typer.BadParameter(str(err), param_hint="'PRESET'") from None
     root = config.output_root / loaded.name
     jobs = prepare(loaded, root)
-    if jobs and use_ray(config, len(jobs)):
-        statuses = run_on_ray(jobs, config)
+    gpus = {run.label: config.gpus_per_arm if config.gpus_per_arm is not None else gpus_needed(run.settings)
+            for run in loaded.runs if run.label in jobs}
+    if jobs and use_ray(config, list(gpus.values())):
+        statuses = run_on_ray(jobs, gpus, config)
     else:
         statuses = {}
         for i, (label, (command, log)) in enumerate(jobs.items(), start=1):

@@ -213,3 +213,12 @@ def test_bad_flags_and_preset_are_reported(tmp_path):
     assert result.exit_code != 0 and "slurm" in result.output
     result = runner.invoke(script.app, [str(PRESETS[0]), "--gpus-per-arm", "-1"])
     assert result.exit_code != 0 and "must be >= 0" in result.output
+
+
+@pytest.mark.parametrize("backend,build,gpus", [("vllm", "cpu", 2), ("auto", "cuda", 2), ("auto", None, 1),
+                                                ("auto", "cpu", 1), ("hf", "cuda", 1), ("transformer_lm", "cuda", 1)])
+def test_a_run_gets_a_rollout_gpu_when_vllm_generates(monkeypatch, backend, build, gpus):
+    import alignment.sweep
+
+    monkeypatch.setattr(alignment.sweep, "vllm_build", lambda: build)  # which vLLM wheel a GPU machine has installed
+    assert alignment.sweep.gpus_needed({"backend": backend}) == gpus
