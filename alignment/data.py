@@ -35,21 +35,21 @@ class HubDataset:
 
     repo: str
     config: str | None
-    train_split: str | None  # None: nothing to train on without a held-out slice (see alignment.data_splits)
+    train_split: str | None  # None: nothing to train on but a held-out slice (alignment.data_splits)
     eval_split: str
-    about: str
 
 
 HUB_DATASETS: dict[str, HubDataset] = {
-    "math": HubDataset("DigitalLearningGmbH/MATH-lighteval", "default", "train", "test",
-                       "MATH (Hendrycks et al.): 7,500 training and 5,000 test problems"),
-    "math500": HubDataset("HuggingFaceH4/MATH-500", None, None, "test",
-                          "MATH-500: 500 of MATH's 5,000 test problems (Lightman et al.)"),
-    "competition_math": HubDataset("qwedsacf/competition_math", None, None, "train",
-                                   "MATH's 12,500 problems in one split (the UW handout's copy)"),
-    "hendrycks_math": HubDataset("EleutherAI/hendrycks_math", None, "train", "test",
-                                 "MATH with one config per subject: 7,500 training and 5,000 test problems"),
-    "gsm8k": HubDataset("openai/gsm8k", "main", "train", "test", "GSM8K: 7,473 training and 1,319 test problems"),
+    # MATH (Hendrycks et al.): 7,500 training and 5,000 test problems, `answer` only inside `solution`
+    "math": HubDataset("DigitalLearningGmbH/MATH-lighteval", "default", "train", "test"),
+    # MATH-500 (Lightman et al.): 500 of MATH's test problems, with `answer`
+    "math500": HubDataset("HuggingFaceH4/MATH-500", None, None, "test"),
+    # the UW handout's copy: all 12,500 MATH problems, train and test, in one split
+    "competition_math": HubDataset("qwedsacf/competition_math", None, None, "train"),
+    # MATH with one config per subject, read whole
+    "hendrycks_math": HubDataset("EleutherAI/hendrycks_math", None, "train", "test"),
+    # GSM8K: 7,473 training and 1,319 test problems; `main` (not `socratic`)
+    "gsm8k": HubDataset("openai/gsm8k", "main", "train", "test"),
 }
 
 

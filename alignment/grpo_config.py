@@ -76,7 +76,7 @@ class GRPOConfig:
     RESUMABLE: ClassVar[frozenset[str]] = frozenset({
         "n_grpo_steps", "output_dir", "eval_every", "n_eval_examples", "eval_max_tokens", "checkpoint_every",
         "wandb_project", "wandb_mode", "gpu_memory_utilization", "policy_device", "rollout_device",
-        "grader_workers", "overwrite", "reuse_rollout_forward", "skip_zero_advantage",
+        "grader_workers", "overwrite", "reuse_rollout_forward", "skip_zero_advantage", "allow_validation_overlap",
     })
 
     @property

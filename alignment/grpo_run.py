@@ -158,10 +158,10 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
     eval_sampling = validation_sampling(config)
 
     def validate_now() -> float:
-        reward, examples = evaluate(engine, policy, validation, grader, eval_sampling)
-        log.log({"grpo_step": trainer.step_index, "eval_reward": reward, "time_elapsed_s": time.perf_counter() - started})
+        summary, examples = evaluate(engine, policy, validation, grader, eval_sampling)
+        log.log({"grpo_step": trainer.step_index} | summary | {"time_elapsed_s": time.perf_counter() - started})
         log.log_rollouts(trainer.step_index, "eval", examples)
-        return reward
+        return summary["eval_reward"]
 
     rows: list[dict] = []
     try:

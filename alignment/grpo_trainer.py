@@ -351,12 +351,15 @@ class GRPOTrainer:
 
 def evaluate(
     engine: RolloutEngine, policy: PreTrainedModel, task: Task, grader: ParallelGrader, sampling: SamplingConfig
-) -> tuple[float, list[dict[str, Any]]]:
-    """Mean reward of one sample per validation question, and a few example rollouts."""
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Mean reward, format reward and answer reward of one sample per validation question (`eval_reward`,
+    `eval_format_reward`, `eval_answer_reward`), and a few example rollouts."""
     policy.eval()
     records, _ = generate_and_grade(engine, task.questions, task.truths, task.template, grader, sampling)
     examples = [{"prompt": r.prompt, "response": r.response, "truth": r.ground_truth, "reward": r.reward} for r in records[:3]]
-    return sum(r.reward for r in records) / len(records), examples
+    n = len(records)
+    return {"eval_reward": sum(r.reward for r in records) / n, "eval_format_reward": sum(r.format_reward for r in records) / n,
+            "eval_answer_reward": sum(r.answer_reward for r in records) / n}, examples
 
 
 def progress(total: int, initial: int) -> tqdm:

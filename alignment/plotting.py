@@ -18,6 +18,7 @@ CURVES = {  # file name -> (y label, metric keys)
     "kl": ("KL estimate", ["kl_ref_k1", "kl_ref_k3", "kl_prev_k1", "kl_prev_k3"]),
     "clip_fraction": ("clipped token fraction", ["clip_fraction"]),
     "train_reward": ("train reward", ["train_reward", "train_format_reward"]),
+    "eval_format_reward": ("validation format reward", ["eval_format_reward"]),
 }
 
 

@@ -122,7 +122,7 @@ class Generator(_Actor):
         self.weights_version = version
         return time.perf_counter() - start
 
-    def validate(self, sampling: SamplingConfig) -> tuple[float, list[dict[str, Any]]]:
+    def validate(self, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
         # evaluate() only switches the policy to eval mode; vLLM has no module here to switch
         return evaluate(self.engine, self.model if self.model is not None else torch.nn.Identity(), self.validation, self.eval_grader, sampling)
 

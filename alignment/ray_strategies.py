@@ -215,11 +215,11 @@ class Driver:
         return rows
 
     def validate(self) -> float:
-        reward, examples = self.get(self.actors.generator.validate.remote(validation_sampling(self.config)),
-                                    f"{self.generator_name}: validation at step {self.step}")
-        self.log.log({"grpo_step": self.step, "eval_reward": reward, "time_elapsed_s": self.elapsed()})
+        summary, examples = self.get(self.actors.generator.validate.remote(validation_sampling(self.config)),
+                                     f"{self.generator_name}: validation at step {self.step}")
+        self.log.log({"grpo_step": self.step} | summary | {"time_elapsed_s": self.elapsed()})
         self.log.log_rollouts(self.step, "eval", examples)
-        return reward
+        return summary["eval_reward"]
 
     def checkpoint(self) -> int:
         state = {"elapsed_s": self.elapsed(), "buffer": None if self.buffer is None else self.buffer.state_dict()}

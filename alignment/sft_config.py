@@ -53,7 +53,7 @@ class SFTTrainingSettings:
     RESUMABLE: ClassVar[frozenset[str]] = frozenset({
         "output_dir", "overwrite", "eval_every", "eval_at_start", "n_eval_examples", "checkpoint_every",
         "wandb_project", "wandb_mode", "gpu_memory_utilization", "policy_device", "rollout_device",
-        "grader_workers", "torch_threads",
+        "grader_workers", "torch_threads", "allow_validation_overlap",
     })
 
     def to_json(self) -> dict[str, Any]:

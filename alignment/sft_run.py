@@ -31,6 +31,7 @@ from alignment.prompts import load_prompt, prompt_question
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.sft_config import SFTConfig, SFTTrainingSettings, validate
 from alignment.sft_data import SFTExample, load_sft_examples
+from alignment.settings import write_run_settings
 from alignment.sft_trainer import SFTTrainer, check_prompt_lengths, save_run_state
 from alignment.task import Task
 
@@ -120,6 +121,7 @@ def open_run(config: SFTTrainingSettings, resume: bool, examples: Sequence[SFTEx
     """Model, engine, grader and log for a checked config; `examples` are length-checked before the model loads."""
     tokenizer = load_tokenizer(config.model)
     check_prompt_lengths(examples, tokenizer, config.max_seq_length)
+    write_run_settings(config)  # before any model loads; `--resume DIR` alone reads them (resumable changes included)
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)

@@ -37,6 +37,7 @@ def runs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
         "sampling_max_tokens = 6\nsampling_min_tokens = 2\nsampling_temperature = 1.0\nloss_type = \"grpo_clip\"\n"
         "eval_every = 1\nn_eval_examples = 3\ncheckpoint_every = 1\ngrader_workers = 1\nbackend = \"hf\"\n"
         "kl_reference = false\nkl_prev = false\nlearning_rate = 0.01\n"
+        "allow_validation_overlap = true\n"  # three questions serve both: these tests are about the run folder
     )
     straight, stopped = root / "straight", root / "stopped"
     for args in (["--output-dir", straight, "--n-grpo-steps", 3], ["--output-dir", stopped, "--n-grpo-steps", 2]):

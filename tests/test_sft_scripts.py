@@ -31,11 +31,13 @@ def data(tmp_path) -> dict[str, Path]:
                                        "ground_truth": a}) + "\n" for q, a in QUESTIONS))
     gsm8k = tmp_path / "gsm8k.jsonl"
     gsm8k.write_text("".join(json.dumps({"question": q, "answer": f"so {a}\n#### {a}"}) + "\n" for q, a in QUESTIONS))
-    return {"sft": sft, "gsm8k": gsm8k}
+    held_out = tmp_path / "held_out.jsonl"  # questions the runs do not train on
+    held_out.write_text("".join(json.dumps({"question": f"What is {n} + {n}?", "answer": f"#### {2 * n}"}) + "\n" for n in range(10, 14)))
+    return {"sft": sft, "gsm8k": gsm8k, "held_out": held_out}
 
 
 def sft_flags(data, out: Path, *extra) -> list[str]:
-    flags = ["--model", data["model"], "--dataset", data["sft"], "--data-format", "sft", "--validation-dataset", data["gsm8k"],
+    flags = ["--model", data["model"], "--dataset", data["sft"], "--data-format", "sft", "--validation-dataset", data["held_out"],
              "--n-eval-examples", 2, "--eval-max-tokens", 4, "--batch-size", 4, "--gradient-accumulation-steps", 2,
              "--learning-rate", 1e-3, "--max-seq-length", 256, "--eval-every", 1, "--checkpoint-every", 1,
              "--backend", "hf", "--grader-workers", 1, "--output-dir", out, *extra]
@@ -75,7 +77,7 @@ def test_train_sft_end_to_end(sft_run, tiny_model_dir):
 
 
 def test_resume_continues_exactly(tiny_model_dir, data, tmp_path, monkeypatch):
-    base = dict(model=str(tiny_model_dir), dataset=str(data["sft"]), data_format="sft", validation_dataset=str(data["gsm8k"]),
+    base = dict(model=str(tiny_model_dir), dataset=str(data["sft"]), data_format="sft", validation_dataset=str(data["held_out"]),
                 n_eval_examples=1, eval_max_tokens=2, batch_size=2, gradient_accumulation_steps=1, learning_rate=1e-3,
                 max_seq_length=256, eval_every=10, checkpoint_every=1, backend="hf", grader_workers=1)
     whole = SFTConfig(**base, output_dir=tmp_path / "whole")
@@ -95,8 +97,9 @@ def test_resume_continues_exactly(tiny_model_dir, data, tmp_path, monkeypatch):
         train_sft(stopped)
     assert complete_step(stopped.output_dir) == 2 and not (stopped.output_dir / "policy").exists()
     monkeypatch.setattr(sft_trainer.SFTTrainer, "step", real_step)
-    resumed_rows = train_sft(stopped, resume=True)
-    assert [r["grpo_step"] for r in resumed_rows] == [3]
+    resumed = runner.invoke(train_sft_script.app, ["--resume", str(stopped.output_dir)])  # its settings.json alone
+    assert resumed.exit_code == 0, resumed.output
+    assert [r["grpo_step"] for r in rows(stopped.output_dir / "metrics.jsonl") if "loss" in r] == [1, 2, 3]
     a, b = load_file(whole.output_dir / "policy" / "model.safetensors"), load_file(stopped.output_dir / "policy" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
     losses = lambda folder: [r["loss"] for r in rows(folder / "metrics.jsonl") if "loss" in r]  # noqa: E731
@@ -129,7 +132,7 @@ def test_bad_input_is_named_and_keeps_the_earlier_run(sft_run, tmp_path):
 def test_expert_iteration_from_an_sft_policy(sft_run, tmp_path):
     data, sft_out = sft_run
     out = tmp_path / "ei"
-    flags = ["--model", sft_out / "policy", "--dataset", data["gsm8k"], "--validation-dataset", data["gsm8k"],
+    flags = ["--model", sft_out / "policy", "--dataset", data["gsm8k"], "--validation-dataset", data["held_out"],
              "--n-eval-examples", 2, "--eval-max-tokens", 4, "--n-ei-steps", 2, "--questions-per-step", 2,
              "--rollouts-per-question", 2, "--sampling-max-tokens", 5, "--batch-size", 2, "--gradient-accumulation-steps", 1,
              "--max-seq-length", 256, "--backend", "hf", "--grader-workers", 1, "--output-dir", out]
@@ -158,3 +161,10 @@ def test_every_setting_is_a_documented_flag(app, config_cls):
     for f in fields(config_cls):
         assert flag(f.name) in result.output, f.name
         assert f.metadata["help"].split()[0] in result.output
+
+
+def test_validation_questions_that_are_trained_on_are_refused(tiny_model_dir, data, tmp_path):
+    trained_on = sft_flags(data | {"model": tiny_model_dir}, tmp_path / "o", "--validation-dataset", data["gsm8k"])
+    result = runner.invoke(train_sft_script.app, trained_on, env={"COLUMNS": "300"})
+    assert result.exit_code != 0 and "2 of 2 validation questions" in result.output  # --n-eval-examples 2
+    assert "--allow-validation-overlap" in result.output and not (tmp_path / "o" / "metrics.jsonl").exists()
