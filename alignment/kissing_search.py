@@ -50,6 +50,27 @@ def conflict_graph(vectors: np.ndarray, limit: int, chunk_rows: int = 512) -> li
     return adjacency
 
 
+def ball(max_norm: int, dimension: int, min_norm: int = 1) -> np.ndarray:
+    """Mixed shells: every integer vector with min_norm <= |x|^2 <= max_norm, (count, dimension) int64."""
+    return np.concatenate([shell(norm, dimension) for norm in range(min_norm, max_norm + 1)])
+
+
+def distance_conflict_graph(vectors: np.ndarray, min_distance: int, chunk_rows: int = 512) -> list[list[int]]:
+    """Adjacency lists of the graph joining rows at squared distance below `min_distance` (vectors (n, d)).
+
+    With min_distance = the largest squared norm allowed, its independent sets are valid configurations even
+    when the norms differ (the handout's lemma needs only min |x - y|^2 >= max |x|^2)."""
+    norms = (vectors * vectors).sum(axis=1)
+    adjacency: list[list[int]] = []
+    for start in range(0, len(vectors), chunk_rows):
+        rows = vectors[start:start + chunk_rows]
+        distance = norms[start:start + chunk_rows, None] + norms[None, :] - 2 * rows @ vectors.T
+        for offset, row in enumerate(distance < min_distance):
+            row[start + offset] = False
+            adjacency.append(np.flatnonzero(row).tolist())
+    return adjacency
+
+
 @dataclass
 class IndependentSetSearch:
     """Iterated local search for a large independent set of a graph given as adjacency lists."""
