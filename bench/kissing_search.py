@@ -10,6 +10,8 @@ Approaches (every construction is found here; no coordinates come from elsewhere
 - ball-4-seeded: mixed shells, every vector of squared norm 1..4 (6,864), conflicts at squared distance < 4,
   from the code seed: can shorter vectors replace longer ones?
 - shell-5: the norm-5 shell (15,224 vectors, inner products <= 2), from a random start;
+- orbits-z11-shell-4: sets invariant under the cyclic shift of the 11 coordinates and -1: local search over
+  the orbits (22 vectors each) of the norm-4 vectors with four ±1 entries, plus the 22 vectors ±2e_i;
 - orbits-a11: the sum-zero vectors of Z^12 (a copy of R^11), unions of orbits of PSL(2, 11) or of its affine
   subgroup x -> ax + b (a a square), acting on the 12 points of the projective line over F_11, and of -1;
   the best union of pairwise compatible orbits by exhaustive branch and bound, mapped into Z^11 by the other
@@ -114,6 +116,33 @@ def orbit_union(group: np.ndarray, max_norm: int, min_norm: int, budget_s: float
     return points @ paley_hadamard()[1:].T, note
 
 
+def cyclic_orbits_shell_4(budget_s: float) -> tuple[np.ndarray, str]:
+    """Unions of orbits of <cyclic shift, -1> on the norm-4 vectors with four ±1 entries, pairwise inner
+    products <= 2, found by local search over the orbit graph; then the ±2e_i, which fit with all of them."""
+    d = 11
+    vectors = shell(4, d)
+    vectors = vectors[(np.abs(vectors) == 1).sum(axis=1) == 4]
+    index = {tuple(v): i for i, v in enumerate(vectors.tolist())}
+    seen = np.zeros(len(vectors), dtype=bool)
+    orbits = []
+    for i, v in enumerate(vectors):
+        if not seen[i]:
+            images = np.array([np.roll(v, shift) for shift in range(d)])
+            members = sorted({index[tuple(w)] for w in np.concatenate([images, -images]).tolist()})
+            seen[members] = True
+            gram = vectors[members] @ vectors[members].T
+            np.fill_diagonal(gram, 0)
+            if gram.max() <= 2:
+                orbits.append(vectors[members])
+    adjacency = [[j for j, b in enumerate(orbits) if j != i and (a @ b.T).max() > 2] for i, a in enumerate(orbits)]
+    search = IndependentSetSearch(adjacency)
+    chosen = search.run(budget_s)
+    axes = np.concatenate([2 * np.eye(d, dtype=np.int64), -2 * np.eye(d, dtype=np.int64)])
+    note = (f"{len(orbits)} orbits valid alone, {len(chosen)} chosen; last improvement at "
+            f"{search.history[-1][0]:.1f} s; budget reached")
+    return np.concatenate([axes, *(orbits[i] for i in chosen)]), note
+
+
 def independent_set(vectors: np.ndarray, adjacency: list[list[int]], budget_s: float,
                     start: np.ndarray | None = None) -> tuple[np.ndarray, str]:
     index = {tuple(v): i for i, v in enumerate(vectors.tolist())}
@@ -134,6 +163,7 @@ def main(budget_s: float = 240.0, only: str = "") -> None:
         "ball-4-seeded": lambda: independent_set(ball(4, d), distance_conflict_graph(ball(4, d), 4), budget_s,
                                                  start=code_seed(d, budget_s)),
         "shell-5": lambda: independent_set(shell(5, d), conflict_graph(shell(5, d), 2), budget_s),
+        "orbits-z11-shell-4": lambda: cyclic_orbits_shell_4(budget_s),
         "orbits-a11-psl-norm-2-4": lambda: orbit_union(closure([mobius(1, 1, 0, 1), mobius(4, 0, 0, 1), mobius(0, Q - 1, 1, 0)]), 4, 2, budget_s),
         "orbits-a11-affine-norm-4-6": lambda: orbit_union(closure([mobius(1, 1, 0, 1), mobius(4, 0, 0, 1)]), 6, 4, budget_s),
     }
