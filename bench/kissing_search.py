@@ -9,6 +9,8 @@ Approaches (every construction is found here; no coordinates come from elsewhere
 - shell-4-random: the same local search over the norm-4 shell from a random greedy start, no code;
 - ball-4-seeded: mixed shells, every vector of squared norm 1..4 (6,864), conflicts at squared distance < 4,
   from the code seed: can shorter vectors replace longer ones?
+- neighbourhood-shell-4: from the code seed, free every vector on 8 random supports of its four-±1 part and
+  re-solve that part exactly (branch and bound over all vectors compatible with the rest), again and again;
 - shell-5: the norm-5 shell (15,224 vectors, inner products <= 2), from a random start;
 - orbits-z11-shell-4: sets invariant under the cyclic shift of the 11 coordinates and -1: local search over
   the orbits (22 vectors each) of the norm-4 vectors with four ±1 entries, plus the 22 vectors ±2e_i;
@@ -19,6 +21,7 @@ Approaches (every construction is found here; no coordinates come from elsewhere
 """
 
 import platform
+import random
 import time
 
 import numpy as np
@@ -64,25 +67,74 @@ def paley_hadamard() -> np.ndarray:
 
 
 def max_weight_independent_set(weights: list[int], neighbours: list[int], budget_s: float) -> tuple[list[int], bool]:
-    """Branch and bound over bitsets (neighbours[i]: the bitset of i's neighbours); (best set, proved optimal)."""
+    """Branch and bound over bitsets (neighbours[i]: the bitset of i's neighbours); (best set, proved optimal).
+
+    Bound: cover the candidates greedily by cliques; an independent set takes at most one vertex of each, so
+    at most the heaviest of each clique. Branching on the candidate with most candidate neighbours."""
     best: list[list[int]] = [[]]
     best_weight = [0]
-    began = time.monotonic()
+    deadline = time.monotonic() + budget_s
+
+    def bound(candidates: int) -> int:
+        total = 0
+        while candidates:
+            low = candidates & -candidates
+            clique, heaviest = low, weights[low.bit_length() - 1]
+            rest = candidates & ~low & neighbours[low.bit_length() - 1]
+            while rest:
+                pick = rest & -rest
+                clique |= pick
+                heaviest = max(heaviest, weights[pick.bit_length() - 1])
+                rest &= ~pick & neighbours[pick.bit_length() - 1]
+            candidates &= ~clique
+            total += heaviest
+        return total
 
     def grow(candidates: int, weight: int, chosen: list[int]) -> bool:
         if weight > best_weight[0]:
             best_weight[0], best[0] = weight, chosen
-        bound = weight + sum(weights[i] for i in range(len(weights)) if candidates >> i & 1)
-        if candidates == 0 or bound <= best_weight[0]:
+        if candidates == 0 or weight + bound(candidates) <= best_weight[0]:
             return True
-        if time.monotonic() - began > budget_s:
+        if time.monotonic() > deadline:
             return False
-        i = (candidates & -candidates).bit_length() - 1
+        members = [i for i in range(len(weights)) if candidates >> i & 1]
+        i = max(members, key=lambda j: (neighbours[j] & candidates).bit_count())
         return (grow(candidates & ~neighbours[i] & ~(1 << i), weight + weights[i], chosen + [i])
                 and grow(candidates & ~(1 << i), weight, chosen))
 
     proved = grow((1 << len(weights)) - 1, 0, [])
     return best[0], proved
+
+
+def neighbourhood_search(budget_s: float, supports_freed: int = 8, per_solve_s: float = 10.0) -> tuple[np.ndarray, str]:
+    """From the code seed, repeatedly free every vector on `supports_freed` random supports of the four-±1
+    part and re-solve exactly which vectors (any support) can go there, keeping the result when no smaller."""
+    d = 11
+    vectors = shell(4, d)
+    vectors = vectors[(np.abs(vectors) == 1).sum(axis=1) == 4]
+    adjacency = conflict_graph(vectors, 2)
+    index = {tuple(v): i for i, v in enumerate(vectors.tolist())}
+    chosen = {index[tuple(v)] for v in code_seed(d, budget_s).tolist() if tuple(v) in index}
+    support = [tuple(np.flatnonzero(v)) for v in vectors]
+    rng = random.Random(0)
+    began, rounds, proved, gains = time.monotonic(), 0, 0, 0
+    while time.monotonic() - began < budget_s:
+        rounds += 1
+        freed = set(rng.sample(sorted({support[v] for v in chosen}), supports_freed))
+        kept = {v for v in chosen if support[v] not in freed}
+        blocked = kept | {u for v in kept for u in adjacency[v]}
+        candidates = [v for v in range(len(vectors)) if v not in blocked]
+        position = {v: i for i, v in enumerate(candidates)}
+        neighbours = [sum(1 << position[u] for u in adjacency[v] if u in position) for v in candidates]
+        best, optimal = max_weight_independent_set([1] * len(candidates), neighbours, per_solve_s)
+        proved += optimal
+        if len(best) >= len(chosen) - len(kept):
+            gains += len(best) > len(chosen) - len(kept)
+            chosen = kept | {candidates[i] for i in best}
+    axes = np.concatenate([2 * np.eye(d, dtype=np.int64), -2 * np.eye(d, dtype=np.int64)])
+    note = (f"{rounds} rounds freeing {supports_freed} supports, {proved} solved to optimality, {gains} gains; "
+            f"budget reached")
+    return np.concatenate([axes, vectors[sorted(chosen)]]), note
 
 
 def orbit_union(group: np.ndarray, max_norm: int, min_norm: int, budget_s: float) -> tuple[np.ndarray, str]:
@@ -162,6 +214,7 @@ def main(budget_s: float = 240.0, only: str = "") -> None:
         "shell-4-random": lambda: independent_set(shell_4, conflict_graph(shell_4, 2), budget_s),
         "ball-4-seeded": lambda: independent_set(ball(4, d), distance_conflict_graph(ball(4, d), 4), budget_s,
                                                  start=code_seed(d, budget_s)),
+        "neighbourhood-shell-4": lambda: neighbourhood_search(budget_s),
         "shell-5": lambda: independent_set(shell(5, d), conflict_graph(shell(5, d), 2), budget_s),
         "orbits-z11-shell-4": lambda: cyclic_orbits_shell_4(budget_s),
         "orbits-a11-psl-norm-2-4": lambda: orbit_union(closure([mobius(1, 1, 0, 1), mobius(4, 0, 0, 1), mobius(0, Q - 1, 1, 0)]), 4, 2, budget_s),
