@@ -8,14 +8,19 @@ Modes (each step asks the chat model for one program and verifies it in the sand
   proportional to exp((score - best) / parent_temperature) and shows it with the best other programs
   ("inspirations") and their verifier output.
 
-Every prompt and reply goes into conversation_log.json (rewritten atomically after each step), the best
-program into best_program.py and best.json, so a stopped run resumes from its log.
+The run folder holds the handout's deliverables, rewritten atomically after each step: program.py (the best
+program), conversation_log.json (a JSON object: the run's settings, its sessions and every candidate, with each
+request sent to the model, the reply, the timings and the verifier's verdict) and, written by the script,
+report.md. A stopped run resumes from its log. One time budget (`budget_s`) bounds the whole run, counted
+across resumes: no model request starts after it, a reply still awaited when it runs out is abandoned, and only
+a verification already under way may finish past it.
 """
 
 import json
 import math
 import random
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -26,12 +31,13 @@ from tqdm import tqdm
 
 from alignment.atomic import atomic_write_json, atomic_write_text
 from alignment.kissing_verifier import DIMENSION, KissingMetrics
-from alignment.llm_client import ChatModel, Message
+from alignment.llm_client import ChatModel, ChatReply, Message
 from alignment.rollout import SamplingConfig
 
 Mode = Literal["best_of_n", "refine", "evolve"]
 Source = Literal["seed", "search-code", "llm"]
-LOG_FILE, BEST_PROGRAM, BEST_JSON = "conversation_log.json", "best_program.py", "best.json"
+LOG_FILE, BEST_PROGRAM, BEST_JSON = "conversation_log.json", "program.py", "best.json"
+LOG_FORMAT = "kissing-discovery-log/2"
 
 SYSTEM_PROMPT = "You are an expert in discrete geometry, coding theory and Python."
 TASK_PROMPT = f"""Find a large kissing configuration in dimension {DIMENSION}.
@@ -48,18 +54,21 @@ numpy is available. Reply with the complete program in a single ```python code b
 
 @dataclass
 class Candidate:
-    """One scored program: a seed, the search code's result, or a model's reply."""
+    """One scored program: a seed, the search code's result, or one model turn (its request and reply)."""
 
     id: int
     source: Source
-    program: str | None  # None when the reply held no program
+    program: str | None  # None when the reply held no program (or never came)
     score: float
-    metrics: dict[str, Any]
-    elapsed_s: float  # since the run began (continued across resumes)
+    verdict: dict[str, Any]  # the verifier's metrics, or why there was nothing to verify
+    elapsed_s: float  # when it was recorded, seconds since the run began (continued across resumes)
     parent: int | None = None
-    prompt: list[Message] | None = None
-    reply: str | None = None
+    request: dict[str, Any] | None = None  # model, messages and sampling settings sent
+    reply: str | None = None  # None: no reply within the budget
+    finish_reason: str | None = None
     tokens: dict[str, int] | None = None
+    generate_s: float | None = None  # waiting for the reply, or running the search code
+    verify_s: float | None = None  # the sandboxed run and the exact check
     note: str = ""  # where a seed came from, or the search code's history
 
 
@@ -95,7 +104,7 @@ def clip_program(program: str, max_chars: int) -> str:
 
 
 def describe(candidate: Candidate, max_chars: int) -> str:
-    return (f"Program {candidate.id} (score {candidate.score:g}). Verifier: {candidate.metrics.get('message', '')}\n"
+    return (f"Program {candidate.id} (score {candidate.score:g}). Verifier: {candidate.verdict.get('message', '')}\n"
             f"```python\n{clip_program(candidate.program or '', max_chars)}```")
 
 
@@ -117,27 +126,85 @@ class DiscoverySettings:
     inspirations: int = 2
     prompt_program_chars: int = 6000
     seed: int = 0
+    budget_s: float = math.inf  # wall-clock seconds for the whole run (search code and model steps), across resumes
+    model: str = ""  # the name each request carries
+
+
+def call_with_deadline(work: Callable[[], ChatReply], timeout_s: float) -> ChatReply | None:
+    """work() in a daemon thread; None when it has not returned within `timeout_s` (the thread is abandoned:
+    a blocking HTTP read or a local generation cannot be interrupted, and the process exits without it)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["reply"] = work()
+        except BaseException as err:  # re-raised in the caller's thread
+            box["error"] = err
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(max(0.0, timeout_s) if math.isfinite(timeout_s) else None)
+    if worker.is_alive():
+        return None
+    if "error" in box:
+        raise box["error"]
+    return box["reply"]
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class Discovery:
-    """The search state (the database of candidates) and its files in `output_dir`."""
+    """The search state (the database of candidates), the run's sessions and its files in `output_dir`.
 
-    def __init__(self, output_dir: Path, settings: DiscoverySettings, evaluate: Callable[[str], KissingMetrics]) -> None:
+    `run_info` (the script's settings: backend, model, ...) goes into the log as is; each construction (a start
+    or a resume) opens a session, closed by `stop(reason)`."""
+
+    def __init__(self, output_dir: Path, settings: DiscoverySettings, evaluate: Callable[[str], KissingMetrics],
+                 run_info: dict[str, Any] | None = None) -> None:
         self.output_dir = output_dir
         self.settings = settings
         self.evaluate = evaluate
+        self.run_info = run_info or {}
         self.candidates: list[Candidate] = []
+        self.sessions: list[dict[str, Any]] = []
         self._started = time.monotonic()
         self._offset_s = 0.0
         log = output_dir / LOG_FILE
         if log.exists():
-            self.candidates = [Candidate(**row) for row in json.loads(log.read_text(encoding="utf-8"))]
-            self._offset_s = max((c.elapsed_s for c in self.candidates), default=0.0)
+            saved = json.loads(log.read_text(encoding="utf-8"))
+            if not isinstance(saved, dict) or saved.get("format") != LOG_FORMAT:
+                raise ValueError(f"{log} is not a {LOG_FORMAT} log (written by an older version?); start over with --overwrite")
+            self.candidates = [Candidate(**row) for row in saved["candidates"]]
+            self.sessions = saved["sessions"]
+            self._offset_s = max([c.elapsed_s for c in self.candidates] + [s["ended_s"] or 0.0 for s in self.sessions])
+        self.sessions.append({"started_at": utc_now(), "began_s": round(self._offset_s, 3), "ended_s": None,
+                              "budget_s": settings.budget_s if math.isfinite(settings.budget_s) else None,
+                              "iterations": settings.iterations, "stopped": None})
 
     # --- the database -------------------------------------------------------------------------------
 
     def elapsed_s(self) -> float:
         return self._offset_s + time.monotonic() - self._started
+
+    def remaining_s(self) -> float:
+        """Seconds left of the run's budget (negative once it is spent)."""
+        return self.settings.budget_s - self.elapsed_s()
+
+    def log(self) -> dict[str, Any]:
+        """conversation_log.json: everything a report, a resume or a reader needs."""
+        return {"format": LOG_FORMAT, "task": TASK_PROMPT, "system_prompt": SYSTEM_PROMPT, "dimension": DIMENSION,
+                "run": self.run_info, "sessions": self.sessions, "candidates": [asdict(c) for c in self.candidates]}
+
+    def save(self) -> None:
+        atomic_write_json(self.output_dir / LOG_FILE, self.log())
+
+    def stop(self, reason: str) -> str:
+        """Close this session with the reason the run ended (kept in the log)."""
+        self.sessions[-1].update(ended_s=round(self.elapsed_s(), 3), stopped=reason)
+        self.save()
+        return reason
 
     @property
     def best(self) -> Candidate | None:
@@ -156,13 +223,16 @@ class Discovery:
         if program is not None and (previous is None or candidate.score > previous.score):
             atomic_write_text(self.output_dir / BEST_PROGRAM, program)
             atomic_write_json(self.output_dir / BEST_JSON, {
-                "score": candidate.score, "candidate": candidate.id, "source": source, "metrics": candidate.metrics,
+                "score": candidate.score, "candidate": candidate.id, "source": source, "verdict": candidate.verdict,
             })
-        atomic_write_json(self.output_dir / LOG_FILE, [asdict(c) for c in self.candidates])
+        self.save()
         return candidate
 
-    def add_program(self, source: Source, program: str, note: str = "") -> Candidate:
-        return self.add(source, program, self.evaluate(program), note=note)
+    def add_program(self, source: Source, program: str, note: str = "", generate_s: float | None = None) -> Candidate:
+        began = time.monotonic()
+        metrics = self.evaluate(program)
+        return self.add(source, program, metrics, note=note, generate_s=generate_s,
+                        verify_s=round(time.monotonic() - began, 3))
 
     # --- prompts --------------------------------------------------------------------------------------
 
@@ -197,23 +267,42 @@ class Discovery:
     # --- the loop -------------------------------------------------------------------------------------
 
     def step(self, chat: ChatModel) -> Candidate:
+        """One model turn: prompt, reply (awaited at most until the budget runs out), extraction, verdict."""
         s = self.settings
         step = self.model_steps
         rng = random.Random(s.seed * 1_000_003 + step)  # the same step draws the same parent after a resume
         messages, parent = self.prompt(rng)
         sampling = SamplingConfig(**(asdict(s.sampling) | {"seed": s.seed + step}))
-        reply = chat.chat(messages, sampling)
-        tokens = {"prompt": reply.prompt_tokens, "completion": reply.completion_tokens}
+        request = {"model": s.model, "messages": messages, "temperature": sampling.temperature,
+                   "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "seed": sampling.seed}
+        began = time.monotonic()
+        reply = call_with_deadline(lambda: chat.chat(messages, sampling), self.remaining_s())
+        asked = {"parent": parent, "request": request, "generate_s": round(time.monotonic() - began, 3)}
+        if reply is None:
+            cut = KissingMetrics(message=f"no reply within the run's budget of {s.budget_s:g} s (request abandoned)")
+            return self.add("llm", None, cut, **asked)
+        answered = asked | {"reply": reply.text, "finish_reason": reply.finish_reason,
+                            "tokens": {"prompt": reply.prompt_tokens, "completion": reply.completion_tokens}}
         program = extract_program(reply.text)
-        metrics = self.evaluate(program) if program else KissingMetrics(message="no program found in the reply")
-        return self.add("llm", program, metrics, parent=parent, prompt=messages, reply=reply.text, tokens=tokens)
+        if program is None:
+            return self.add("llm", None, KissingMetrics(message="no program found in the reply"), **answered)
+        began = time.monotonic()
+        metrics = self.evaluate(program)
+        return self.add("llm", program, metrics, **answered, verify_s=round(time.monotonic() - began, 3))
 
-    def run(self, chat: ChatModel) -> Candidate | None:
-        """Model steps until `iterations` are done; a progress bar shows the best score."""
-        total = self.settings.iterations
-        with tqdm(total=total, initial=min(self.model_steps, total), desc=f"kissing {self.settings.mode}") as bar:
-            while self.model_steps < total:
+    def run(self, chat: ChatModel | None) -> str:
+        """Model steps until `iterations` are done or the budget is spent; returns (and logs) why it stopped.
+        A progress bar shows the best score. `chat` may be None when no step can run (none left, or no time)."""
+        s = self.settings
+        with tqdm(total=s.iterations, initial=min(self.model_steps, s.iterations), desc=f"kissing {s.mode}") as bar:
+            while self.model_steps < s.iterations:
+                if self.remaining_s() <= 0:
+                    return self.stop(f"budget of {s.budget_s:g} s spent after {self.model_steps} of {s.iterations} model steps")
+                assert chat is not None, "a model step is due: pass a chat model"
                 latest = self.step(chat)
                 bar.update(1)
                 bar.set_postfix(best=self.best.score if self.best else 0, last=latest.score)
-        return self.best
+                if latest.reply is None:
+                    return self.stop(f"budget of {s.budget_s:g} s ran out while waiting for model step "
+                                     f"{self.model_steps} (its request is logged without a reply)")
+        return self.stop(f"all {s.iterations} model steps done")

@@ -12,6 +12,7 @@ two such vectors have inner product <= 2). The code itself is found by the same 
 """
 
 import itertools
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,27 @@ def conflict_graph(vectors: np.ndarray, limit: int, chunk_rows: int = 512) -> li
     for start in range(0, len(vectors), chunk_rows):
         gram = vectors[start:start + chunk_rows] @ vectors.T
         for offset, row in enumerate(gram > limit):
+            row[start + offset] = False
+            adjacency.append(np.flatnonzero(row).tolist())
+    return adjacency
+
+
+def ball(max_norm: int, dimension: int, min_norm: int = 1) -> np.ndarray:
+    """Mixed shells: every integer vector with min_norm <= |x|^2 <= max_norm, (count, dimension) int64."""
+    return np.concatenate([shell(norm, dimension) for norm in range(min_norm, max_norm + 1)])
+
+
+def distance_conflict_graph(vectors: np.ndarray, min_distance: int, chunk_rows: int = 512) -> list[list[int]]:
+    """Adjacency lists of the graph joining rows at squared distance below `min_distance` (vectors (n, d)).
+
+    With min_distance = the largest squared norm allowed, its independent sets are valid configurations even
+    when the norms differ (the handout's lemma needs only min |x - y|^2 >= max |x|^2)."""
+    norms = (vectors * vectors).sum(axis=1)
+    adjacency: list[list[int]] = []
+    for start in range(0, len(vectors), chunk_rows):
+        rows = vectors[start:start + chunk_rows]
+        distance = norms[start:start + chunk_rows, None] + norms[None, :] - 2 * rows @ vectors.T
+        for offset, row in enumerate(distance < min_distance):
             row[start + offset] = False
             adjacency.append(np.flatnonzero(row).tolist())
     return adjacency
@@ -156,12 +178,14 @@ def search_shell(norm: int, dimension: int, budget_s: float, seed: int = 0, star
                  on_improve: Callable[[int], None] | None = None) -> tuple[np.ndarray, list[tuple[float, int]]]:
     """Local search over the whole shell of squared norm `norm`, from `start` (rows of that shell) if given.
 
-    Returns the vectors found and the (seconds, size) history of improvements."""
+    Returns the vectors found and the (seconds, size) history of improvements. Building the shell and its
+    graph counts against `budget_s`."""
+    began = time.monotonic()
     vectors = shell(norm, dimension)
     index = {tuple(v): i for i, v in enumerate(vectors.tolist())}
     members = [index[tuple(v)] for v in (start.tolist() if start is not None else [])]
     search = IndependentSetSearch(conflict_graph(vectors, norm // 2), seed=seed)
-    best = search.run(budget_s, members, on_improve)
+    best = search.run(max(0.0, budget_s - (time.monotonic() - began)), members, on_improve)
     return vectors[sorted(best)], search.history
 
 
@@ -183,7 +207,8 @@ def code_seeded_search(dimension: int, budget_s: float, seed: int = 0) -> tuple[
     start = code_seed(dimension, budget_s / 2, seed)
     seeded_s = time.monotonic() - began
     points, history = search_shell(4, dimension, max(0.0, budget_s - seeded_s), seed, start=start)
-    note = (f"code seed: {len(start)} points ({seeded_s:.1f} s); local search over the {len(shell(4, dimension))} "
+    shell_size = 2 * dimension + 16 * math.comb(dimension, 4)  # ±2e_i and ±1 on four coordinates
+    note = (f"code seed: {len(start)} points ({seeded_s:.1f} s); local search over the {shell_size} "
             f"vectors of squared norm 4: {len(points)} points after {len(history) - 1} improvements "
             f"({time.monotonic() - began:.1f} s in all)")
     return points, note

@@ -137,10 +137,14 @@ class OpenAIServer:
         host, port = self._listener.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def stop(self) -> None:
+    def stop(self, drain_s: float = 60.0) -> None:
+        """Stop listening, then wait up to `drain_s` for a reply still being generated (a client that gave up
+        waiting leaves one behind; the interpreter must not exit under a running generation)."""
         self._listener.shutdown()
         self._listener.server_close()
         self._thread.join(timeout=10)
+        if self._listener.model_lock.acquire(timeout=drain_s):
+            self._listener.model_lock.release()
 
     def __enter__(self) -> "OpenAIServer":
         return self

@@ -4,8 +4,8 @@ import itertools
 
 import numpy as np
 
-from alignment.kissing_search import (IndependentSetSearch, code_seed, conflict_graph, constant_weight_code,
-                                      johnson_bound, program_source, search_shell, shell)
+from alignment.kissing_search import (IndependentSetSearch, ball, code_seed, conflict_graph, constant_weight_code,
+                                      distance_conflict_graph, johnson_bound, program_source, search_shell, shell)
 from alignment.kissing_verifier import evaluate_program, verify_points
 
 
@@ -21,6 +21,16 @@ def test_conflict_graph_joins_exactly_the_pairs_over_the_limit():
     adjacency = conflict_graph(x, 1, chunk_rows=5)
     for i, j in itertools.combinations(range(len(x)), 2):
         assert (j in adjacency[i]) == (int(x[i] @ x[j]) > 1) == (i in adjacency[j])
+
+
+def test_mixed_shells_and_their_distance_graph():
+    x = ball(3, 4, min_norm=2)
+    assert len(x) == 4 * 6 + 8 * 4  # ±e_i ± e_j and ±1 on three coordinates in Z^4
+    adjacency = distance_conflict_graph(x, 3, chunk_rows=7)
+    for i, j in itertools.combinations(range(len(x)), 2):
+        assert (j in adjacency[i]) == (int(((x[i] - x[j]) ** 2).sum()) < 3) == (i in adjacency[j])
+    chosen = IndependentSetSearch(adjacency, seed=0).run(budget_s=0.3)
+    assert verify_points(x[chosen].tolist(), dimension=4).validity == 1.0  # mixed norms, still valid
 
 
 def test_local_search_finds_the_maximum_independent_set_of_a_cycle():

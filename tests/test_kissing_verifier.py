@@ -149,18 +149,16 @@ def test_float_and_ragged_and_twelve_dimensional_programs():
         assert evaluate_program(source, FAST).message == message
 
 
-def test_evaluator_cli_prints_metrics_json():
-    out = subprocess.run(
-        [sys.executable, "data/kissing_number/evaluator.py", "data/kissing_number/program.py"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    metrics = json.loads(out.stdout)
-    assert out.returncode == 0
-    assert (metrics["num_points"], metrics["dimension"], metrics["validity"], metrics["score"]) == (220, 11, 1.0, 220.0)
+def evaluator(program: str) -> tuple[int, dict]:
+    out = subprocess.run([sys.executable, "data/kissing_number/evaluator.py", program],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return out.returncode, json.loads(out.stdout)
 
 
-def test_shipped_construction_verifies_past_the_lattice_bound():
-    source = (ROOT / "data/kissing_number/discovery/best_program.py").read_text()
+def test_evaluator_cli_scores_the_starter_and_the_shipped_program_at_the_projects_best():
+    code, metrics = evaluator("data/kissing_number/starter_program.py")
+    assert code == 0 and (metrics["num_points"], metrics["dimension"], metrics["validity"], metrics["score"]) == (220, 11, 1.0, 220.0)
     best = json.loads((ROOT / "data/kissing_number/discovery/best.json").read_text())
-    m = evaluate_program(source, SandboxLimits(timeout_s=60.0))
-    assert m.validity == 1.0 and m.score == best["score"] >= 582  # 438 is the best lattice
+    code, metrics = evaluator("data/kissing_number/program.py")  # the handout's deliverable
+    assert code == 0 and metrics["validity"] == 1.0 and metrics["score"] == best["score"] >= 582  # 438: best lattice
+    assert (ROOT / "data/kissing_number/program.py").read_text() == (ROOT / "data/kissing_number/discovery/program.py").read_text()
