@@ -5,6 +5,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from alignment.memory_plan import GiB, Machine, ModelShape, Workload, activation_bytes, plan, remedies, report
@@ -144,3 +145,21 @@ def test_plan_memory_command_exits_0_when_it_fits_and_1_with_the_remedy(qwen_con
     assert not (tmp_path / "never-written").exists()  # planning writes nothing
     bad = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "lots"])
     assert bad.exit_code == 2 and "--plan-memory 'lots'" in bad.output
+
+
+def test_a_gpu_run_that_cannot_fit_is_refused_before_any_model_loads(qwen_config_dir, tokenizer, tmp_path, monkeypatch):
+    """A 20 GiB GPU, as torch would report it, for a run whose model folder has a config and a tokenizer but no
+    weights: the plan must stop the run first, naming the flags, since loading would fail otherwise."""
+    from types import SimpleNamespace
+
+    from alignment.grpo_config import GRPOConfig
+    from alignment.grpo_run import train_grpo
+
+    tokenizer.save_pretrained(qwen_config_dir)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=20 * GiB))
+    data = tmp_path / "questions.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {n} + 1?", "answer": f"#### {n + 1}"}) + "\n" for n in range(40)))
+    config = GRPOConfig(model=str(qwen_config_dir), dataset=str(data), policy_device="cuda:0", n_eval_examples=4,
+                        output_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match=r"does not fit; it would with --gradient-checkpointing or a microbatch of 1"):
+        train_grpo(config)
