@@ -17,7 +17,8 @@ from alignment.prompts import format_prompt, load_prompt
 from alignment.rollout import Rollout, SamplingConfig
 from alignment.sft_config import EIConfig, validate
 from alignment.sft_data import SFTExample
-from alignment.sft_run import SFTRun, check_output_dir, math_task, open_run, sft_steps, stop_strings
+from alignment.grpo_run import math_task
+from alignment.sft_run import SFTRun, check_output_dir, open_run, sft_steps, stop_strings
 
 
 def correct_examples(prompts: list[str], truths: list[str], rollouts: list[Rollout], scores: list[dict[str, float]]) -> list[SFTExample]:

@@ -2,6 +2,7 @@
 
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
@@ -9,6 +10,7 @@ import torch
 from alignment.atomic import check_writable_dir
 from alignment.checkpoint import export_policy, load_checkpoint, save_checkpoint
 from alignment.cpu_allocator import retain_freed_memory
+from alignment.data import MathExample
 from alignment.data_splits import run_data
 from alignment.grader import REWARD_FNS
 from alignment.grpo_config import GRPOConfig, validate
@@ -29,19 +31,20 @@ from alignment.settings import write_run_settings
 from alignment.task import Task
 
 
+def math_task(examples: Sequence[MathExample], prompt: str) -> Task:
+    """Questions and answers with the prompt's template and reward function."""
+    if prompt not in REWARD_FNS:
+        raise ValueError(f"--prompt {prompt!r} is not one of {', '.join(REWARD_FNS)}")
+    return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(prompt), REWARD_FNS[prompt])
+
+
 def math_tasks(config: GRPOConfig) -> tuple[Task, Task]:
     """Training and validation tasks from MATH-style or GSM8K data; prints what was chosen and the overlap."""
-    if config.prompt not in REWARD_FNS:
-        raise ValueError(f"--prompt {config.prompt!r} is not one of {', '.join(REWARD_FNS)}")
-    template, reward_fn = load_prompt(config.prompt), REWARD_FNS[config.prompt]
     data = run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
                     config.allow_validation_overlap)
     for note in data.notes:
         print(note)
-    return (
-        Task([e.question for e in data.train], [e.answer for e in data.train], template, reward_fn),
-        Task([e.question for e in data.validation], [e.answer for e in data.validation], template, reward_fn),
-    )
+    return math_task(data.train, config.prompt), math_task(data.validation, config.prompt)
 
 
 def devices(config: GRPOConfig) -> tuple[str, str]:
@@ -96,9 +99,8 @@ def check_gpu_memory(config: GRPOConfig, task: Task | None, policy_device: str, 
     """Print the run's memory plan for its GPUs and return vLLM's share; ValueError naming the flags that would make
     it fit when it does not. Reads config.json and the tokenizer only: no model has loaded yet."""
     tokenizer = load_tokenizer(config.model)
-    template = load_prompt(config.prompt) if config.task == "math" else "{question}"
-    prompt_tokens = ASSUMED_PROMPT_TOKENS if task is None else max(
-        len(tokenizer(format_prompt(template, q))["input_ids"]) for q in task.questions)
+    prompt_tokens = ASSUMED_PROMPT_TOKENS if task is None else max(  # keyword tasks are built after the model loads
+        len(tokenizer(format_prompt(task.template, q))["input_ids"]) for q in task.questions)
     gpus = 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
     machine = Machine(gpus, torch.cuda.get_device_properties(torch.device(policy_device)).total_memory / GiB)
     result, text = report(model_shape(config.model), grpo_workload(config, prompt_tokens), machine)

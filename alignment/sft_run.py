@@ -17,11 +17,11 @@ import torch
 from tqdm.auto import tqdm
 
 from alignment.checkpoint import export_policy, load_checkpoint
-from alignment.data import MathExample, load_math_examples, spread_subset
+from alignment.data import load_math_examples, spread_subset
 from alignment.data_splits import check_overlap
 from alignment.generation_log import log_generations
 from alignment.grader import REWARD_FNS, RewardFn
-from alignment.grpo_run import build_engine, devices, load_policy
+from alignment.grpo_run import build_engine, devices, load_policy, math_task
 from alignment.grpo_trainer import PromptOrder
 from alignment.metrics_log import MetricsLog
 from alignment.models import load_tokenizer
@@ -55,10 +55,6 @@ def check_output_dir(config: SFTTrainingSettings, resume: bool) -> None:
 
 def stop_strings(prompt: str) -> tuple[str, ...]:
     return ("</answer>",) if prompt == "r1_zero" else ()
-
-
-def math_task(examples: Sequence[MathExample], prompt: str) -> Task:
-    return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(prompt), REWARD_FNS[prompt])
 
 
 def sft_validation(config: SFTConfig, examples: Sequence[SFTExample]) -> Task:
