@@ -26,6 +26,7 @@ from transformers import PreTrainedTokenizerBase
 from alignment.atomic import atomic_write_json, replace_dir
 from alignment.faults import fault_point
 from alignment.policy_folder import load_policy_weights, save_policy
+from alignment.settings import upgraded, with_defaults
 
 FORMAT, FORMAT_VERSION = "alignment.checkpoint", 2
 POLICY, TENSORS, STATE, MARKER = "policy", "optimizer.safetensors", "state.json", "COMPLETE"
@@ -133,9 +134,12 @@ def load_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, optimize
         raise ValueError(f"--resume: no complete checkpoint in {folder} (expected {target}/{STATE} and {MARKER})")
     saved = _read_state(target)
     current = fingerprint(config)
-    differ = sorted(k for k in saved["config"].keys() | current.keys() if saved["config"].get(k) != current.get(k))
+    # settings renamed or added since the checkpoint was written read as they do in its settings.json
+    made_with = {k: v for k, v in with_defaults(type(config), upgraded(type(config), saved["config"])).items()
+                 if k not in type(config).RESUMABLE}
+    differ = sorted(k for k in made_with.keys() | current.keys() if made_with.get(k) != current.get(k))
     if differ:
-        details = ", ".join(f"{k}: checkpoint {saved['config'].get(k)!r} vs now {current.get(k)!r}" for k in differ)
+        details = ", ".join(f"{k}: checkpoint {made_with.get(k)!r} vs now {current.get(k)!r}" for k in differ)
         raise ValueError(f"--resume: the checkpoint in {folder} is from another configuration ({details}); "
                          f"if {folder / 'settings.json'} was edited, restore it")
     try:

@@ -4,15 +4,17 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from alignment.losses import LOSS_TYPES
+from alignment.advantages import AdvantageEstimator
+from alignment.grpo_step import LossAggregation
+from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.prompts import PROMPT_NAMES
 from alignment.rollout import Backend
+from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
 from alignment.settings import DType, WandbMode, check_choices, setting, to_json
 
 Task = Literal["math", "keywords"]
 Prompt = Literal[PROMPT_NAMES]  # type: ignore[valid-type]
 LossType = Literal[LOSS_TYPES]  # type: ignore[valid-type]
-LengthNormalization = Literal["masked_mean", "masked_normalize"]
 ReuseRolloutForward = Literal["auto", "on", "off"]
 
 
@@ -42,13 +44,22 @@ class GRPOConfig:
     train_batch_size: int = setting(256, "Rollouts per optimizer step (< --rollout-batch-size is off-policy).")
     gradient_accumulation_steps: int = setting(128, "Microbatches per optimizer step (microbatch 2 fits a 1.5B model on an 80 GB GPU).")
     gpu_memory_utilization: float | None = setting(None, "vLLM: fraction of the rollout GPU's memory (default: 0.85 on a GPU of its own, as the handouts run; on a GPU shared with the policy, what the memory plan leaves it).")
-    loss_type: LossType = setting("reinforce_with_baseline", "Policy-gradient loss (alignment/losses.py).")
-    use_std_normalization: bool = setting(True, "Divide advantages by the group std.")
-    cliprange: float = setting(0.2, "GRPO-Clip epsilon.")
-    tis_cap: float | None = setting(None, "Truncated importance sampling: weight each token's policy-gradient loss by min(pi_train / pi_rollout, C) to correct the rollout engine's log-prob mismatch (off by default).")
-    skip_zero_advantage: bool = setting(True, "Rows whose advantage (the reward, for no_baseline) is exactly 0 add exactly 0 to the gradient: score them without gradient, for the loss value and metrics, and leave them out of the backward. The same update up to rounding, and less work wherever a group's rewards all agree.")
-    length_normalization: LengthNormalization = setting("masked_mean", "masked_mean: per-sequence mean; masked_normalize: sum / constant (Dr. GRPO).")
-    normalize_constant: float | None = setting(None, "Constant for masked_normalize (default: --sampling-max-tokens).")
+    loss_type: LossType = setting("reinforce_with_baseline", "Policy-gradient loss (alignment/losses.py): gspo clips the sequence ratio exp(mean token log-ratio) (GSPO); cispo weights log pi by the clipped, gradient-stopped ratio (MiniMax-M1).")
+    advantage_estimator: AdvantageEstimator = setting("group_norm", "group_norm: (r - group mean) / group std (GRPO); rloo: r minus the mean of the group's other samples (RLOO); reinforce_pp: r - group mean, then normalized across the batch (REINFORCE++-baseline).")
+    use_std_normalization: bool = setting(True, "group_norm: divide advantages by the group std (off: Dr. GRPO).")
+    cliprange: float = setting(0.2, "Clip epsilon of grpo_clip, gspo and cispo: the ratio stays in [1 - low, 1 + high], both this by default.")
+    cliprange_low: float | None = setting(None, "Lower clip range (default: --cliprange).")
+    cliprange_high: float | None = setting(None, "Upper clip range (default: --cliprange; DAPO's clip-higher: 0.28).")
+    loss_aggregation: LossAggregation = setting("sequence_mean", "How token losses become the step's loss: sequence_mean: each response's mean, then the batch mean (the handouts); token_mean: one mean over every token of the step (DAPO); constant: each response's sum / --normalize-constant, then the batch mean (Dr. GRPO).")
+    normalize_constant: float | None = setting(None, "Constant of --loss-aggregation constant (default: --sampling-max-tokens).")
+    tis_cap: float | None = setting(None, "Rollout correction bound C: weight each token's policy-gradient loss by --rollout-correction of pi_train / pi_rollout, to correct the rollout engine's log-prob mismatch (off by default).")
+    rollout_correction: RolloutCorrection = setting("token_tis", "With --tis-cap C: token_tis: min(ratio, C) per token; sequence_tis: min(sequence ratio, C); token_mask / sequence_mask: drop tokens / whole sequences whose ratio is outside [1/C, C] (alignment/rollout_correction.py).")
+    dynamic_sampling: bool = setting(False, "DAPO's dynamic sampling: drop groups whose rewards all agree and draw more questions until the batch holds --rollout-batch-size / --group-size groups, at most --dynamic-sampling-max-draws draws a step (then train on what there is).")
+    dynamic_sampling_max_draws: int = setting(4, "Generation rounds a step may take with --dynamic-sampling (the first included).")
+    overlong_buffer: int | None = setting(None, "DAPO's soft overlong punishment: over the last L tokens before --sampling-max-tokens the reward falls linearly, by up to --overlong-penalty (off by default).")
+    overlong_penalty: float = setting(1.0, "Reward taken from a response of --sampling-max-tokens tokens by --overlong-buffer.")
+    mask_truncated: bool = setting(False, "Leave responses cut at --sampling-max-tokens out of the loss and its denominators (DAPO's overlong filtering).")
+    skip_zero_advantage: bool = setting(True, "Rows whose advantage (the reward, for no_baseline) is exactly 0, or that --mask-truncated leaves out, add exactly 0 to the gradient: score them without gradient, for the loss value and metrics, and leave them out of the backward. The same update up to rounding under every loss, estimator, aggregation and correction here (each multiplies every token term by the row's weight; denominators count tokens, not gradients).")
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.")
     weight_decay: float = setting(0.0, "AdamW weight decay.")
     adam_beta1: float = setting(0.9, "AdamW beta1.")
@@ -78,6 +89,10 @@ class GRPOConfig:
         "wandb_project", "wandb_mode", "gpu_memory_utilization", "policy_device", "rollout_device",
         "grader_workers", "overwrite", "reuse_rollout_forward", "skip_zero_advantage", "allow_validation_overlap",
     })
+    # Settings renamed since earlier runs: old key -> (new key, old value -> new value)
+    LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
+        "length_normalization": ("loss_aggregation", {"masked_mean": "sequence_mean", "masked_normalize": "constant"}),
+    }
 
     @property
     def n_prompts_per_rollout_batch(self) -> int:
@@ -98,7 +113,15 @@ class GRPOConfig:
 
     @property
     def needs_old_log_probs(self) -> bool:
-        return self.loss_type in ("grpo_clip", "grpo_no_clip")
+        return self.loss_type in RATIO_LOSSES
+
+    @property
+    def clip_low(self) -> float:
+        return self.cliprange if self.cliprange_low is None else self.cliprange_low
+
+    @property
+    def clip_high(self) -> float:
+        return self.cliprange if self.cliprange_high is None else self.cliprange_high
 
     def to_json(self) -> dict[str, Any]:
         return to_json(self)
@@ -132,6 +155,7 @@ def validate(config: GRPOConfig) -> None:
         _fail("--gradient-checkpointing is not available with --backend transformer_lm (our TransformerLM)")
     if c.loss_type == "grpo_clip" and not c.cliprange > 0:
         _fail(f"--loss-type grpo_clip needs --cliprange > 0, got {c.cliprange}")
+    validate_objective(c)
     if c.tis_cap is not None and not (c.tis_cap > 0 and c.sampling_temperature == 1 and c.sampling_top_p == 1):
         _fail(f"--tis-cap ({c.tis_cap}) must be > 0 and needs --sampling-temperature 1 and --sampling-top-p 1 "
               "(rollout log-probs are those of the tempered distribution)")
@@ -147,6 +171,39 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--learning-rate must be > 0, got {c.learning_rate}")
     if c.gpu_memory_utilization is not None and not 0 < c.gpu_memory_utilization <= 1:
         _fail(f"--gpu-memory-utilization must be in (0, 1], got {c.gpu_memory_utilization}")
+
+
+def validate_objective(c: GRPOConfig) -> None:
+    """The objective's settings, and the combinations that do not make sense, each naming both flags."""
+    for name in ("cliprange_low", "cliprange_high"):
+        if getattr(c, name) is not None and not getattr(c, name) >= 0:
+            _fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(c, name)}")
+    if c.loss_type in ("gspo", "cispo") and not (c.clip_low > 0 or c.clip_high > 0):
+        _fail(f"--loss-type {c.loss_type} needs a clip range > 0 (--cliprange, --cliprange-low, --cliprange-high)")
+    if c.loss_type == "gspo" and c.loss_aggregation != "sequence_mean":
+        _fail(f"--loss-type gspo is a per-sequence objective: --loss-aggregation {c.loss_aggregation} would weigh "
+              "sequences by length; use --loss-aggregation sequence_mean")
+    if c.loss_type == "gspo" and c.tis_cap is not None and c.rollout_correction not in SEQUENCE_LEVEL:
+        _fail(f"--loss-type gspo weighs whole sequences: --rollout-correction {c.rollout_correction} (with --tis-cap) "
+              "would weigh its tokens apart; use --rollout-correction sequence_tis or sequence_mask")
+    if c.tis_cap is not None and c.rollout_correction.endswith("mask") and not c.tis_cap > 1:
+        _fail(f"--rollout-correction {c.rollout_correction} keeps ratios in [1/C, C]: --tis-cap must be > 1, got {c.tis_cap}")
+    if c.advantage_estimator == "rloo" and c.group_size < 2:
+        _fail(f"--advantage-estimator rloo needs --group-size >= 2 (the others of a group), got {c.group_size}")
+    if c.advantage_estimator == "reinforce_pp" and c.train_batch_size < 2:
+        _fail("--advantage-estimator reinforce_pp normalizes across the batch: --train-batch-size must be >= 2")
+    if c.dynamic_sampling:
+        if c.dynamic_sampling_max_draws < 1:
+            _fail(f"--dynamic-sampling-max-draws must be >= 1, got {c.dynamic_sampling_max_draws}")
+        if c.off_policy and not c.needs_old_log_probs:
+            _fail(f"--dynamic-sampling with off-policy steps (--epochs-per-rollout-batch {c.epochs_per_rollout_batch}, "
+                  f"--train-batch-size {c.train_batch_size}) needs a loss with old log-probs: --loss-type "
+                  f"{c.loss_type} would train the later steps on stale samples without a ratio "
+                  f"(use one of {', '.join(RATIO_LOSSES)})")
+    if c.overlong_buffer is not None and not 0 < c.overlong_buffer <= c.sampling_max_tokens:
+        _fail(f"--overlong-buffer ({c.overlong_buffer}) must be in [1, --sampling-max-tokens={c.sampling_max_tokens}]")
+    if c.overlong_penalty < 0:
+        _fail(f"--overlong-penalty must be >= 0, got {c.overlong_penalty}")
 
 
 def field_names() -> set[str]:

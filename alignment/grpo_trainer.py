@@ -1,9 +1,11 @@
 """The GRPO train loop (Algorithm 1 of the handouts): roll out, grade, normalize, update, sync weights.
 
-Read `train` top to bottom: each step samples questions, generates `group_size` answers each, grades them,
-turns rewards into group-normalized advantages, optionally scores the batch under the current (old) policy
-and the frozen reference, then runs `epochs_per_rollout_batch` epochs of optimizer steps over it and pushes
-the new weights to the rollout engine.
+Read `step` top to bottom: each step draws questions, generates `group_size` answers each, grades them
+(with --dynamic-sampling, drawing again for groups whose rewards all agree), turns rewards into advantages,
+optionally scores the batch under the current (old) policy and the frozen reference, then runs
+`epochs_per_rollout_batch` epochs of optimizer steps over it and pushes the new weights to the rollout engine.
+Which objective those steps optimize is the loss, advantage and aggregation settings (alignment/losses.py,
+advantages.py, grpo_step.py, rollout_correction.py), not branches here.
 """
 
 import copy
@@ -12,13 +14,14 @@ import os
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from alignment.advantages import normalize_group_rewards
+from alignment.advantages import estimate_advantages, overlong_penalty
 from alignment.evaluation import generate_and_grade
 from alignment.faults import fault_point
 from alignment.forward_tape import ForwardTape, has_dropout
@@ -88,6 +91,17 @@ def rollout_mismatch(delta: torch.Tensor) -> dict[str, float]:
     }
 
 
+def truncated(rollout: Rollout, max_tokens: int) -> bool:
+    """Cut at the token limit (not stopped by EOS or a stop string)."""
+    return rollout.finish_reason == "length" and len(rollout.token_ids) >= max_tokens
+
+
+def informative_groups(rewards: torch.Tensor, group_size: int) -> list[bool]:
+    """Per group of `group_size` consecutive rewards (n,): whether they differ (DAPO's dynamic sampling keeps those)."""
+    grouped = rewards.view(-1, group_size)
+    return (grouped != grouped[:, :1]).any(dim=1).tolist()
+
+
 def rollout_stats(rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]], max_tokens: int) -> dict[str, float]:
     lengths = [len(r.token_ids) for r in rollouts]
     n = len(rollouts)
@@ -97,16 +111,17 @@ def rollout_stats(rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]
         "train_answer_reward": sum(s.get("answer_reward", 0.0) for s in scores) / n,
         "response_length_mean": sum(lengths) / n,
         "response_length_max": max(lengths),
-        "truncated_fraction": sum(r.finish_reason == "length" and len(r.token_ids) >= max_tokens for r in rollouts) / n,
+        "truncated_fraction": sum(truncated(r, max_tokens) for r in rollouts) / n,
     }
 
 
-def rollout_sampling(c: GRPOConfig, step: int) -> SamplingConfig:
-    """Sampling settings of step `step`'s rollouts (shared with the Ray generators)."""
+def rollout_sampling(c: GRPOConfig, step: int, draw: int = 0) -> SamplingConfig:
+    """Sampling settings of step `step`'s rollouts, draw `draw` of its dynamic sampling (shared with the Ray generators)."""
     return SamplingConfig(
         temperature=c.sampling_temperature, top_p=c.sampling_top_p, max_tokens=c.sampling_max_tokens,
         min_tokens=c.sampling_min_tokens, stop=c.stop,
-        seed=c.seed * 1_000_003 + step,  # a function of the step alone, so a resumed run samples the same
+        # a function of the step and draw alone, so a resumed run samples the same
+        seed=c.seed * 1_000_003 + step + draw * 1_000_000_007,
     )
 
 
@@ -177,45 +192,95 @@ class GRPOTrainer:
     def device(self) -> torch.device:
         return next(self.policy.parameters()).device
 
-    def sampling(self, step: int) -> SamplingConfig:
-        return rollout_sampling(self.config, step)
+    def sampling(self, step: int, draw: int = 0) -> SamplingConfig:
+        return rollout_sampling(self.config, step, draw)
 
     def step(self) -> list[dict[str, float]]:
         """One GRPO step; returns one metrics row per optimizer step."""
-        c, timer = self.config, PhaseTimer()
-        questions = self.order.take(c.n_prompts_per_rollout_batch)
-        with timer("rollout"):
-            rollouts = self.generate(questions)
-        with timer("grading"):
-            scores = self.grade(questions, rollouts)
+        timer = PhaseTimer()
+        questions, rollouts, scores, shared = self.draw(timer)
         rows = self.learn(self.make_batch(questions, rollouts, scores), timer)
         with timer("weight_sync"):
             self.engine.load_policy_weights(self.policy.state_dict())
         self.step_index += 1
-        shared = rollout_stats(rollouts, scores, c.sampling_max_tokens) | {f"time_{k}_s": v for k, v in timer.seconds.items()}
+        shared |= {f"time_{k}_s": v for k, v in timer.seconds.items()}
         return [{"grpo_step": self.step_index} | shared | row for row in rows]
 
-    def generate(self, questions: Sequence[int]) -> list[Rollout]:
+    def draw(self, timer: PhaseTimer) -> tuple[list[int], list[Rollout], list[dict[str, float]], dict[str, float]]:
+        """The step's questions and their graded rollouts (prompt-major), and metrics of every rollout drawn.
+
+        One draw of n_prompts_per_rollout_batch questions; with --dynamic-sampling (DAPO), groups whose rewards all
+        agree are dropped and as many new questions drawn as groups are missing, for at most
+        --dynamic-sampling-max-draws rounds. A batch still short trains on the groups it has (on the last round's,
+        all of advantage 0, if it has none). Questions come from the PromptOrder, whose position the checkpoint
+        keeps, and each round samples with a seed of its own: a resumed run draws exactly the same.
+        """
+        c, n = self.config, self.config.n_prompts_per_rollout_batch
+        questions: list[int] = []
+        rollouts: list[Rollout] = []
+        scores: list[dict[str, float]] = []
+        every: list[tuple[Rollout, dict[str, float]]] = []
+        dropped = 0
+        for attempt in range(c.dynamic_sampling_max_draws if c.dynamic_sampling else 1):
+            asked = self.order.take(n - len(questions))
+            with timer("rollout"):
+                new = self.generate(asked, attempt)
+            with timer("grading"):
+                graded = self.grade(asked, new)
+            every += zip(new, graded)
+            keep = informative_groups(self.rewards(new, graded), c.group_size) if c.dynamic_sampling else [True] * len(asked)
+            dropped += keep.count(False)
+            for i in (i for i, kept in enumerate(keep) if kept):
+                group = slice(i * c.group_size, (i + 1) * c.group_size)
+                rollouts += [replace(r, prompt_index=len(questions)) for r in new[group]]
+                scores += graded[group]
+                questions.append(asked[i])
+            if len(questions) == n:
+                break
+        kept = len(questions)
+        if not questions:
+            questions, rollouts, scores = asked, new, graded
+        stats = rollout_stats([r for r, _ in every], [s for _, s in every], c.sampling_max_tokens)
+        if c.overlong_buffer is not None:
+            lengths = torch.tensor([len(r.token_ids) for r, _ in every])
+            stats["overlong_penalty_mean"] = overlong_penalty(lengths, c.sampling_max_tokens, c.overlong_buffer, c.overlong_penalty).mean().item()
+        if c.dynamic_sampling:
+            stats |= {"dynamic_draws": attempt + 1, "dynamic_groups_drawn": len(every) // c.group_size,
+                      "dynamic_groups_dropped": dropped, "dynamic_groups_missing": n - kept}
+        return questions, rollouts, scores, stats
+
+    def generate(self, questions: Sequence[int], draw: int = 0) -> list[Rollout]:
         """group_size rollouts for each question index, prompt-major."""
         self.policy.eval()
         prompts = [format_prompt(self.task.template, self.task.questions[q]) for q in questions]
         with nullcontext() if self.tape is None else self.tape.recording(self.engine):
-            return self.engine.generate(prompts, self.config.group_size, self.sampling(self.step_index))
+            return self.engine.generate(prompts, self.config.group_size, self.sampling(self.step_index, draw))
 
     def grade(self, questions: Sequence[int], rollouts: Sequence[Rollout]) -> list[dict[str, float]]:
         truths = self.task.truths_for(questions, [r.prompt_index for r in rollouts])
         return self.grader([r.text for r in rollouts], truths)
 
-    def make_batch(self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]) -> RolloutBatch:
-        """Training tensors with group-normalized advantages; rollouts are prompt-major, group_size per question."""
+    def rewards(self, rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]) -> torch.Tensor:
+        """(n,) the rewards advantages are made of: the task's, plus DAPO's overlong penalty with --overlong-buffer."""
         c = self.config
         raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
         if not raw.isfinite().all():
             bad = int((~raw.isfinite()).nonzero()[0])
             raise FloatingPointError(f"GRPO step {self.step_index + 1}: the reward of rollout {bad} is {raw[bad].item()} "
                                      f"(response {rollouts[bad].text[:80]!r}); no update was made")
-        advantages = normalize_group_rewards(raw, c.group_size, c.advantage_eps, c.use_std_normalization)
+        if c.overlong_buffer is None:
+            return raw
+        lengths = torch.tensor([len(r.token_ids) for r in rollouts])
+        return raw + overlong_penalty(lengths, c.sampling_max_tokens, c.overlong_buffer, c.overlong_penalty)
+
+    def make_batch(self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]) -> RolloutBatch:
+        """Training tensors with advantages (--advantage-estimator); rollouts are prompt-major, group_size per question."""
+        c = self.config
+        raw = self.rewards(rollouts, scores)
+        advantages = estimate_advantages(raw, c.group_size, c.advantage_estimator, c.advantage_eps, c.use_std_normalization)
         batch = collate([self.prompt_ids[q] for q in questions], rollouts, raw, advantages, self.tokenizer.pad_token_id)
+        if c.mask_truncated:
+            batch.in_loss = torch.tensor([[not truncated(r, c.sampling_max_tokens)] for r in rollouts])
         if self.tape is not None and self.tape.versions is not None:
             try:
                 batch.slots = self.tape.row_slots(batch.input_ids, batch.response_mask)  # where their forward was kept
@@ -268,6 +333,8 @@ class GRPOTrainer:
             return torch.ones(len(batch), dtype=torch.bool)
         weight = batch.raw_rewards if c.loss_type == "no_baseline" else batch.advantages
         learn = weight.flatten() != 0
+        if batch.in_loss is not None:  # rows --mask-truncated leaves out of the loss: no gradient either
+            learn &= batch.in_loss.flatten()
         if not learn.any():
             learn[0] = True
         return learn
@@ -301,21 +368,29 @@ class GRPOTrainer:
 
     def optimizer_step(self, batch: RolloutBatch) -> dict[str, float]:
         c, device = self.config, self.device
-        constant = (c.normalize_constant or c.sampling_max_tokens) if c.length_normalization == "masked_normalize" else None
-        losses, entropies, clip_fractions, tis_weights, mismatch = [], [], [], [], []
+        constant = (c.normalize_constant or c.sampling_max_tokens) if c.loss_aggregation == "constant" else None
+        losses, entropies, mismatch = [], [], []
+        reported: dict[str, list[float]] = {"clip_fraction": [], "tis_weight_mean": [], "rollout_masked_fraction": []}
         learn = self.rows_to_learn(batch)
+        # the step's rows and response tokens in the loss: the aggregation's denominators, whatever the microbatch
+        in_loss = batch.response_mask if batch.in_loss is None else batch.response_mask & batch.in_loss
+        totals = {"batch_rows": len(batch) if batch.in_loss is None else int(batch.in_loss.sum()),
+                  "batch_tokens": int(in_loss.sum())}
         for start in range(0, len(batch), c.micro_train_batch_size):
             micro = batch.select(slice(start, start + c.micro_train_batch_size))
             mask = micro.response_mask.to(device)
+            loss_mask = mask if micro.in_loss is None else mask & micro.in_loss.to(device)
             out = self.score_microbatch(micro, learn[start : start + c.micro_train_batch_size])
             old = None
             if c.needs_old_log_probs:
                 old = out["log_probs"].detach() if micro.old_log_probs is None else micro.old_log_probs.to(device)
             loss, meta = grpo_microbatch_train_step(
-                out["log_probs"], mask, c.gradient_accumulation_steps, c.loss_type,  # type: ignore[arg-type]
+                out["log_probs"], loss_mask, c.gradient_accumulation_steps, c.loss_type,  # type: ignore[arg-type]
                 raw_rewards=micro.raw_rewards.to(device), advantages=micro.advantages.to(device),
-                old_log_probs=old, cliprange=c.cliprange, normalize_constant=constant,
+                old_log_probs=old, cliprange=c.clip_low, normalize_constant=constant,
                 rollout_log_probs=micro.rollout_log_probs.to(device), tis_cap=c.tis_cap,
+                cliprange_high=c.clip_high, loss_aggregation=c.loss_aggregation,
+                rollout_correction=c.rollout_correction, **totals,
             )
             # trainer minus engine log-probs of the sampled tokens, under the policy that sampled them when
             # scored (off-policy), else the one being trained (exact on-policy: a single optimizer step)
@@ -323,10 +398,9 @@ class GRPOTrainer:
             mismatch.append((trainer - micro.rollout_log_probs.to(device))[mask].float().cpu())
             losses.append(loss.item())
             entropies.append(masked_mean(out["token_entropy"], mask).item())
-            if "clip_fraction" in meta:
-                clip_fractions.append(meta["clip_fraction"].item())
-            if "tis_weight_mean" in meta:
-                tis_weights.append(meta["tis_weight_mean"].item())
+            for key, values in reported.items():  # a microbatch with no token in the loss has none to report
+                if key in meta and math.isfinite(meta[key].item()):
+                    values.append(meta[key].item())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm).item()
         if not (math.isfinite(grad_norm) and all(math.isfinite(loss) for loss in losses)):
             self.optimizer.zero_grad(set_to_none=True)
@@ -342,10 +416,7 @@ class GRPOTrainer:
             "token_entropy": sum(entropies) / len(entropies),
             "learning_rate": self.optimizer.param_groups[0]["lr"],
         }
-        if clip_fractions:
-            row["clip_fraction"] = sum(clip_fractions) / len(clip_fractions)
-        if tis_weights:
-            row["tis_weight_mean"] = sum(tis_weights) / len(tis_weights)
+        row |= {key: sum(values) / len(values) for key, values in reported.items() if values}
         return row | rollout_mismatch(torch.cat(mismatch))
 
 

@@ -58,6 +58,9 @@ def validate_ray(config: RayGRPOConfig) -> None:
         if c.epochs_per_rollout_batch != 1 or c.train_batch_size != c.rollout_batch_size:
             _fail("--strategy colocated-multistep takes its optimizer steps from --multistep-k: keep "
                   "--epochs-per-rollout-batch 1 and --train-batch-size equal to --rollout-batch-size")
+    if c.dynamic_sampling:  # the driver draws step t's questions at a fixed position, ahead of the learner
+        _fail(f"--dynamic-sampling is not available with --strategy {c.strategy}: the Ray driver draws a fixed "
+              "--rollout-batch-size / --group-size questions per step; run it with scripts/train_grpo.py")
     if c.strategy == "replay-buffer" and c.buffer_capacity < c.n_prompts_per_rollout_batch:
         _fail(f"--buffer-capacity ({c.buffer_capacity}) must hold at least one rollout batch "
               f"({c.n_prompts_per_rollout_batch} groups = --rollout-batch-size / --group-size)")

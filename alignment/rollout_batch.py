@@ -22,6 +22,7 @@ class RolloutBatch:
     rollout_log_probs: torch.Tensor  # (batch, seq): the sampler's log-prob of each response label, 0 elsewhere
     old_log_probs: torch.Tensor | None = None  # (batch, seq), set once per rollout batch when off-policy
     slots: torch.Tensor | None = None  # (batch, seq) ForwardTape slots of the input positions, when recorded
+    in_loss: torch.Tensor | None = None  # (batch, 1) bool: rows the loss counts (--mask-truncated leaves some out)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -43,6 +44,7 @@ class RolloutBatch:
             rollout_log_probs=rows(self.rollout_log_probs, True),
             old_log_probs=rows(self.old_log_probs, True),
             slots=rows(self.slots, True),
+            in_loss=rows(self.in_loss, False),
         )
 
 

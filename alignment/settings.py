@@ -69,9 +69,35 @@ def to_json(config: Any) -> dict[str, Any]:
     return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
 
 
+def upgraded(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Settings written by an earlier version under their current names: `config_cls.LEGACY` maps an old key to
+    (new key, {old value: new value}); an old value without a new one, or a clash with the new key, is an error."""
+    out = dict(values)
+    for old, (new, mapping) in getattr(config_cls, "LEGACY", {}).items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        if value not in mapping:
+            raise ValueError(f"{old} {value!r} is not one of {', '.join(map(str, mapping))} (now {new})")
+        if new in out and out[new] != mapping[value]:
+            raise ValueError(f"{old} {value!r} (now {new} {mapping[value]!r}) contradicts {new} {out[new]!r}")
+        out[new] = mapping[value]
+    return out
+
+
+def with_defaults(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with every field it lacks at its default: how a run saved before a setting existed reads it."""
+    return {f.name: default_of(f) for f in fields(config_cls) if f.name not in values} | values
+
+
 def typed_values(config_cls: type, values: dict[str, Any], source: Path) -> dict[str, Any]:
-    """Values read from a file, unknown keys refused, path settings turned back into paths."""
+    """Values read from a file (earlier versions' names upgraded), unknown keys refused, path settings turned
+    back into paths."""
     hints = typing.get_type_hints(config_cls)
+    try:
+        values = upgraded(config_cls, values)
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
     unknown = sorted(set(values) - set(hints))
     if unknown:
         raise ValueError(f"{source}: unknown settings {', '.join(unknown)}")

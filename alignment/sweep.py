@@ -25,6 +25,7 @@ from alignment.checkpoint import complete_step
 from alignment.grpo_config import GRPOConfig, validate
 from alignment.rollout_backends import vllm_build
 from alignment.run_table import final_rewards, read_metrics_jsonl
+from alignment.settings import upgraded
 from alignment.sft_config import EIConfig, SFTConfig
 from alignment.sft_config import validate as validate_sft
 
@@ -112,6 +113,10 @@ def load_preset(path: Path) -> Preset:
 
 def _check_settings(path: Path, arm: str, settings: dict[str, Any], config_cls: type, check: Callable[[Any], None]) -> None:
     """The script's own checks, before any arm starts: a bad arm must not surface hours into a sweep."""
+    try:
+        settings = upgraded(config_cls, settings)  # an earlier version's names, read as the script reads them
+    except ValueError as err:
+        _fail(path, f"arm {arm!r}: {err}")
     unknown = sorted(set(settings) - {f.name for f in fields(config_cls)})
     if unknown:
         _fail(path, f"arm {arm!r}: unknown settings {', '.join(unknown)} (not {config_cls.__name__} fields)")

@@ -87,7 +87,7 @@ def test_old_log_probs_carry_no_gradient(tiny_model, tokenizer):
         ({"loss_type": "ppo"}, "--loss-type 'ppo'"),
         ({"loss_type": "grpo_clip", "cliprange": 0.0}, "--loss-type grpo_clip needs --cliprange > 0"),
         ({"sampling_min_tokens": 9, "sampling_max_tokens": 8}, "--sampling-min-tokens (9)"),
-        ({"length_normalization": "sum"}, "--length-normalization 'sum'"),
+        ({"loss_aggregation": "sum"}, "--loss-aggregation 'sum'"),
         ({"n_grpo_steps": 0}, "--n-grpo-steps must be >= 1"),
     ],
 )

@@ -80,7 +80,7 @@ def test_unknown_loss_type_raises():
 
 
 def test_truncated_importance_weights_by_hand():
-    from alignment.losses import truncated_importance_weights
+    from alignment.rollout_correction import truncated_importance_weights
 
     train = torch.tensor([[math.log(0.5), math.log(0.9)], [math.log(0.2), 0.0]], requires_grad=True)
     rollout = torch.tensor([[math.log(0.25), math.log(0.9)], [math.log(0.4), math.log(0.1)]])

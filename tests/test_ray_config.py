@@ -26,6 +26,8 @@ BASE = RayGRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gra
     ({"weight_sync": "nccl"}, "--weight-sync nccl needs two actors; --strategy colocated-sync"),
     ({"ray_timeout_s": 0}, "--ray-timeout-s must be > 0"),
     ({"group_size": 3}, "--rollout-batch-size (8) must be divisible by --group-size (3)"),  # GRPOConfig's own checks too
+    ({"dynamic_sampling": True, "loss_type": "grpo_clip"}, "--dynamic-sampling is not available with --strategy colocated-sync"),
+    ({"loss_type": "gspo", "loss_aggregation": "token_mean"}, "--loss-type gspo is a per-sequence objective: --loss-aggregation token_mean"),
 ])
 def test_bad_flags_are_named(overrides, message):
     with pytest.raises(ValueError) as info:

@@ -22,10 +22,13 @@ def trainer_for(tiny_model_dir, tmp_path, skip: bool, **overrides) -> GRPOTraine
     return GRPOTrainer(config, policy, tokenizer, engine, TASK, ParallelGrader(TASK.reward_fn, 1))
 
 
-def step(trainer: GRPOTrainer, weights: list[float]) -> dict[str, float]:
-    """One rollout batch whose loss weights (the advantages, or the rewards for no_baseline) are `weights`."""
+def step(trainer: GRPOTrainer, weights: list[float], in_loss: list[bool] | None = None) -> dict[str, float]:
+    """One rollout batch whose loss weights (the advantages, or the rewards for no_baseline) are `weights`, and
+    whose rows in the loss (as --mask-truncated would set them) are `in_loss`."""
     rollouts = trainer.generate(QUESTIONS)
     batch = trainer.make_batch(QUESTIONS, rollouts, trainer.grade(QUESTIONS, rollouts))
+    if in_loss is not None:
+        batch.in_loss = torch.tensor(in_loss)[:, None]
     column = torch.tensor(weights)[:, None]
     # the other of the two a loss does not read is non-zero: the skip must look at the one the loss weighs by
     if trainer.config.loss_type == "no_baseline":
@@ -37,11 +40,12 @@ def step(trainer: GRPOTrainer, weights: list[float]) -> dict[str, float]:
     return row
 
 
-def assert_same_steps(on: GRPOTrainer, off: GRPOTrainer, steps: list[list[float]]) -> list[dict[str, float]]:
+def assert_same_steps(on: GRPOTrainer, off: GRPOTrainer, steps: list[list[float]],
+                      in_loss: list[bool] | None = None) -> list[dict[str, float]]:
     rows, initial = [], [p.detach().clone() for p in off.policy.parameters()]
     for weights in steps:
-        a, b = step(on, weights), step(off, weights)
-        for key in ("loss", "grad_norm", "token_entropy", "clip_fraction"):
+        a, b = step(on, weights, in_loss), step(off, weights, in_loss)
+        for key in ("loss", "grad_norm", "token_entropy", "clip_fraction", "tis_weight_mean", "rollout_masked_fraction"):
             if key in b:
                 assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
         # trainer minus sampler log-probs, over every row either way: rounding apart
@@ -77,3 +81,24 @@ def test_a_step_with_nothing_to_learn_still_counts_for_adam(tiny_model_dir, tmp_
     rows = assert_same_steps(on, off, [[0.0] * 8, [1, -1, 0.5, -0.5, 0, 0, 2, -2]])
     assert rows[0]["rows_without_backward"] == 7 / 8 and rows[0]["grad_norm"] == 0
     assert math.isfinite(rows[1]["loss"]) and rows[1]["grad_norm"] > 0
+
+
+OBJECTIVES = {  # the settings of issue 27 under which the skip must stay exact (see --skip-zero-advantage's help)
+    "gspo_sequence_tis": dict(loss_type="gspo", tis_cap=1.5, rollout_correction="sequence_tis"),
+    "cispo_token_mean_token_mask_rows_out": dict(loss_type="cispo", cliprange_low=1.0, cliprange_high=0.28,
+                                                 loss_aggregation="token_mean", tis_cap=1.05, rollout_correction="token_mask"),
+    "clip_higher_constant_sequence_mask": dict(loss_type="grpo_clip", cliprange_high=0.28, loss_aggregation="constant",
+                                               tis_cap=1.5, rollout_correction="sequence_mask"),
+}
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_skipping_stays_exact_under_every_objective(tiny_model_dir, tmp_path, name):
+    """Each loss multiplies every token term by its row's weight, corrections multiply by theirs, and the aggregations'
+    denominators count rows and tokens (never gradients): the same steps with and without the skip. Rows out of the
+    loss (--mask-truncated) are skipped too."""
+    on, off = (trainer_for(tiny_model_dir, tmp_path, skip, reuse_rollout_forward="off", **OBJECTIVES[name]) for skip in (True, False))
+    in_loss = [True, True, False, True, True, False, True, True] if name.endswith("rows_out") else None
+    rows = assert_same_steps(on, off, [[0, 0, 0.5, -0.5, 0.7, 0, -1, 1], [0, 0, 0, 0, 1.5, -1.5, 0.2, -0.2]], in_loss)
+    # zero weights, plus the out-of-loss rows 2 and 5 (of which row 5 has weight 0 already in step 1)
+    assert [r["rows_without_backward"] for r in rows] == ([4 / 8, 5 / 8] if in_loss else [3 / 8, 4 / 8])
