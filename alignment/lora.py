@@ -20,6 +20,7 @@ the tape off (and `--reuse-rollout-forward on` is then refused).
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -27,6 +28,7 @@ from torch import nn
 from alignment.settings import setting
 
 ADAPTER = "default"  # peft's adapter name; one adapter per policy
+ADAPTER_FILE, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"  # peft's adapter folder
 ALL_LINEAR = "all-linear"  # peft: every linear layer except the output head
 
 
@@ -127,3 +129,22 @@ def sync_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 def adapter_file_key(live_name: str) -> str:
     """The name peft's adapter file gives a live adapter tensor (`base_model.model.` prefix, no adapter name)."""
     return "base_model.model." + live_name.replace(f".{ADAPTER}.", ".")
+
+
+def is_adapter_state(state_dict: dict[str, torch.Tensor]) -> bool:
+    """Whether a state dict holds LoRA adapters (a LoRA policy's weight sync) rather than a model's weights."""
+    return any(".lora_A." in key for key in state_dict)
+
+
+def save_adapter_folder(adapters: dict[str, torch.Tensor], settings: LoRASettings, base: str, folder: Path) -> Path:
+    """Adapter tensors by their live names (sync_state_dict) as peft's adapter folder, for an engine holding only
+    the base model (vLLM's LoRA support). The target modules are those the tensors' names show."""
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    targets = sorted({key.split(".lora_")[0].rsplit(".", 1)[-1] for key in adapters})
+    folder.mkdir(parents=True, exist_ok=True)
+    LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=targets,
+               base_model_name_or_path=base).save_pretrained(folder)
+    save_file({adapter_file_key(k): v.detach().cpu().contiguous() for k, v in adapters.items()}, folder / ADAPTER_FILE)
+    return folder

@@ -18,11 +18,12 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from alignment.lm_checkpoint import save_llama_folder
-from alignment.lora import adapter_file_key, adapter_state_dict, has_lora, merged_state_dict
+from alignment.lora import (
+    ADAPTER_CONFIG, ADAPTER_FILE, adapter_file_key, adapter_state_dict, has_lora, merged_state_dict, sync_state_dict,
+)
 from alignment.transformer_lm import TransformerLM, load_llama_state_dict
 
 INDEX_FILE = "model.safetensors.index.json"
-ADAPTER_FILE, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"
 
 
 def save_policy(policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, directory: Path) -> Path:
@@ -118,7 +119,8 @@ def load_adapter_weights(policy: torch.nn.Module, directory: Path) -> None:
 
 def push_weights(engine, policy: torch.nn.Module) -> None:
     """Hand the policy's current weights to a rollout engine: nothing to do for an in-process engine that samples
-    the policy object itself, else the weights as a standard model's (LoRA adapters merged in)."""
+    the policy object itself; the adapters alone to an engine that serves LoRA (`serves_lora`); else the weights
+    as a standard model's (LoRA adapters merged in)."""
     if getattr(engine, "model", None) is policy:
         return
-    engine.load_policy_weights(merged_state_dict(policy))
+    engine.load_policy_weights(sync_state_dict(policy) if getattr(engine, "serves_lora", False) else merged_state_dict(policy))

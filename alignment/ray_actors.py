@@ -91,7 +91,7 @@ class Generator(_Actor):
         torch.set_num_threads(threads)
         dtype = model_dtype(config, device)
         if resolve_backend(config.backend) == "vllm":  # type: ignore[arg-type]
-            engine = make_rollout_engine(config.model, "vllm", device, dtype, config.gpu_memory_utilization, config.seed)
+            engine = make_rollout_engine(config.model, "vllm", device, dtype, config.gpu_memory_utilization, config.seed, config)
             self._attach(config, task, validation, None, engine)  # vLLM keeps its own copy of the weights
         else:  # hf or transformer_lm: an in-process engine over this actor's own copy of the policy
             model, tokenizer = load_policy(config, device, dtype)

