@@ -5,8 +5,9 @@ activations. With LoRA (Hu et al., 2021) each targeted linear layer W gains a tr
 B (out x rank), B initialized to 0, and computes W x + (alpha / rank) B A x; W stays frozen, so gradients and
 optimizer states cover the adapters only. peft builds the adapters; they enter a run at model loading
 (`apply_lora`), and from there through the optimizer (`trainable_parameters`), the KL reference
-(`reference_model`: the same base weights with the adapters off), checkpoints (the adapter in peft's format)
-and weight export (`merged_state_dict`: what a rollout engine or a standard model folder gets).
+(`reference_model`: the same base weights with the adapters off), checkpoints (the adapter in peft's format),
+weight export (`merged_state_dict`: what a rollout engine with its own weights gets, and policy/) and weight
+sync (`sync_state_dict`: the adapters alone, for Ray generators and a vLLM engine serving LoRA).
 
 The model stays a transformers model (transformers' peft integration, `add_adapter`), so everything that calls
 `model.base_model`, `get_output_embeddings` or `save_pretrained` keeps working: `save_pretrained` writes the

@@ -7,6 +7,10 @@
   build, which repacks linear weights for its kernels after loading. vLLM's weight-transfer engines (nccl,
   ipc, ...) move weights between GPUs and processes; they have no CPU path, and an in-process engine needs none.
 - The prefix cache is reset after each update: cached prefixes hold keys and values of the old weights.
+- LoRA: a LoRA policy's trainer sends the merged weights through `reload_weights` (measured faster on the CPU
+  build, docs/benchmarks.md); an engine built with `lora=` instead serves the adapter with vLLM's LoRA support,
+  each update a new LoRARequest version written as peft's adapter folder (Ray generators, whose syncs carry
+  only the adapters).
 - Threads: vLLM sets torch to one intra-op thread "for serving" unless OMP_NUM_THREADS is set, and its CPU
   worker replaces `torch.set_num_threads` with a no-op. Here the engine shares the process with the trainer,
   so OMP_NUM_THREADS is set to torch's current thread count first, and `torch.set_num_threads` is restored.
