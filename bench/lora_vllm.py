@@ -36,9 +36,9 @@ LORA = LoRASettings(lora_rank=RANK, lora_alpha=2.0 * RANK)
 def adapted_policy(seed: int):
     torch.manual_seed(seed)
     policy, tokenizer = load_model_and_tokenizer(SMOLLM2, lora=LORA)
-    with torch.no_grad():
-        for p in trainable_parameters(policy):
-            if ".lora_B." in next(n for n, q in policy.named_parameters() if q is p):
+    with torch.no_grad():  # B starts at 0: give the adapters something to add
+        for name, p in policy.named_parameters():
+            if ".lora_B." in name:
                 p.normal_(std=0.01)
     return policy, tokenizer
 

@@ -18,7 +18,7 @@ from alignment.grpo_config import GRPOConfig, validate
 from alignment.grpo_run import train_grpo
 from alignment.hf_rollout import HFRolloutEngine
 from alignment.logprobs import output_head
-from alignment.lora import LoRASettings, apply_lora, merged_state_dict, reference_model, trainable_parameters
+from alignment.lora import LoRASettings, merged_state_dict, reference_model, trainable_parameters
 from alignment.models import load_model_and_tokenizer
 from alignment.policy_folder import load_policy_weights, save_policy
 from alignment.rollout import SamplingConfig
