@@ -25,7 +25,7 @@ def sizes(learner) -> int:
 
 
 def main(rank: int = typer.Option(16, help="LoRA rank"), repeats: int = typer.Option(5, help="syncs timed per case")) -> None:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1536 * 2**20)
     task, _ = keyword_tasks("{question}", load_keywords(), 8, 1, 2, 0)
     print("| policy | transport | bytes per sync | seconds per sync (median) |\n|---|---|---|---|")
     try:
