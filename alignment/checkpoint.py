@@ -1,7 +1,8 @@
 """Run checkpoints: everything a resumed run needs to continue exactly, written atomically, read without pickle.
 
     checkpoint/
-      policy/                  the policy as a standard model folder (alignment/policy_folder.py)
+      policy/                  the policy as a standard model folder (alignment/policy_folder.py); for a LoRA
+                               policy only its adapter, in peft's format
       optimizer.safetensors    the optimizer's tensors ("<param index>.<name>") and the torch RNG state ("rng.torch")
       state.json               format and version, the settings it was made with, the optimizer's param groups and
                                scalars, the Python RNG, the loop's own state (step, ...) and every file's size
@@ -9,7 +10,8 @@
 
 It is built as `checkpoint.partial/` and renamed into place, so a crash or a full disk mid-save leaves the
 previous checkpoint intact. Loading reads tensors with safetensors and everything else as JSON: a checkpoint
-from someone else cannot run code. `export_policy` copies the policy to the run folder's `policy/`.
+from someone else cannot run code. `export_policy` copies the policy to the run folder's `policy/`; a LoRA
+policy's adapter goes to `policy/adapter/`, and `policy/` itself is the base model with the adapter merged in.
 """
 
 import json
@@ -25,7 +27,7 @@ from transformers import PreTrainedTokenizerBase
 
 from alignment.atomic import atomic_write_json, replace_dir
 from alignment.faults import fault_point
-from alignment.policy_folder import load_policy_weights, save_policy
+from alignment.policy_folder import is_adapter_folder, load_policy_weights, save_merged_folder, save_policy
 from alignment.settings import upgraded, with_defaults
 
 FORMAT, FORMAT_VERSION = "alignment.checkpoint", 2
@@ -155,8 +157,13 @@ def load_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, optimize
 
 
 def export_policy(folder: Path) -> Path:
-    """Copy the checkpoint's policy to `folder`/policy (replacing an older one only once the copy is whole)."""
-    target, staging = folder / POLICY, folder / f"{POLICY}.partial"
+    """Copy the checkpoint's policy to `folder`/policy (replacing an older one only once the copy is whole); a
+    LoRA adapter is merged into its base there and kept beside it in policy/adapter/."""
+    target, staging, source = folder / POLICY, folder / f"{POLICY}.partial", folder / "checkpoint" / POLICY
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(folder / "checkpoint" / POLICY, staging)
+    if is_adapter_folder(source):
+        save_merged_folder(source, staging)
+        shutil.copytree(source, staging / "adapter")
+    else:
+        shutil.copytree(source, staging)
     return replace_dir(staging, target)

@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from alignment.advantages import AdvantageEstimator
 from alignment.grpo_step import LossAggregation
+from alignment.lora import LoRASettings, check_lora
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.prompts import PROMPT_NAMES
 from alignment.rollout import Backend
@@ -19,7 +20,7 @@ ReuseRolloutForward = Literal["auto", "on", "off"]
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(LoRASettings):
     model: str = setting("Qwen/Qwen2.5-Math-1.5B", "Policy to train: a local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged); with --backend transformer_lm also one of our TransformerLM folders.")
     task: Task = setting("math", "math: graded answers to --dataset; keywords: write text that uses given words.")
     keywords_file: Path | None = setting(None, "keywords task: one word per line (default: data/keywords.txt).")
@@ -171,6 +172,7 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--learning-rate must be > 0, got {c.learning_rate}")
     if c.gpu_memory_utilization is not None and not 0 < c.gpu_memory_utilization <= 1:
         _fail(f"--gpu-memory-utilization must be in (0, 1], got {c.gpu_memory_utilization}")
+    check_lora(c, c.backend)
 
 
 def validate_objective(c: GRPOConfig) -> None:

@@ -24,6 +24,7 @@ from alignment.metrics_log import MetricsLog
 from alignment.memory_plan import ASSUMED_PROMPT_TOKENS, OWN_GPU_SHARE, GiB, Machine, grpo_workload, model_shape, report
 from alignment.models import load_model_and_tokenizer, load_tokenizer
 from alignment.parallel_grading import ParallelGrader
+from alignment.policy_folder import push_weights
 from alignment.prompts import chat_template, format_prompt, load_prompt
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.rollout_backends import make_rollout_engine, resolve_backend
@@ -75,7 +76,7 @@ def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype):
         retain_freed_memory()
     if resolve_backend(config.backend) == "transformer_lm":  # type: ignore[arg-type]
         return load_transformer_lm(config.model, device, dtype)
-    return load_model_and_tokenizer(config.model, device, dtype)
+    return load_model_and_tokenizer(config.model, device, dtype, lora=config)
 
 
 def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, policy_device: str,
@@ -153,7 +154,7 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
     if resume:
         state = load_checkpoint(config.output_dir, config, policy, trainer.optimizer)
         trainer.step_index, trainer.order.position, elapsed = state["step"], state["order_position"], state["elapsed_s"]
-        engine.load_policy_weights(policy.state_dict())
+        push_weights(engine, policy)
         write_run_settings(config)  # the resumable settings this continuation changed
     started = time.perf_counter() - elapsed
     log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, trainer.step_index)

@@ -8,7 +8,6 @@ Which objective those steps optimize is the loss, advantage and aggregation sett
 advantages.py, grpo_step.py, rollout_correction.py), not branches here.
 """
 
-import copy
 import math
 import os
 import time
@@ -29,8 +28,10 @@ from alignment.grpo_config import GRPOConfig
 from alignment.grpo_step import grpo_microbatch_train_step
 from alignment.kl import k3, kl_estimates
 from alignment.logprobs import output_head
+from alignment.lora import reference_model, trainable_parameters
 from alignment.masked import masked_mean
 from alignment.parallel_grading import ParallelGrader
+from alignment.policy_folder import push_weights
 from alignment.prompts import format_prompt
 from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
 from alignment.rollout_batch import RolloutBatch, collate
@@ -178,11 +179,11 @@ class GRPOTrainer:
             config, policy, tokenizer, engine, task, grader
         )
         self.optimizer = torch.optim.AdamW(
-            policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay,
+            trainable_parameters(policy), lr=config.learning_rate, weight_decay=config.weight_decay,
             betas=(config.adam_beta1, config.adam_beta2),
             fused=next(policy.parameters()).device.type in ("cpu", "cuda"),  # one kernel: 2.7x faster on 2 cores
         )
-        self.reference = copy.deepcopy(policy).eval().requires_grad_(False) if config.kl_reference else None
+        self.reference = reference_model(policy) if config.kl_reference else None
         self.order = PromptOrder(len(task.questions), config.seed)
         self.step_index = 0
         self.prompt_ids = [tokenizer(format_prompt(task.template, q))["input_ids"] for q in task.questions]
@@ -201,7 +202,7 @@ class GRPOTrainer:
         questions, rollouts, scores, shared = self.draw(timer)
         rows = self.learn(self.make_batch(questions, rollouts, scores), timer)
         with timer("weight_sync"):
-            self.engine.load_policy_weights(self.policy.state_dict())
+            push_weights(self.engine, self.policy)
         self.step_index += 1
         shared |= {f"time_{k}_s": v for k, v in timer.seconds.items()}
         return [{"grpo_step": self.step_index} | shared | row for row in rows]

@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.gqa_attention import use_gqa_attention
+from alignment.lora import LoRASettings, apply_lora
 
 SMOLLM2 = "smollm2-135m"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -74,14 +75,18 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
 
 
 def load_model_and_tokenizer(
-    name_or_path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    name_or_path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+    lora: LoRASettings | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM for training or generation; `smollm2-135m` names the packaged SmolLM2.
 
+    With `lora` of rank > 0 the model gets trainable LoRA adapters and the rest is frozen (alignment.lora).
     On the CPU, grouped-query attention runs without copying keys and values per head (alignment.gqa_attention).
     """
     path = resolve_model(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    if lora is not None:
+        apply_lora(model, lora)
     if torch.device(device).type == "cpu":
         use_gqa_attention(model)
     return model, load_tokenizer(path)

@@ -3,6 +3,10 @@
 transformers (`from_pretrained`), vLLM and our TransformerLM loader all read it, so every script's `--model`
 takes it. A transformers policy is saved with save_pretrained; our TransformerLM as the Llama folder of the
 same architecture. Loading back into a live policy (resume) copies the tensors in place.
+
+A LoRA policy (alignment/lora.py) is saved as its adapter in peft's format (adapter_config.json,
+adapter_model.safetensors: what `peft.PeftModel.from_pretrained` loads), and loaded back the same way.
+Rollout engines that keep their own weights get the policy as a standard model's state dict, adapters merged.
 """
 
 import json
@@ -11,20 +15,49 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
-from transformers import PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from alignment.lm_checkpoint import save_llama_folder
+from alignment.lora import (
+    ADAPTER_CONFIG, ADAPTER_FILE, adapter_file_key, adapter_state_dict, has_lora, merged_state_dict, sync_state_dict,
+)
 from alignment.transformer_lm import TransformerLM, load_llama_state_dict
 
 INDEX_FILE = "model.safetensors.index.json"
 
 
 def save_policy(policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, directory: Path) -> Path:
+    """A standard model folder, or for a LoRA policy its adapter folder (transformers saves only the adapter)."""
     if isinstance(policy, TransformerLM):
         return save_llama_folder(policy, tokenizer, directory)
     policy.save_pretrained(directory)  # type: ignore[operator]
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def is_adapter_folder(directory: Path) -> bool:
+    return (directory / ADAPTER_CONFIG).is_file()
+
+
+def save_merged_folder(adapter: Path, directory: Path) -> Path:
+    """The standard model folder of a base model with an adapter folder's LoRA merged in, by peft itself
+    (`merge_and_unload`), in the adapter's dtype; the base is the one the adapter names."""
+    from peft import PeftModel
+
+    base_name = json.loads((adapter / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
+    dtype = next(iter(read_adapter(adapter).values())).dtype
+    base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype)
+    PeftModel.from_pretrained(base, adapter).merge_and_unload().save_pretrained(directory)
+    AutoTokenizer.from_pretrained(adapter).save_pretrained(directory)
+    return directory
+
+
+def read_adapter(directory: Path) -> dict[str, torch.Tensor]:
+    path = directory / ADAPTER_FILE
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
 
 
 def weight_files(directory: Path) -> list[Path]:
@@ -48,6 +81,8 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 def load_policy_weights(policy: torch.nn.Module, directory: Path) -> None:
     """Copy a saved policy's weights into `policy` (same architecture); a missing or unknown tensor is an error."""
+    if has_lora(policy):
+        return load_adapter_weights(policy, directory)
     weights = read_weights(directory)
     if isinstance(policy, TransformerLM):
         try:
@@ -65,3 +100,27 @@ def load_policy_weights(policy: torch.nn.Module, directory: Path) -> None:
         raise ValueError(f"{directory}: weights do not fit the policy (missing {missing[:3]}, unknown {unknown[:3]}, "
                          f"of another shape {misshapen[:3]})")
     policy.load_state_dict(weights, strict=False)
+
+
+def load_adapter_weights(policy: torch.nn.Module, directory: Path) -> None:
+    """Copy a saved adapter (peft's adapter folder) into a LoRA policy of the same settings; a missing, unknown
+    or misshapen tensor is an error."""
+    weights = read_adapter(directory)
+    live = {adapter_file_key(name): tensor for name, tensor in adapter_state_dict(policy).items()}
+    missing, unknown = sorted(set(live) - set(weights)), sorted(set(weights) - set(live))
+    misshapen = sorted(k for k in set(live) & set(weights) if live[k].shape != weights[k].shape)
+    if missing or unknown or misshapen:
+        raise ValueError(f"{directory}: the adapter does not fit the policy's LoRA settings (missing {missing[:3]}, "
+                         f"unknown {unknown[:3]}, of another shape {misshapen[:3]})")
+    with torch.no_grad():
+        for key, tensor in live.items():
+            tensor.copy_(weights[key])
+
+
+def push_weights(engine, policy: torch.nn.Module) -> None:
+    """Hand the policy's current weights to a rollout engine: nothing to do for an in-process engine that samples
+    the policy object itself; the adapters alone to an engine that serves LoRA (`serves_lora`); else the weights
+    as a standard model's (LoRA adapters merged in)."""
+    if getattr(engine, "model", None) is policy:
+        return
+    engine.load_policy_weights(sync_state_dict(policy) if getattr(engine, "serves_lora", False) else merged_state_dict(policy))

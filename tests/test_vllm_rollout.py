@@ -236,3 +236,72 @@ def test_collective_transports_are_refused_for_a_vllm_generator(transport):
     config = RayGRPOConfig(backend="vllm", strategy="disaggregated-one-behind", weight_sync=transport)
     with pytest.raises(ValueError, match=f"--weight-sync {transport} cannot reach a vLLM generator"):
         validate_ray(config)
+
+
+def test_lora_grpo_on_vllm_samples_the_merged_adapters(tiny_model_dir, tmp_path):
+    """Two LoRA steps with vLLM rollouts: the engine gets the merged weights after each update (its log-probs
+    agree with the trainer's at step 2) and the run ends with the merged policy/ and its adapter/."""
+    from alignment.grpo_config import GRPOConfig
+    from alignment.grpo_run import train_grpo
+    from tests.test_grpo_loop import TASK
+
+    config = GRPOConfig(
+        model=str(tiny_model_dir), backend="vllm", prompt="question_only", n_eval_examples=2, rollout_batch_size=4,
+        group_size=2, train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, learning_rate=1e-2,
+        loss_type="grpo_clip", eval_every=2, checkpoint_every=2, grader_workers=1, kl_reference=False, kl_prev=False,
+        lora_rank=4, lora_alpha=16.0, n_grpo_steps=2, output_dir=tmp_path / "run",
+    )
+    steps = [row for row in train_grpo(config, TASK, TASK) if "loss" in row]
+    assert [row["grpo_step"] for row in steps] == [1, 2] and all(row["grad_norm"] > 0 for row in steps)
+    assert steps[1]["rollout_logprob_diff_max"] < LOGPROB_TOLERANCE
+    assert (config.output_dir / "policy" / "adapter" / "adapter_model.safetensors").is_file()
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
+    trained = AutoModelForCausalLM.from_pretrained(config.output_dir / "policy", dtype=torch.float32).state_dict()
+    changed = {k for k, v in trained.items() if not torch.equal(v, initial[k])}
+    assert changed and all("layers." in k and "proj" in k for k in changed)  # only the adapted projections
+
+
+def test_a_vllm_engine_serving_lora_samples_the_adapted_policy(tiny_model_dir, tokenizer):
+    """The adapters alone (what a LoRA learner's weight sync sends) become the engine's next adapter version, and
+    its log-probs are the adapted policy's; a second version replaces the first."""
+    from alignment.lora import LoRASettings, sync_state_dict
+    from alignment.models import load_model_and_tokenizer
+    from alignment.vllm_rollout import VLLMRolloutEngine
+
+    lora = LoRASettings(lora_rank=8, lora_alpha=16.0)
+    torch.manual_seed(0)
+    policy, _ = load_model_and_tokenizer(str(tiny_model_dir), lora=lora)
+    engine = VLLMRolloutEngine(str(tiny_model_dir), DEVICE, torch.float32, seed=0, cpu_kv_cache_bytes=64 << 20, lora=lora)
+    sampling = SamplingConfig(max_tokens=5, min_tokens=5, seed=0)
+    for version in (1, 2):
+        with torch.no_grad():
+            for name, p in policy.named_parameters():
+                if ".lora_B." in name:
+                    p.normal_(std=0.2)
+        engine.load_policy_weights(sync_state_dict(policy))
+        assert engine.adapter.lora_int_id == version
+        rollout = engine.generate(["Hello"], 1, sampling)[0]
+        prompt = tokenizer("Hello")["input_ids"]
+        with torch.no_grad():
+            logits = policy(torch.tensor([prompt + rollout.token_ids])).logits[0, len(prompt) - 1 : -1]
+        expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(rollout.token_ids)[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(rollout.logprobs), expected, atol=LOGPROB_TOLERANCE, rtol=0)
+
+
+def test_expert_iteration_with_lora_on_vllm(tiny_model_dir, tmp_path):
+    """Two EI steps (sampling on vLLM, SFT on the adapters): the run ends with the merged policy/ and its adapter/."""
+    from scripts import expert_iteration
+    from tests.test_scripts import PROBLEMS
+
+    dataset = tmp_path / "tiny.jsonl"
+    dataset.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    out = tmp_path / "ei"
+    flags = ["--model", tiny_model_dir, "--dataset", dataset, "--validation-dataset", dataset, "--n-eval-examples", 2,
+             "--eval-max-tokens", 4, "--n-ei-steps", 2, "--questions-per-step", 2, "--rollouts-per-question", 2,
+             "--sampling-max-tokens", 5, "--batch-size", 2, "--gradient-accumulation-steps", 1, "--max-seq-length", 256,
+             "--backend", "vllm", "--grader-workers", 1, "--output-dir", out, "--lora-rank", 4, "--eval-every", 2]
+    result = CliRunner().invoke(expert_iteration.app, [str(f) for f in flags])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["grpo_step"] for r in rows if "kept_fraction" in r] == [1, 2]
+    assert (out / "policy" / "config.json").is_file() and (out / "policy" / "adapter" / "adapter_config.json").is_file()

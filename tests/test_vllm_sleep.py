@@ -39,6 +39,7 @@ def engine_over(llm: RecordingLLM, sleep: bool) -> VLLMRolloutEngine:
     """The engine's methods over the recorder (its constructor would build a real engine)."""
     engine = VLLMRolloutEngine.__new__(VLLMRolloutEngine)
     engine.llm, engine.cycle = llm, SleepCycle(llm) if sleep else None
+    engine.lora, engine.serves_lora, engine.adapter = None, False, None
     if engine.cycle is not None:
         engine.cycle.sleep()  # as the constructor does: the policy may train first
     return engine

@@ -58,3 +58,18 @@ def test_learner_weights_reach_the_generator_bit_for_bit(tiny_model_dir, keep_th
     assert learner.digest() != generator.digest()  # the update moved the policy
     generator.load_weights(learner.weights(on_cpu=True), learned.version)
     assert learner.digest() == generator.digest() and generator.weights_version == 1
+
+
+def test_a_lora_learner_sends_only_its_adapters_and_the_generator_matches_it(tiny_model_dir, keep_threads):
+    config = RayGRPOConfig(model=str(tiny_model_dir), rollout_batch_size=4, group_size=2, train_batch_size=4,
+                           gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2, learning_rate=1e-2,
+                           prompt="question_only", backend="hf", kl_reference=False, kl_prev=False, lora_rank=4)
+    learner, generator = Learner(config, TASK, "cpu", 1), Generator(config, TASK, TASK, "cpu", 1)
+    generated, _ = generator.generate([0, 1], step=0)
+    learner.learn([0, 1], generated.rollouts, [hash_reward(r.text, "") for r in generated.rollouts])
+    sent = learner.weights(on_cpu=True)
+    assert sent and all(".lora_A." in k or ".lora_B." in k for k in sent)  # no base weight travels
+    full = sum(t.numel() for t in learner.trainer.policy.state_dict().values())
+    assert sum(t.numel() for t in sent.values()) < full / 10
+    generator.load_weights(sent, 1)
+    assert learner.digest() == generator.digest()  # the same frozen base, now the same adapters
