@@ -104,7 +104,8 @@ def check_gpu_memory(config: GRPOConfig, task: Task | None, policy_device: str, 
         len(tokenizer(format_prompt(task.template, q))["input_ids"]) for q in task.questions)
     gpus = 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
     machine = Machine(gpus, torch.cuda.get_device_properties(torch.device(policy_device)).total_memory / GiB)
-    result, text = report(model_shape(config.model), grpo_workload(config, prompt_tokens), machine)
+    shape = model_shape(config.model)
+    result, text = report(shape, grpo_workload(config, shape, prompt_tokens), machine)
     print(text)
     if not result.fits:
         raise ValueError(text.splitlines()[-1])

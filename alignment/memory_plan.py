@@ -69,6 +69,14 @@ class ModelShape:
         embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
         return self.layers * layer + embeddings + h  # + the final norm
 
+    def lora_parameters(self, rank: int, targets: list[str]) -> int:
+        """Adapter parameters of rank `rank` (A: rank x in, B: out x rank) on the named decoder projections."""
+        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        sizes = {"q_proj": h + q, "k_proj": h + kv, "v_proj": h + kv, "o_proj": q + h,
+                 "gate_proj": h + i, "up_proj": h + i, "down_proj": i + h}  # in + out features
+        chosen = sizes if "all-linear" in targets else {name: sizes[name] for name in targets if name in sizes}
+        return self.layers * rank * sum(chosen.values())
+
     def kv_cache_bytes_per_token(self, dtype_bytes: int) -> int:
         return 2 * self.layers * self.kv_dim * dtype_bytes
 
@@ -283,15 +291,19 @@ def model_shape(model: str) -> ModelShape:
     return ModelShape.from_config(AutoConfig.from_pretrained(resolve_model(model)))
 
 
-def grpo_workload(config: Any, prompt_tokens: int = ASSUMED_PROMPT_TOKENS) -> Workload:
-    """A GRPOConfig's settings as a Workload (on a GPU the policy defaults to bfloat16)."""
+def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int = ASSUMED_PROMPT_TOKENS) -> Workload:
+    """A GRPOConfig's settings as a Workload (on a GPU the policy defaults to bfloat16). With LoRA only the
+    adapters have gradients and AdamW states, and the KL reference is the model with its adapters off: no copy."""
+    lora = config.lora_rank > 0
     return Workload(
         dtype_bytes=DTYPE_BYTES[config.dtype or "bfloat16"], micro_batch=config.micro_train_batch_size,
         prompt_tokens=prompt_tokens, response_tokens=config.sampling_max_tokens,
         rollout_batch=config.rollout_batch_size, group_size=config.group_size,
-        gradient_checkpointing=config.gradient_checkpointing, kl_reference=config.kl_reference,
+        gradient_checkpointing=config.gradient_checkpointing, kl_reference=config.kl_reference and not lora,
         rollout="hf" if config.backend in ("hf", "transformer_lm") else "vllm",
         gpu_memory_utilization=config.gpu_memory_utilization,
+        trainable_fraction=shape.lora_parameters(config.lora_rank, config.lora_target_modules) / shape.parameters()
+        if lora else 1.0,
     )
 
 

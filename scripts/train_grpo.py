@@ -42,7 +42,8 @@ def print_memory_plan(config: GRPOConfig, machine_text: str) -> int:
         machine = Machine.parse(machine_text)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
-    result, text = memory_report(model_shape(config.model), grpo_workload(config), machine)
+    shape = model_shape(config.model)
+    result, text = memory_report(shape, grpo_workload(config, shape), machine)
     typer.echo(text)
     return 0 if result.fits else 1
 

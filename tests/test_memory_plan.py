@@ -163,3 +163,24 @@ def test_a_gpu_run_that_cannot_fit_is_refused_before_any_model_loads(qwen_config
                         output_dir=tmp_path / "run")
     with pytest.raises(ValueError, match=r"does not fit; it would with --gradient-checkpointing or a microbatch of 1"):
         train_grpo(config)
+
+
+def test_lora_counts_adapter_gradients_and_states_only():
+    # rank 16 on every projection: 16 x (in + out) each; q, o: 1536 + 1536; k, v: 1536 + 256; gate, up, down: 1536 + 8960
+    adapters = 28 * 16 * (2 * 3072 + 2 * 1792 + 3 * 10496)
+    assert QWEN_MATH_15B.lora_parameters(16, ["all-linear"]) == adapters == 18_464_768
+    assert QWEN_MATH_15B.lora_parameters(16, ["q_proj", "v_proj"]) == 28 * 16 * (3072 + 1792)
+    lora = replace(HANDOUT, trainable_fraction=adapters / PARAMS)
+    (gpu,) = plan(QWEN_MATH_15B, lora, Machine(1, 24)).devices
+    assert gpu.parts["gradients"] == 2 * adapters and gpu.parts["optimizer"] == 4 * adapters
+    # the 24 GiB GPU that full fine-tuning overflows without checkpointing holds LoRA with room to spare
+    assert plan(QWEN_MATH_15B, lora, Machine(1, 24)).fits and not plan(QWEN_MATH_15B, HANDOUT, Machine(1, 24)).fits
+
+
+def test_plan_memory_with_lora_and_a_reference_keeps_no_copy(qwen_config_dir, tmp_path):
+    from scripts import train_grpo
+
+    result = CliRunner().invoke(train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "1x24",
+                                                 "--lora-rank", "16", "--kl-reference"])
+    assert result.exit_code == 0, result.output
+    assert "gradients                 0.03 GiB" in result.output and "    reference " not in result.output
