@@ -24,7 +24,6 @@ HANDOUT = {
     "epochs_per_rollout_batch": (1, "epochs_per_rollout_batch: int = 1 # On-policy"),
     "train_batch_size": (256, "train_batch_size: int = 256 # On-policy"),
     "gradient_accumulation_steps": (128, "gradient_accumulation_steps: int = 128 # microbatch size is 2, will fit on H100"),
-    "gpu_memory_utilization": (0.85, "gpu_memory_utilization: float = 0.85"),
     "loss_type": ("reinforce_with_baseline", 'loss_type: Literal[...] = "reinforce_with_baseline"'),
     "use_std_normalization": (True, "use_std_normalization: bool = True"),
     "weight_decay": (0.0, "torch.optim.AdamW(..., weight_decay=0.0, betas=(0.9, 0.95))"),
@@ -44,6 +43,14 @@ def test_starter_file_and_defaults_are_the_handouts(name):
     assert starter.get(name, value) == value, f"configs/grpo_handout_starter.toml {name} = {starter[name]!r}; the handout: {line}"
     default = next(f.default for f in fields(GRPOConfig) if f.name == name)
     assert default == value, f"GRPOConfig.{name} defaults to {default!r}; the handout: {line}"
+
+
+def test_vllm_gets_the_handouts_share_of_a_gpu_of_its_own():
+    """gpu_memory_utilization: float = 0.85 is for vLLM on its own GPU, as the handout runs it; on a GPU shared with
+    the policy the memory plan sizes it (tests/test_memory_plan.py), so the setting defaults to None."""
+    from alignment.memory_plan import OWN_GPU_SHARE
+
+    assert OWN_GPU_SHARE == 0.85 and GRPOConfig().gpu_memory_utilization is None
 
 
 def test_kl_monitors_are_off_except_where_a_preset_asks():
