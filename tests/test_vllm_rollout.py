@@ -297,6 +297,7 @@ def test_expert_iteration_with_lora_on_vllm(tiny_model_dir, tmp_path):
     dataset.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
     out = tmp_path / "ei"
     flags = ["--model", tiny_model_dir, "--dataset", dataset, "--validation-dataset", dataset, "--n-eval-examples", 2,
+             "--allow-validation-overlap",  # a few problems serve both: the test is about LoRA on vLLM
              "--eval-max-tokens", 4, "--n-ei-steps", 2, "--questions-per-step", 2, "--rollouts-per-question", 2,
              "--sampling-max-tokens", 5, "--batch-size", 2, "--gradient-accumulation-steps", 1, "--max-seq-length", 256,
              "--backend", "vllm", "--grader-workers", 1, "--output-dir", out, "--lora-rank", 4, "--eval-every", 2]

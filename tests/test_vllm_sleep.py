@@ -30,7 +30,7 @@ class RecordingLLM:
         self.calls.append(("reset_prefix_cache",))
         return True
 
-    def generate(self, prompts: list[str], params, use_tqdm: bool) -> list:
+    def generate(self, prompts: list[str], params, use_tqdm: bool, lora_request=None) -> list:
         self.calls.append(("generate", len(prompts)))
         return []
 
