@@ -162,14 +162,14 @@ def dataset_splits(source: str) -> list[str]:
     """The splits `source` has (a .jsonl file has one, named `file`)."""
     if Path(source).is_file():
         return ["file"]
-    if jsonl_splits(Path(source)):
-        return list(jsonl_splits(Path(source)))
     if source not in HUB_DATASETS and not is_folder_or_hub_id(source):
         raise unknown_source(source)
+    hub = HUB_DATASETS.get(source)
+    location = hub_location(hub.repo if hub else source)
+    if jsonl_splits(Path(location)):
+        return list(jsonl_splits(Path(location)))
     import datasets
 
-    hub = HUB_DATASETS.get(source)
-    location = hub_location(hub.repo) if hub else hub_location(source)
     config = dataset_configs(location, hub.config if hub else None)[0]
     return list(datasets.get_dataset_split_names(location, config))
 
