@@ -242,30 +242,30 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
 
 def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
     """Flags that would make a plan that does not fit fit: each alone where one suffices, else together."""
-    options: list[tuple[str, Workload, Machine]] = []
+    options: list[tuple[str, dict[str, Any], int]] = []  # (what to say, Workload changes, GPUs)
     if not work.gradient_checkpointing:
-        options.append(("--gradient-checkpointing", replace(work, gradient_checkpointing=True), machine))
+        options.append(("--gradient-checkpointing", {"gradient_checkpointing": True}, machine.gpus))
     if work.kl_reference:
-        options.append(("--no-kl-reference", replace(work, kl_reference=False), machine))
+        options.append(("--no-kl-reference", {"kl_reference": False}, machine.gpus))
     if work.micro_batch > 1:
         options.append(("a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
-                        replace(work, micro_batch=1), machine))
+                        {"micro_batch": 1}, machine.gpus))
     if machine.gpus == 1 and work.gpu_memory_utilization is not None:
-        options.append(("no --gpu-memory-utilization (vLLM's share planned)", replace(work, gpu_memory_utilization=None), machine))
+        options.append(("no --gpu-memory-utilization (vLLM's share planned)", {"gpu_memory_utilization": None}, 1))
     if machine.gpus == 1:
-        options.append(("a second GPU (vLLM on it, as the handouts run)", work, replace(machine, gpus=2)))
-    alone = [text for text, w, m in options if plan(shape, w, m).fits]
+        options.append(("a second GPU (vLLM on it, as the handouts run)", {}, 2))
+
+    def fits(changes: dict[str, Any], gpus: int) -> bool:
+        return plan(shape, replace(work, **changes), replace(machine, gpus=gpus)).fits
+
+    alone = [text for text, changes, gpus in options if fits(changes, gpus)]
     if alone:
         return alone
-    combined_work, combined_machine, applied = work, machine, []
-    for text, w, m in options:  # apply them in order, cumulatively, until it fits
-        combined_work = replace(combined_work, **{k: getattr(w, k) for k in ("gradient_checkpointing", "kl_reference",
-                                                                              "micro_batch", "gpu_memory_utilization")
-                                                  if getattr(w, k) != getattr(work, k)})
-        combined_machine = m if m != machine else combined_machine
-        applied.append(text)
-        if plan(shape, combined_work, combined_machine).fits:
-            return [" + ".join(applied)]
+    changes, gpus = {}, machine.gpus
+    for i, (_, more, more_gpus) in enumerate(options):  # apply them in order, cumulatively, until it fits
+        changes, gpus = changes | more, max(gpus, more_gpus)
+        if fits(changes, gpus):
+            return [" + ".join(text for text, _, _ in options[: i + 1])]
     return []
 
 
