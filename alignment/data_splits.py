@@ -2,7 +2,7 @@
 slice when a source has a single split, and the check that validation questions are not also trained on.
 
     data = run_data("math", "train", None, n_validation=1024)   # MATH's 7,500 train, 1,024 of its 5,000 test
-    data = run_data("competition_math", "train", None, 1024)      # one split: 1,024 held out, 11,476 trained on
+    data = run_data("competition_math", "train", None, 1024)      # one split: 1,250 held out, 11,250 trained on
     for line in data.notes: print(line)
 
 Questions are compared as exact text after whitespace normalization; more than 1% of the validation questions in
@@ -16,7 +16,7 @@ from pathlib import Path
 from alignment.data import HUB_DATASETS, DatasetKind, MathExample, dataset_splits, evaluation_split, load_math_examples, spread_subset
 
 MAX_OVERLAP = 0.01
-HOLDOUT_SHARE = 10  # a single-split source gives at most 1/10 of itself to validation
+HOLDOUT_SHARE = 10  # a single-split source holds out a tenth of itself for validation
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def run_data(
     """Training examples from `dataset` and `n_validation` validation examples that are not trained on.
 
     Validation comes from `validation_dataset` when given, else from `dataset`'s evaluation split when it is not
-    the training split, else from a held-out slice of the training data (at most a tenth of it).
+    the training split, else from a held-out tenth of the training data.
     """
     notes: list[str] = []
     try:
@@ -105,12 +105,12 @@ def run_data(
     elif eval_split is not None and eval_split != train_split:
         pool = load_math_examples(dataset, kind, split=eval_split)
         validation, validation_name = spread_subset(pool, n_validation), f"{dataset} [{eval_split}]"
-    else:
-        size = min(n_validation, max(1, len(train) // HOLDOUT_SHARE))
-        train, validation = holdout(train, size)
-        validation_name = f"held-out slice of {where}"
+    else:  # a tenth whatever n_validation is, so that a resumed run changing it trains on the same questions
+        size = max(1, len(train) // HOLDOUT_SHARE)
+        train, held = holdout(train, size)
+        validation, validation_name = spread_subset(held, n_validation), f"held-out slice of {where}"
         notes.append(f"{where} has no separate validation split: {size} of its {size + len(train)} questions held "
-                     f"out for validation (fixed seed), {len(train)} trained on")
+                     f"out (a tenth, fixed seed), {len(train)} trained on")
     notes.insert(0, f"training on {len(train)} questions of {where}; validating on {len(validation)} of {validation_name}")
     notes.append(check_overlap((e.question for e in train), [e.question for e in validation], where, validation_name,
                                allow_overlap))
