@@ -166,8 +166,9 @@ def dataset_splits(source: str) -> list[str]:
         raise unknown_source(source)
     hub = HUB_DATASETS.get(source)
     location = hub_location(hub.repo if hub else source)
-    if jsonl_splits(Path(location)):
-        return list(jsonl_splits(Path(location)))
+    files = jsonl_splits(Path(location))
+    if files:
+        return list(files)
     import datasets
 
     config = dataset_configs(location, hub.config if hub else None)[0]

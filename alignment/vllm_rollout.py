@@ -91,8 +91,9 @@ class VLLMRolloutEngine:
         enforce_eager defaults to True on CPU (torch.compile adds about 80 s to the build there) and to False
         on CUDA (CUDA graphs). gpu_memory_utilization applies on CUDA; on CPU the KV cache takes
         `cpu_kv_cache_bytes`. `sleep`: sleep between rollouts (a GPU shared with the policy; needs vLLM's sleep
-        mode, which its CUDA build has and its CPU build lacks). With `lora` (rank > 0) the engine serves a LoRA adapter of those settings on the
-        base weights of `model_path` (vLLM's LoRA support): `load_policy_weights` then takes the adapters alone.
+        mode, which its CUDA build has and its CPU build lacks). With `lora` (rank > 0) the engine serves a LoRA
+        adapter of those settings on the base weights of `model_path` (vLLM's LoRA support): `load_policy_weights`
+        then takes the adapters alone.
         """
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
         self.model_path, self.lora = model_path, lora
