@@ -8,7 +8,9 @@
                                scalars, the Python RNG, the loop's own state (step, ...) and every file's size
       COMPLETE                 the step, written last
 
-It is built as `checkpoint.partial/` and renamed into place, so a crash or a full disk mid-save leaves the
+A policy sharded over processes (alignment/sharding.py) keeps the same policy/, state.json and COMPLETE, and its
+shards in torch.distributed.checkpoint's format instead of optimizer.safetensors (alignment/sharded_checkpoint.py);
+state.json records the process count. It is built as `checkpoint.partial/` and renamed into place, so a crash or a full disk mid-save leaves the
 previous checkpoint intact. Loading reads tensors with safetensors and everything else as JSON: a checkpoint
 from someone else cannot run code. `export_policy` copies the policy to the run folder's `policy/`; a LoRA
 policy's adapter goes to `policy/adapter/`, and `policy/` itself is the base model with the adapter merged in.
@@ -29,6 +31,8 @@ from alignment.atomic import atomic_write_json, replace_dir
 from alignment.faults import fault_point
 from alignment.policy_folder import is_adapter_folder, load_policy_weights, save_merged_folder, save_policy
 from alignment.settings import upgraded, with_defaults
+from alignment.sharded_checkpoint import load_shards, save_shards
+from alignment.sharding import ShardGroup, shard_group
 
 FORMAT, FORMAT_VERSION = "alignment.checkpoint", 2
 POLICY, TENSORS, STATE, MARKER = "policy", "optimizer.safetensors", "state.json", "COMPLETE"
@@ -63,18 +67,37 @@ def _optimizer_state(tensors: dict[str, torch.Tensor], saved: dict[str, Any]) ->
 
 def save_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
                     optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Path:
-    """Checkpoint into `folder`/checkpoint; `state` is the loop's JSON state and must hold "step"."""
+    """Checkpoint into `folder`/checkpoint; `state` is the loop's JSON state and must hold "step". A sharded policy's
+    ranks all call it; rank 0 does the folder's bookkeeping."""
     target, staging = folder / "checkpoint", folder / "checkpoint.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    save_policy(policy, tokenizer, staging / POLICY)
-    tensors, optimizer_json = _optimizer_parts(optimizer)
-    save_file(tensors | {_RNG: torch.get_rng_state()}, staging / TENSORS)
+    group = shard_group(policy)
+    if group is None or group.main:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    if group is None:
+        save_policy(policy, tokenizer, staging / POLICY)
+        tensors, optimizer_json = _optimizer_parts(optimizer)
+        save_file(tensors | {_RNG: torch.get_rng_state()}, staging / TENSORS)
+    else:
+        group.barrier()  # the staging folder exists
+        optimizer_json = save_shards(staging, policy, tokenizer, optimizer, group)
     fault_point("checkpoint_write")
+    if group is None or group.main:
+        _finish(folder, staging, config, optimizer_json, state, group)
+    if group is not None:
+        group.barrier()  # no rank goes on before the checkpoint is in place
+    return target
+
+
+def _finish(folder: Path, staging: Path, config: Any, optimizer_json: dict[str, Any], state: dict[str, Any],
+            group: ShardGroup | None) -> None:
+    """state.json, then the completion marker, then the swap into place."""
+    target = folder / "checkpoint"
     files = {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
     atomic_write_json(staging / STATE, {
         "format": FORMAT, "format_version": FORMAT_VERSION, "config": fingerprint(config),
         "optimizer": optimizer_json, "python_rng": random.getstate(), "loop": state, "files": files,
+        "processes": None if group is None else group.size,
     })
     (staging / MARKER).write_text(str(state["step"]))
     old = folder / "checkpoint.old"
@@ -84,7 +107,6 @@ def save_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, tokenize
     fault_point("checkpoint_swap")
     staging.rename(target)
     shutil.rmtree(old, ignore_errors=True)
-    return target
 
 
 def _recover(folder: Path) -> None:
@@ -132,7 +154,13 @@ def load_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, optimize
     if (target / "state.pt").is_file():
         raise ValueError(f"--resume: {target} was written by an older version of alignment as a pickle (state.pt), "
                          "which this version never loads; start the run again")
-    if complete_step(folder) is None:
+    group = shard_group(policy)
+    if group is not None and not group.main:
+        group.barrier()  # rank 0 first: it may move a checkpoint a killed save left aside into place (_recover)
+    step = complete_step(folder)
+    if group is not None and group.main:
+        group.barrier()
+    if step is None:
         raise ValueError(f"--resume: no complete checkpoint in {folder} (expected {target}/{STATE} and {MARKER})")
     saved = _read_state(target)
     current = fingerprint(config)
@@ -144,13 +172,22 @@ def load_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, optimize
         details = ", ".join(f"{k}: checkpoint {made_with.get(k)!r} vs now {current.get(k)!r}" for k in differ)
         raise ValueError(f"--resume: the checkpoint in {folder} is from another configuration ({details}); "
                          f"if {folder / 'settings.json'} was edited, restore it")
-    try:
-        tensors = load_file(target / TENSORS)
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"--resume: {target / TENSORS}: not a readable safetensors file ({err})") from None
-    load_policy_weights(policy, target / POLICY)
-    torch.set_rng_state(tensors.pop(_RNG))
-    optimizer.load_state_dict(_optimizer_state(tensors, saved["optimizer"]))
+    processes = saved.get("processes")
+    if (group is None) != (processes is None):
+        made = "one unsharded process" if processes is None else f"a learner sharded over {processes} processes"
+        now = "one unsharded process" if group is None else f"a learner sharded over {group.size} processes"
+        fix = "resume it without torchrun" if processes is None else "resume it under torchrun (any --nproc-per-node)"
+        raise ValueError(f"--resume: the checkpoint in {folder} was written by {made}, and this is {now}; {fix}")
+    if group is not None:
+        load_shards(target, policy, optimizer, saved["optimizer"])  # re-sharded to this run's process count
+    else:
+        try:
+            tensors = load_file(target / TENSORS)
+        except (SafetensorError, OSError) as err:
+            raise ValueError(f"--resume: {target / TENSORS}: not a readable safetensors file ({err})") from None
+        load_policy_weights(policy, target / POLICY)
+        torch.set_rng_state(tensors.pop(_RNG))
+        optimizer.load_state_dict(_optimizer_state(tensors, saved["optimizer"]))
     version, state, gauss = saved["python_rng"]
     random.setstate((version, tuple(state), gauss))
     return saved["loop"]

@@ -1,5 +1,7 @@
 """Everything around the GRPO loop: data, models, devices, evaluation, logging, checkpoints and resume."""
 
+import contextlib
+import os
 import random
 import time
 from collections.abc import Sequence
@@ -29,6 +31,8 @@ from alignment.prompts import chat_template, format_prompt, load_prompt
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.rollout_backends import make_rollout_engine, resolve_backend
 from alignment.settings import write_run_settings
+from alignment.sharded_rollout import ShardedGrader, ShardedRollouts
+from alignment.sharding import ShardGroup, launched, shard_policy, start_group
 from alignment.task import Task
 
 
@@ -49,8 +53,11 @@ def math_tasks(config: GRPOConfig) -> tuple[Task, Task]:
 
 
 def devices(config: GRPOConfig) -> tuple[str, str]:
-    """(policy, rollout): two GPUs when there are two, one shared GPU, or the CPU."""
+    """(policy, rollout): two GPUs when there are two, one shared GPU, or the CPU; under torchrun, GPU LOCAL_RANK."""
     gpus = torch.cuda.device_count()
+    if launched():
+        device = config.policy_device or (f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if gpus else "cpu")
+        return device, device
     policy = config.policy_device or ("cuda:0" if gpus else "cpu")
     rollout = config.rollout_device or ("cuda:1" if gpus >= 2 and policy == "cuda:0" else policy)
     return policy, rollout
@@ -66,8 +73,22 @@ def keyword_run_tasks(config: GRPOConfig, template: str) -> tuple[Task, Task]:
     return keyword_tasks(template, words, config.n_train_prompts, config.n_eval_examples, config.keywords_per_prompt, config.seed)
 
 
-def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype):
-    """(policy, tokenizer): our own TransformerLM for --backend transformer_lm, else a transformers model.
+def check_sharded(config: GRPOConfig) -> None:
+    """What a learner sharded over torchrun's processes cannot do yet, refused before any model loads."""
+    if config.backend not in ("auto", "hf"):
+        raise ValueError(f"--backend {config.backend} under torchrun: the sharded learner samples with --backend hf, "
+                         "each rank its share of the prompts (vLLM's in-process engine would join the learner's process "
+                         "group; scripts/train_grpo_ray.py runs vLLM generators beside a sharded learner)")
+    if config.lora_rank > 0:
+        raise ValueError("--lora-rank > 0 under torchrun: LoRA runs in one process (its adapters are small enough "
+                         "not to need sharding); use --lora-rank 0 or run without torchrun")
+    if config.reuse_rollout_forward == "on":
+        raise ValueError("--reuse-rollout-forward on needs one process (torchrun shards the policy)")
+
+
+def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype, shard: bool = False):
+    """(policy, tokenizer): our own TransformerLM for --backend transformer_lm, else a transformers model; with
+    `shard`, sharded over every process of the group as it is built (alignment/sharding.py).
 
     A policy on the CPU first switches the process to glibc settings that keep freed memory for reuse
     (alignment.cpu_allocator): a third off the CPU train phase on a VM slow to fault pages in.
@@ -76,15 +97,20 @@ def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype):
         retain_freed_memory()
     if resolve_backend(config.backend) == "transformer_lm":  # type: ignore[arg-type]
         return load_transformer_lm(config.model, device, dtype)
-    return load_model_and_tokenizer(config.model, device, dtype, lora=config)
+    policy, tokenizer = load_model_and_tokenizer(config.model, device, dtype, lora=config)
+    return (shard_policy(policy, torch.device(device).type) if shard else policy), tokenizer
 
 
 def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, policy_device: str,
-                 vllm_share: float | None = None) -> RolloutEngine:
+                 vllm_share: float | None = None, group: ShardGroup | None = None) -> RolloutEngine:
     """An in-process backend on the policy's own device samples from the policy object itself: no weight copies.
 
     vLLM on the policy's own GPU takes `vllm_share` of it (the memory plan's) and sleeps while the policy trains.
+    A sharded policy's ranks each sample their share of the prompts with the hf backend (alignment/sharded_rollout.py).
     """
+    if group is not None:
+        engine = HFRolloutEngine(policy, tokenizer, progress=group.main)
+        return ShardedRollouts(engine, group)  # type: ignore[return-value]
     backend = resolve_backend(config.backend)  # type: ignore[arg-type]
     if backend == "transformer_lm" and rollout_device == policy_device:
         return TransformerLMRolloutEngine(policy, tokenizer)
@@ -122,8 +148,25 @@ def validation_sampling(config: GRPOConfig) -> SamplingConfig:
 
 
 def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | None = None, resume: bool = False) -> list[dict]:
-    """Run (or resume) GRPO; returns the metrics rows of this invocation. Tasks default to math data."""
+    """Run (or resume) GRPO; returns the metrics rows of this invocation. Tasks default to math data.
+
+    Under torchrun every process runs this with a shard of the policy (alignment/sharding.py); rank 0 alone prints,
+    writes the run folder's files and logs."""
     validate(config)
+    group = None
+    if launched():
+        check_sharded(config)
+        group = start_group(torch.device(devices(config)[0]).type)
+    try:
+        with contextlib.nullcontext() if group is None or group.main else contextlib.redirect_stdout(open(os.devnull, "w")):
+            return _train(config, task, validation, resume, group)
+    finally:
+        if group is not None:
+            torch.distributed.destroy_process_group()
+
+
+def _train(config: GRPOConfig, task: Task | None, validation: Task | None, resume: bool, group: ShardGroup | None) -> list[dict]:
+    main = group is None or group.main
     earlier = [name for name in ("metrics.jsonl", "checkpoint") if (config.output_dir / name).exists()]
     if earlier and not resume and not config.overwrite:
         raise ValueError(f"--output-dir {config.output_dir} holds an earlier run ({', '.join(earlier)}); "
@@ -134,7 +177,9 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
             task, validation = math_tasks(config)
         else:
             keyword_run_tasks(config, "{question}")  # checked now, built once the chat template is known
-    if not resume:  # before any model loads: an output folder that cannot be written fails here
+    if group is not None:
+        group.barrier()  # every rank has looked at the folder before rank 0 writes to it
+    if not resume and main:  # before any model loads: an output folder that cannot be written fails here
         write_run_settings(config)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
@@ -143,22 +188,26 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
     if torch.device(policy_device).type == "cuda":
         vllm_share = check_gpu_memory(config, task, policy_device, rollout_device)
     dtype = getattr(torch, config.dtype) if config.dtype else (torch.bfloat16 if policy_device.startswith("cuda") else torch.float32)
-    policy, tokenizer = load_policy(config, policy_device, dtype)
+    policy, tokenizer = load_policy(config, policy_device, dtype, shard=group is not None)
     if task is None or validation is None:
         task, validation = keyword_run_tasks(config, chat_template(tokenizer))
     if config.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
-    engine = build_engine(config, policy, tokenizer, rollout_device, policy_device, vllm_share)
+    engine = build_engine(config, policy, tokenizer, rollout_device, policy_device, vllm_share, group)
     grader = ParallelGrader(task.reward_fn, config.grader_workers)
-    trainer = GRPOTrainer(config, policy, tokenizer, engine, task, grader)
+    if group is not None:
+        grader = ShardedGrader(grader, group)  # type: ignore[assignment]
+    trainer = GRPOTrainer(config, policy, tokenizer, engine, task, grader)  # type: ignore[arg-type]
     elapsed = 0.0
     if resume:
         state = load_checkpoint(config.output_dir, config, policy, trainer.optimizer)
         trainer.step_index, trainer.order.position, elapsed = state["step"], state["order_position"], state["elapsed_s"]
         push_weights(engine, policy)
-        write_run_settings(config)  # the resumable settings this continuation changed
+        if main:
+            write_run_settings(config)  # the resumable settings this continuation changed
     started = time.perf_counter() - elapsed
-    log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, trainer.step_index)
+    log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, trainer.step_index,
+                     enabled=main)
     eval_sampling = validation_sampling(config)
 
     def validate_now() -> float:
@@ -170,7 +219,7 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
     rows: list[dict] = []
     try:
         eval_reward = validate_now() if trainer.step_index == 0 else float("nan")
-        with progress(config.n_grpo_steps, trainer.step_index) as bar:
+        with progress(config.n_grpo_steps, trainer.step_index, disable=not main) as bar:
             while trainer.step_index < config.n_grpo_steps:
                 step_rows = trainer.step()
                 for row in step_rows:
@@ -188,7 +237,8 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
                 bar.set_postfix(reward=f"{last['train_reward']:.2f}", eval=f"{eval_reward:.2f}",
                                 rollout=f"{last.get('time_rollout_s', 0):.1f}s", train=f"{last.get('time_train_s', 0):.1f}s")
                 bar.update(1)
-        export_policy(config.output_dir)
+        if main:
+            export_policy(config.output_dir)
     finally:
         grader.close()
         log.close()

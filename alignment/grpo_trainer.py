@@ -36,6 +36,7 @@ from alignment.prompts import format_prompt
 from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
 from alignment.rollout_batch import RolloutBatch, collate
 from alignment.shared_prompt import prompt_groups, shared_prompt_log_probs
+from alignment.sharding import clip_grad_norm, is_sharded, my_microbatches, shard_group
 from alignment.task import Task
 
 
@@ -66,7 +67,7 @@ class PhaseTimer:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: a sharded policy's first gather here would make its buffers inference tensors
 def score(model: PreTrainedModel, batch: RolloutBatch, micro_batch_size: int) -> torch.Tensor:
     """Log-probs of the batch's labels under `model`, computed in microbatches. -> (batch, seq) on CPU."""
     device = next(model.parameters()).device
@@ -146,6 +147,7 @@ def rollout_forward_tape(
         (not config.gradient_checkpointing, "no --gradient-checkpointing"),
         (samples_policy, "a rollout engine that samples the policy itself (--backend hf, or transformer_lm with its cache)"),
         (not has_dropout(policy), "a policy without dropout"),
+        (not is_sharded(policy), "one process (torchrun shards the policy)"),
         (needed <= budget, f"{needed / 2**30:.1f} GiB for the tape, at most a quarter of memory ({budget / 2**30:.1f} GiB)"),
     ]
     problem = next((what for met, what in requirements if not met), None)
@@ -188,6 +190,7 @@ class GRPOTrainer:
         self.step_index = 0
         self.prompt_ids = [tokenizer(format_prompt(task.template, q))["input_ids"] for q in task.questions]
         self.tape = rollout_forward_tape(config, policy, engine, max(map(len, self.prompt_ids)))
+        self.shards = shard_group(policy)  # None unless torchrun sharded the policy (alignment/sharding.py)
 
     @property
     def device(self) -> torch.device:
@@ -330,7 +333,7 @@ class GRPOTrainer:
         token's term (GRPO-Clip's min and clip included), so their gradient is exactly 0. One row stays even when
         all are 0, so that every parameter still gets its (zero) gradient and AdamW counts the step as it would."""
         c = self.config
-        if not c.skip_zero_advantage:
+        if not c.skip_zero_advantage or self.shards is not None:  # sharded: every rank must make the same calls
             return torch.ones(len(batch), dtype=torch.bool)
         weight = batch.raw_rewards if c.loss_type == "no_baseline" else batch.advantages
         learn = weight.flatten() != 0
@@ -377,11 +380,15 @@ class GRPOTrainer:
         in_loss = batch.response_mask if batch.in_loss is None else batch.response_mask & batch.in_loss
         totals = {"batch_rows": len(batch) if batch.in_loss is None else int(batch.in_loss.sum()),
                   "batch_tokens": int(in_loss.sum())}
-        for start in range(0, len(batch), c.micro_train_batch_size):
-            micro = batch.select(slice(start, start + c.micro_train_batch_size))
+        size = c.micro_train_batch_size
+        for index in my_microbatches(-(-len(batch) // size), self.shards):  # all of them unless sharded
+            start = (index or 0) * size
+            micro = batch.select(slice(start, start + size))
+            if index is None:  # this rank's turn with no microbatch left: every row out of the loss, gradient 0
+                micro.in_loss = torch.zeros((len(micro), 1), dtype=torch.bool)
             mask = micro.response_mask.to(device)
             loss_mask = mask if micro.in_loss is None else mask & micro.in_loss.to(device)
-            out = self.score_microbatch(micro, learn[start : start + c.micro_train_batch_size])
+            out = self.score_microbatch(micro, learn[start : start + size])
             old = None
             if c.needs_old_log_probs:
                 old = out["log_probs"].detach() if micro.old_log_probs is None else micro.old_log_probs.to(device)
@@ -393,6 +400,8 @@ class GRPOTrainer:
                 cliprange_high=c.clip_high, loss_aggregation=c.loss_aggregation,
                 rollout_correction=c.rollout_correction, **totals,
             )
+            if index is None:
+                continue
             # trainer minus engine log-probs of the sampled tokens, under the policy that sampled them when
             # scored (off-policy), else the one being trained (exact on-policy: a single optimizer step)
             trainer = out["log_probs"].detach() if micro.old_log_probs is None else micro.old_log_probs.to(device)
@@ -402,7 +411,11 @@ class GRPOTrainer:
             for key, values in reported.items():  # a microbatch with no token in the loss has none to report
                 if key in meta and math.isfinite(meta[key].item()):
                     values.append(meta[key].item())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), c.max_grad_norm).item()
+        if self.shards is not None:  # every rank's microbatches' numbers, so that every rank reports the same
+            parts = self.shards.gather((losses, entropies, mismatch, reported))
+            losses, entropies, mismatch = (sum((part[i] for part in parts), []) for i in range(3))
+            reported = {key: sum((part[3][key] for part in parts), []) for key in reported}
+        grad_norm = clip_grad_norm(list(self.policy.parameters()), c.max_grad_norm)
         if not (math.isfinite(grad_norm) and all(math.isfinite(loss) for loss in losses)):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(f"GRPO step {self.step_index + 1}: loss {sum(losses)} and gradient norm {grad_norm} "
@@ -434,5 +447,5 @@ def evaluate(
             "eval_answer_reward": sum(r.answer_reward for r in records) / n}, examples
 
 
-def progress(total: int, initial: int) -> tqdm:
-    return tqdm(total=total, initial=initial, desc="GRPO", unit="step")
+def progress(total: int, initial: int, disable: bool = False) -> tqdm:
+    return tqdm(total=total, initial=initial, desc="GRPO", unit="step", disable=disable)

@@ -6,7 +6,13 @@ from typing import Any
 
 
 class MetricsLog:
-    def __init__(self, output_dir: Path, config: dict[str, Any], project: str | None, mode: str, resume_step: int = 0) -> None:
+    """`enabled=False`: writes nothing (a sharded run's ranks other than 0, whose rows rank 0 logs)."""
+
+    def __init__(self, output_dir: Path, config: dict[str, Any], project: str | None, mode: str, resume_step: int = 0,
+                 enabled: bool = True) -> None:
+        self.enabled, self.wandb = enabled, None
+        if not enabled:
+            return
         output_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = output_dir / "metrics.jsonl"
         self.rollouts_path = output_dir / "rollouts.jsonl"
@@ -16,7 +22,6 @@ class MetricsLog:
         else:
             self.metrics_path.write_text("")
             self.rollouts_path.write_text("")
-        self.wandb = None
         if mode != "disabled":
             import wandb
 
@@ -29,12 +34,16 @@ class MetricsLog:
             path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         if self.wandb is not None:
             self.wandb.log(row, step=row["grpo_step"])
 
     def log_rollouts(self, step: int, kind: str, examples: list[dict[str, Any]]) -> None:
+        if not self.enabled:
+            return
         with self.rollouts_path.open("a") as f:
             for example in examples:
                 f.write(json.dumps({"grpo_step": step, "kind": kind} | example, ensure_ascii=False) + "\n")

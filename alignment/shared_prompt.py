@@ -35,6 +35,7 @@ from torch import nn
 from alignment.forward_tape import ForwardTape
 from alignment.gqa_attention import NAME as GQA_NAME
 from alignment.logprobs import get_response_log_probs, label_log_probs_and_entropy, log_probs_of_labels, output_head
+from alignment.sharding import is_sharded, root_forward
 from alignment.transformer_lm import TransformerLM
 
 
@@ -91,10 +92,14 @@ def shared_prompt_log_probs(
 ) -> dict[str, torch.Tensor]:
     """Same contract as get_response_log_probs(..., response_mask=...): (batch, seq) float32, 0 off the response.
 
-    Falls back to scoring every row in full when `can_share_prompts` says no or no prompt repeats. With `tape`
+    Falls back to scoring every row in full when `can_share_prompts` says no or no prompt repeats, and for a policy
+    sharded over processes (alignment/sharding.py: every rank must make the same calls). With `tape`
     and `slots` (batch, seq), the tape slot of each input position (ForwardTape.row_slots), the model's linear
     layers replay what the sampler computed.
     """
+    if is_sharded(model):  # one decoder call per microbatch on every rank, the root's weights gathered around it
+        return root_forward(model, lambda: get_response_log_probs(
+            model, input_ids, labels, return_token_entropy, response_mask=response_mask))
     batch, seq = input_ids.shape
     device = input_ids.device
     tape = tape if slots is not None else None

@@ -5,14 +5,17 @@
     uv run scripts/train_grpo.py --resume outputs/grpo                          # continue a stopped run
     uv run scripts/train_grpo.py --config configs/grpo_handout_starter.toml --plan-memory 1x24   # fits one GPU?
     uv run scripts/eval_zero_shot.py --model outputs/grpo/policy ...            # use what it trained
+    uv run torchrun --nproc-per-node 2 scripts/train_grpo.py ...               # one policy sharded over 2 processes
 
 Every field of alignment.grpo_config.GRPOConfig is a flag (`--n-grpo-steps`, `--no-use-std-normalization`,
 ...); defaults are the handouts' starter values. The run folder (--output-dir) gets settings.json,
 metrics.jsonl, rollouts.jsonl, checkpoint/, plots/ and, at the end, policy/: the trained model as a standard
-model folder that every script's --model accepts.
+model folder that every script's --model accepts. Under torchrun the processes share one policy, sharded with
+FSDP2 (alignment/sharding.py); rank 0 writes the run folder and prints.
 """
 
 import inspect
+import os
 from pathlib import Path
 
 import typer
@@ -32,7 +35,8 @@ def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None) -> Non
         train_grpo(config, resume=resume)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
-    report(config.output_dir)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 reports for all
+        report(config.output_dir)
 
 
 def print_memory_plan(config: GRPOConfig, machine_text: str) -> int:

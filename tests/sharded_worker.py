@@ -1,0 +1,82 @@
+"""Two GRPO optimizer steps of a tiny policy on fixed rollouts: the weights to OUT/<variant>.safetensors and each
+step's loss and gradient norm to OUT/<variant>.json. Run plainly (one unsharded process) or under
+`torchrun --nproc-per-node N -m tests.sharded_worker` (the policy sharded with FSDP2).
+
+    python -m tests.sharded_worker MODEL_DIR OUT
+
+The rollouts are sampled by a separate unsharded copy of the model with a fixed seed, so every process count
+trains on exactly the same batch: 12 rollouts (4 questions x 3), 2 optimizer steps of 6 rows in 3 microbatches of
+2 (with 2 ranks, one rank runs an empty microbatch each step). Variants cover the three loss aggregations and
+--mask-truncated (every other rollout counts as stopped by EOS, the rest as cut at the limit), whose rows out
+of the loss change every denominator.
+"""
+
+import json
+import sys
+import zlib
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+from alignment.grpo_config import GRPOConfig
+from alignment.grpo_run import load_policy
+from alignment.grpo_trainer import GRPOTrainer, rollout_sampling
+from alignment.hf_rollout import HFRolloutEngine
+from alignment.models import load_model_and_tokenizer
+from alignment.parallel_grading import ParallelGrader
+from alignment.prompts import format_prompt
+from alignment.sharding import full_tensors, launched, start_group
+from alignment.task import Task
+
+VARIANTS = {
+    "sequence_mean": {"loss_aggregation": "sequence_mean"},
+    "token_mean": {"loss_aggregation": "token_mean"},
+    "constant": {"loss_aggregation": "constant", "normalize_constant": 8},
+    "mask_truncated": {"loss_aggregation": "token_mean", "mask_truncated": True},
+}
+
+
+def hash_reward(response: str, truth: str) -> dict[str, float]:
+    r = (zlib.crc32(response.encode()) % 5) / 4  # varies within a group: every advantage moves the weights
+    return {"format_reward": 1.0, "answer_reward": r, "reward": r}
+
+
+TASK = Task(["What is 1 + 1?", "Name a fruit.", "Count to three.", "Say hello."], ["2", "apple", "3", "hello"],
+            "Q: {question}\nA:", hash_reward)
+
+
+def main(model_dir: str, out: Path) -> None:
+    group = start_group("cpu") if launched() else None
+    torch.set_num_threads(1)
+    base = GRPOConfig(
+        model=model_dir, learning_rate=1e-3, rollout_batch_size=12, group_size=3, train_batch_size=6,
+        gradient_accumulation_steps=3, sampling_max_tokens=6, sampling_min_tokens=1, loss_type="grpo_clip",
+        grader_workers=1, backend="hf", prompt="question_only", output_dir=out, seed=3,
+    )
+    sampler, tokenizer = load_model_and_tokenizer(model_dir)
+    engine = HFRolloutEngine(sampler.eval(), tokenizer, progress=False)
+    questions = [0, 1, 2, 3]
+    prompts = [format_prompt(TASK.template, TASK.questions[q]) for q in questions]
+    rollouts = engine.generate(prompts, base.group_size, rollout_sampling(base, 0))
+    rollouts = [replace(r, finish_reason="stop") if i % 2 else r for i, r in enumerate(rollouts)]
+    for name, settings in VARIANTS.items():
+        config = replace(base, **settings)
+        torch.manual_seed(config.seed)
+        policy, tokenizer = load_policy(config, "cpu", torch.float32, shard=group is not None)
+        trainer = GRPOTrainer(config, policy, tokenizer, None, TASK, ParallelGrader(hash_reward, 1))  # type: ignore[arg-type]
+        scores = [hash_reward(r.text, "") for r in rollouts]
+        rows = trainer.learn(trainer.make_batch(questions, rollouts, scores))
+        weights = full_tensors(policy.state_dict())
+        if group is None or group.main:
+            save_file({k: v.detach().clone() for k, v in weights.items()}, out / f"{name}.safetensors")
+            (out / f"{name}.json").write_text(json.dumps([{k: row[k] for k in ("loss", "grad_norm")} for row in rows]))
+        trainer.grader.close()
+    if group is not None:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
