@@ -1,7 +1,8 @@
 """Crash points for fault tests that drive the real command line: kill -9 at a named point, deterministically.
 
-Set ALIGNMENT_FAULT=<point>[:<n>] in a process's environment and it SIGKILLs itself the n-th time (default
-the first) that `fault_point("<point>")` is reached; unset, a fault point costs one dictionary lookup.
+Set ALIGNMENT_FAULT=<point>[:<n>][@<rank>] in a process's environment and it SIGKILLs itself the n-th time
+(default the first) that `fault_point("<point>")` is reached; with @<rank>, only the torchrun process of that RANK
+does. Unset, a fault point costs one dictionary lookup.
 Child processes and Ray actors inherit the variable, so a point inside an actor kills that actor. Points:
 `rollout` (a decoding loop, after its first token), `optimizer_step` (weights updated, the step not yet
 recorded), `checkpoint_write` (policy and optimizer tensors written, state.json and the completion marker
@@ -21,8 +22,9 @@ def fault_point(name: str) -> None:
     spec = os.environ.get(ENV_VAR)
     if not spec:
         return
+    spec, _, rank = spec.partition("@")
     point, _, nth = spec.partition(":")
-    if point != name:
+    if point != name or (rank and os.environ.get("RANK") != rank):
         return
     _reached[name] += 1
     if _reached[name] == int(nth or 1):

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from alignment.settings import setting
+from alignment.sharding import is_sharded, sharded_copy
 
 ADAPTER = "default"  # peft's adapter name; one adapter per policy
 ADAPTER_FILE, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"  # peft's adapter folder
@@ -87,7 +88,10 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 def reference_model(policy: nn.Module) -> nn.Module:
     """The frozen initial policy, for KL to the reference. Under LoRA it is the base model: a copy of the module
-    tree that shares the frozen base weights (no second copy of the model) with its adapters switched off."""
+    tree that shares the frozen base weights (no second copy of the model) with its adapters switched off. A policy
+    sharded over processes gets a copy sharded the same way (alignment/sharding.py)."""
+    if is_sharded(policy):
+        return sharded_copy(policy).eval().requires_grad_(False)
     shared = {id(p): p for p in policy.parameters() if not p.requires_grad} if has_lora(policy) else {}
     reference = copy.deepcopy(policy, memo=shared)
     if has_lora(reference):

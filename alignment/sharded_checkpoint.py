@@ -30,17 +30,18 @@ from alignment.sharding import ShardGroup
 SHARDS, RNG_FILE = "sharded", "rng.safetensors"
 _RNG = "rng.torch"
 _TORCH_VALUES = (torch.dtype, torch.layout, torch.memory_format)
+_HARMLESS = {("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("collections", "OrderedDict")}
 
 
 class _MetadataUnpickler(pickle.Unpickler):
-    """Only DCP's metadata dataclasses, torch.Size and torch's dtypes, layouts and memory formats."""
+    """Only DCP's metadata dataclasses, torch.Size, torch's dtypes, layouts and memory formats, and paths."""
 
     def find_class(self, module: str, name: str) -> Any:
         if module.startswith("torch.distributed.checkpoint.") or (module, name) == ("torch", "Size"):
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), _TORCH_VALUES):
             return getattr(torch, name)
-        if (module, name) in (("collections", "OrderedDict"), ("builtins", "set")):
+        if (module, name) in _HARMLESS:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint's index")
 
@@ -61,6 +62,9 @@ def save_shards(staging: Path, policy: torch.nn.Module, tokenizer: PreTrainedTok
     """Write the shards (every rank), the whole policy and the RNG (rank 0); returns the optimizer's JSON part."""
     whole = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if group.main:  # the gathered state dict lives on rank 0 only
+        # a tied head is the embedding under a second name: stored once, as save_pretrained does for a live model
+        stored = {name for name, _ in policy.named_parameters()} | {name for name, _ in policy.named_buffers()}
+        whole = {name: tensor for name, tensor in whole.items() if name in stored}
         policy.save_pretrained(staging / "policy", state_dict=whole)  # type: ignore[operator]
         tokenizer.save_pretrained(staging / "policy")
         save_file({_RNG: torch.get_rng_state()}, staging / RNG_FILE)

@@ -99,6 +99,23 @@ def shard_policy(model: nn.Module, device_type: str) -> nn.Module:
     return model
 
 
+def sharded_copy(model: nn.Module) -> nn.Module:
+    """A copy of a sharded transformers model, sharded the same way (FSDP2 modules cannot be deep-copied): built
+    from its config and filled shard by shard, each rank copying its own, with no communication."""
+    from transformers import AutoModelForCausalLM
+
+    parameter = next(model.parameters())
+    copy = AutoModelForCausalLM.from_config(model.config, dtype=parameter.dtype)  # type: ignore[attr-defined]
+    shard_policy(copy, parameter.device_mesh.device_type)  # type: ignore[attr-defined]
+    theirs = dict(model.named_parameters()) | dict(model.named_buffers())
+    with torch.no_grad():
+        for name, mine in [*copy.named_parameters(), *copy.named_buffers()]:
+            source = theirs[name]
+            (mine.to_local() if isinstance(mine, DTensor) else mine).copy_(
+                source.to_local() if isinstance(source, DTensor) else source)
+    return copy
+
+
 def fsdp_modules(model: nn.Module) -> list[FSDPModule]:
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 

@@ -1,14 +1,16 @@
-"""Two GRPO optimizer steps of a tiny policy on fixed rollouts: the weights to OUT/<variant>.safetensors and each
-step's loss and gradient norm to OUT/<variant>.json. Run plainly (one unsharded process) or under
-`torchrun --nproc-per-node N -m tests.sharded_worker` (the policy sharded with FSDP2).
+"""GRPO on a tiny policy, run plainly (one unsharded process) or under `torchrun --nproc-per-node N -m
+tests.sharded_worker ...` (the policy sharded with FSDP2), with a reward that varies within groups (a hash).
 
-    python -m tests.sharded_worker MODEL_DIR OUT
+    python -m tests.sharded_worker update MODEL_DIR OUT              # two optimizer steps on fixed rollouts
+    python -m tests.sharded_worker run MODEL_DIR OUT STEPS [resume]   # train_grpo itself, run folder OUT
+    python -m tests.sharded_worker load MODEL_DIR OUT                # OUT's checkpoint at this process count
 
-The rollouts are sampled by a separate unsharded copy of the model with a fixed seed, so every process count
-trains on exactly the same batch: 12 rollouts (4 questions x 3), 2 optimizer steps of 6 rows in 3 microbatches of
-2 (with 2 ranks, one rank runs an empty microbatch each step). Variants cover the three loss aggregations and
---mask-truncated (every other rollout counts as stopped by EOS, the rest as cut at the limit), whose rows out
-of the loss change every denominator.
+`update` writes the weights to OUT/<variant>.safetensors and each step's loss and gradient norm to
+OUT/<variant>.json. Its rollouts are sampled by a separate unsharded copy of the model with a fixed seed, so every
+process count trains on exactly the same batch: 12 rollouts (4 questions x 3), 2 optimizer steps of 6 rows in 3
+microbatches of 2 (with 2 ranks, one rank runs an empty microbatch each step). Variants cover the three loss
+aggregations, --mask-truncated (every other rollout counts as stopped by EOS, the rest as cut at the limit),
+whose rows out of the loss change every denominator, and the KL monitors.
 """
 
 import json
@@ -21,14 +23,15 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
+from alignment.checkpoint import load_checkpoint
 from alignment.grpo_config import GRPOConfig
-from alignment.grpo_run import load_policy
+from alignment.grpo_run import load_policy, train_grpo
 from alignment.grpo_trainer import GRPOTrainer, rollout_sampling
 from alignment.hf_rollout import HFRolloutEngine
 from alignment.models import load_model_and_tokenizer
 from alignment.parallel_grading import ParallelGrader
 from alignment.prompts import format_prompt
-from alignment.sharding import full_tensors, launched, start_group
+from alignment.sharding import ShardGroup, full_tensors, launched, start_group
 from alignment.task import Task
 
 VARIANTS = {
@@ -36,7 +39,11 @@ VARIANTS = {
     "token_mean": {"loss_aggregation": "token_mean"},
     "constant": {"loss_aggregation": "constant", "normalize_constant": 8},
     "mask_truncated": {"loss_aggregation": "token_mean", "mask_truncated": True},
+    "kl_monitors": {"kl_reference": True, "kl_prev": True},  # the reference: a second sharded model
 }
+
+
+MEASURES = ("loss", "grad_norm", "kl_ref_k3", "kl_prev_k3")
 
 
 def hash_reward(response: str, truth: str) -> dict[str, float]:
@@ -48,14 +55,16 @@ TASK = Task(["What is 1 + 1?", "Name a fruit.", "Count to three.", "Say hello."]
             "Q: {question}\nA:", hash_reward)
 
 
-def main(model_dir: str, out: Path) -> None:
-    group = start_group("cpu") if launched() else None
-    torch.set_num_threads(1)
-    base = GRPOConfig(
+def base_config(model_dir: str, out: Path) -> GRPOConfig:
+    return GRPOConfig(
         model=model_dir, learning_rate=1e-3, rollout_batch_size=12, group_size=3, train_batch_size=6,
         gradient_accumulation_steps=3, sampling_max_tokens=6, sampling_min_tokens=1, loss_type="grpo_clip",
         grader_workers=1, backend="hf", prompt="question_only", output_dir=out, seed=3,
     )
+
+
+def update(model_dir: str, out: Path, group: ShardGroup | None) -> None:
+    base = base_config(model_dir, out)
     sampler, tokenizer = load_model_and_tokenizer(model_dir)
     engine = HFRolloutEngine(sampler.eval(), tokenizer, progress=False)
     questions = [0, 1, 2, 3]
@@ -68,15 +77,43 @@ def main(model_dir: str, out: Path) -> None:
         policy, tokenizer = load_policy(config, "cpu", torch.float32, shard=group is not None)
         trainer = GRPOTrainer(config, policy, tokenizer, None, TASK, ParallelGrader(hash_reward, 1))  # type: ignore[arg-type]
         scores = [hash_reward(r.text, "") for r in rollouts]
-        rows = trainer.learn(trainer.make_batch(questions, rollouts, scores))
+        rows = []
+        for _ in range(2 if config.kl_reference else 1):  # KL to the reference is 0 until the policy has moved
+            rows += trainer.learn(trainer.make_batch(questions, rollouts, scores))
         weights = full_tensors(policy.state_dict())
         if group is None or group.main:
             save_file({k: v.detach().clone() for k, v in weights.items()}, out / f"{name}.safetensors")
-            (out / f"{name}.json").write_text(json.dumps([{k: row[k] for k in ("loss", "grad_norm")} for row in rows]))
+            (out / f"{name}.json").write_text(json.dumps([{k: v for k, v in row.items() if k in MEASURES} for row in rows]))
         trainer.grader.close()
-    if group is not None:
-        dist.destroy_process_group()
+
+
+def run_config(model_dir: str, out: Path, steps: int) -> GRPOConfig:
+    return replace(base_config(model_dir, out), n_grpo_steps=steps, checkpoint_every=1, eval_every=steps,
+                   n_eval_examples=4, rollout_batch_size=6, train_batch_size=6, gradient_accumulation_steps=3)
+
+
+def load(model_dir: str, out: Path, group: ShardGroup | None) -> None:
+    """OUT's checkpoint into a policy and optimizer sharded over this many processes: the weights and AdamW's first
+    moments gathered whole to OUT/loaded-<count>.safetensors."""
+    config = run_config(model_dir, out, 1)
+    policy, tokenizer = load_policy(config, "cpu", torch.float32, shard=group is not None)
+    trainer = GRPOTrainer(config, policy, tokenizer, None, TASK, ParallelGrader(hash_reward, 1))  # type: ignore[arg-type]
+    load_checkpoint(out, config, policy, trainer.optimizer)
+    moments = {f"exp_avg.{name}": trainer.optimizer.state[p]["exp_avg"] for name, p in policy.named_parameters()}
+    weights = full_tensors(dict(policy.state_dict()) | moments)
+    if group is None or group.main:
+        count = 1 if group is None else group.size
+        save_file({k: v.detach().clone() for k, v in weights.items()}, out / f"loaded-{count}.safetensors")
+    trainer.grader.close()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    mode, model, folder = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    torch.set_num_threads(1)
+    if mode == "run":  # train_grpo joins torchrun's group itself
+        train_grpo(run_config(model, folder, int(sys.argv[4])), TASK, TASK, resume=sys.argv[5:] == ["resume"])
+    else:
+        shards = start_group("cpu") if launched() else None
+        {"update": update, "load": load}[mode](model, folder, shards)
+        if shards is not None:
+            dist.destroy_process_group()

@@ -129,3 +129,14 @@ def test_weights_of_another_architecture_are_refused(saved, tmp_path, tokenizer)
     assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 1
     with pytest.raises(ValueError, match=f"{folder}: weights do not fit the policy .*shape"):
         load_policy_weights(policy, folder)
+
+
+def test_a_checkpoint_of_another_process_kind_is_refused_naming_the_count(saved):
+    config, policy, _, optimizer = saved
+    state = config.output_dir / "checkpoint" / "state.json"
+    written = json.loads(state.read_text())
+    assert written["processes"] is None  # one unsharded process
+    state.write_text(json.dumps(written | {"processes": 2}))
+    with pytest.raises(ValueError, match="written by a learner sharded over 2 processes, and this is one unsharded "
+                                         r"process; resume it under torchrun \(any --nproc-per-node\)"):
+        load_checkpoint(config.output_dir, config, policy, optimizer)

@@ -1,4 +1,5 @@
-"""The FSDP2 sharded learner on this CPU with gloo: 2 processes give the update of 1, and runs resume across counts.
+"""The FSDP2 sharded learner on this CPU with gloo: 2 processes give the update of 1; a killed rank ends the run, which
+resumes exactly; checkpoints re-shard to another process count and never run code when read.
 
 Tolerance: on the fixed batch of tests/sharded_worker.py, 2 processes against 1 differ by at most 1.1e-6 in any
 weight after 2 AdamW steps at lr 1e-3 (float32 sums in another order, and the unsharded learner's shared-prompt
@@ -9,6 +10,8 @@ gradients instead of summing them would halve the norm.
 
 import json
 import os
+import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +20,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from alignment.sharded_checkpoint import _SafeReader
 from alignment.sharding import ShardGroup, my_microbatches, my_slice
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
-VARIANTS = ("sequence_mean", "token_mean", "constant", "mask_truncated")
+VARIANTS = ("sequence_mean", "token_mean", "constant", "mask_truncated", "kl_monitors")
 
 
 def run(command: list[str], timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
@@ -41,9 +45,9 @@ def test_microbatch_and_prompt_shares():
 def test_two_processes_update_as_one(tiny_model_dir, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
-    plain = run([sys.executable, "-m", "tests.sharded_worker", str(tiny_model_dir), str(one)])
+    plain = run([sys.executable, "-m", "tests.sharded_worker", "update", str(tiny_model_dir), str(one)])
     assert plain.returncode == 0, plain.stderr[-3000:]
-    sharded = run([*TORCHRUN, "2", "-m", "tests.sharded_worker", str(tiny_model_dir), str(two)])
+    sharded = run([*TORCHRUN, "2", "-m", "tests.sharded_worker", "update", str(tiny_model_dir), str(two)])
     assert sharded.returncode == 0, sharded.stderr[-3000:]
     initial = load_file(tiny_model_dir / "model.safetensors")
     for name in VARIANTS:
@@ -52,8 +56,52 @@ def test_two_processes_update_as_one(tiny_model_dir, tmp_path):
         assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5, name
         assert max((a[k] - initial[k]).abs().max().item() for k in initial) > 1e-4, name  # the weights did move
         steps_a, steps_b = json.loads((one / f"{name}.json").read_text()), json.loads((two / f"{name}.json").read_text())
-        assert len(steps_a) == len(steps_b) == 2
+        assert len(steps_a) == len(steps_b) == (4 if name == "kl_monitors" else 2)
         for x, y in zip(steps_a, steps_b):
             assert x["grad_norm"] > 0
             assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-4), name
             assert y["loss"] == pytest.approx(x["loss"], rel=1e-3, abs=1e-7), name
+            assert x.keys() == y.keys()
+            for kl in x.keys() - {"loss", "grad_norm"}:  # KL to the reference (a sharded copy) and across the step
+                assert y[kl] == pytest.approx(x[kl], rel=1e-3, abs=1e-8), (name, kl)
+        if name == "kl_monitors":
+            assert steps_a[-1]["kl_prev_k3"] > 0 and steps_a[-1]["kl_ref_k3"] > 0
+
+
+def test_a_checkpoint_index_that_would_run_code_is_refused(tmp_path):
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, ("echo pwned > " + str(tmp_path / "pwned"),))
+
+    (tmp_path / ".metadata").write_bytes(pickle.dumps(Exploit()))
+    with pytest.raises(pickle.UnpicklingError, match="is not part of a checkpoint's index"):
+        _SafeReader(tmp_path).read_metadata()
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_run_and_resume_matches_an_uninterrupted_one(tiny_model_dir, tmp_path):
+    """~3 minutes on 2 cores: five torchrun launches."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    worker = ["-m", "tests.sharded_worker", "run", str(tiny_model_dir)]
+    assert run([*TORCHRUN, "2", *worker, str(whole), "3"]).returncode == 0
+    crash = run([*TORCHRUN, "2", *worker, str(killed), "3"], ALIGNMENT_FAULT="optimizer_step:2@1")
+    assert crash.returncode != 0
+    # torchrun ends the other rank and names the one that died
+    assert re.search(r"Root Cause.*?rank\s*: 1 \(local_rank: 1\)\s*exitcode\s*: -9", crash.stderr, re.S), crash.stderr[-2000:]
+    assert (killed / "checkpoint" / "COMPLETE").read_text() == "1"
+    resumed = run([*TORCHRUN, "2", *worker, str(killed), "3", "resume"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = load_file(whole / "policy" / "model.safetensors"), load_file(killed / "policy" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (whole / "metrics.jsonl").read_text().count("loss") == 3
+    rows = lambda folder: [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("loss") for r in rows(whole)] == [r.get("loss") for r in rows(killed)]
+    # the 2-process checkpoint re-shards: loaded by 1 process and by 2, weights and AdamW moments are the same
+    for count in ("1", "2"):
+        loaded = run([*TORCHRUN, count, "-m", "tests.sharded_worker", "load", str(tiny_model_dir), str(whole)])
+        assert loaded.returncode == 0, loaded.stderr[-3000:]
+    one, two = load_file(whole / "loaded-1.safetensors"), load_file(whole / "loaded-2.safetensors")
+    assert one.keys() == two.keys() and all(torch.equal(one[k], two[k]) for k in one)
+    assert all(torch.equal(one[k], a[k]) for k in a)  # the checkpoint's weights are those of policy/
+    assert any(k.startswith("exp_avg.") and one[k].abs().sum() > 0 for k in one)
