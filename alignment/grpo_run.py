@@ -97,7 +97,8 @@ def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype, shard: bool
         retain_freed_memory()
     if resolve_backend(config.backend) == "transformer_lm":  # type: ignore[arg-type]
         return load_transformer_lm(config.model, device, dtype)
-    policy, tokenizer = load_model_and_tokenizer(config.model, device, dtype, lora=config)
+    # sharded: the whole model only ever in CPU memory; fully_shard moves each rank's shards to its device
+    policy, tokenizer = load_model_and_tokenizer(config.model, device, dtype, lora=config, place=not shard)
     return (shard_policy(policy, torch.device(device).type) if shard else policy), tokenizer
 
 

@@ -411,10 +411,8 @@ class GRPOTrainer:
             for key, values in reported.items():  # a microbatch with no token in the loss has none to report
                 if key in meta and math.isfinite(meta[key].item()):
                     values.append(meta[key].item())
-        if self.shards is not None:  # every rank's microbatches' numbers, so that every rank reports the same
-            parts = self.shards.gather((losses, entropies, mismatch, reported))
-            losses, entropies, mismatch = (sum((part[i] for part in parts), []) for i in range(3))
-            reported = {key: sum((part[3][key] for part in parts), []) for key in reported}
+        if self.shards is not None:  # every rank's microbatches, so that every rank reports the same numbers
+            losses, entropies, mismatch, reported = self.shards.merged(losses, entropies, mismatch, reported)
         grad_norm = clip_grad_norm(list(self.policy.parameters()), c.max_grad_norm)
         if not (math.isfinite(grad_norm) and all(math.isfinite(loss) for loss in losses)):
             self.optimizer.zero_grad(set_to_none=True)

@@ -76,15 +76,18 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
 
 def load_model_and_tokenizer(
     name_or_path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-    lora: LoRASettings | None = None,
+    lora: LoRASettings | None = None, place: bool = True,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM for training or generation; `smollm2-135m` names the packaged SmolLM2.
 
     With `lora` of rank > 0 the model gets trainable LoRA adapters and the rest is frozen (alignment.lora).
     On the CPU, grouped-query attention runs without copying keys and values per head (alignment.gqa_attention).
+    `place=False` leaves the weights in CPU memory for the caller to move (sharding moves each shard to `device`).
     """
     path = resolve_model(name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    if place:
+        model = model.to(device)
     if lora is not None:
         apply_lora(model, lora)
     if torch.device(device).type == "cpu":

@@ -53,6 +53,12 @@ class ShardGroup:
         dist.all_gather_object(out, value, group=self.group)
         return out
 
+    def merged(self, *parts: Any) -> tuple[Any, ...]:
+        """Each of `parts` (a list, or a dict of lists) joined over every rank in rank order, on every rank."""
+        everyone = self.gather(parts)
+        return tuple({key: sum((theirs[i][key] for theirs in everyone), []) for key in part} if isinstance(part, dict)
+                     else sum((theirs[i] for theirs in everyone), []) for i, part in enumerate(parts))
+
     def broadcast(self, value: T) -> T:
         """Rank 0's `value` on every rank."""
         box = [value]
