@@ -10,10 +10,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
-from alignment.sharding import ShardGroup, full_tensors, gathered, my_slice
+from alignment.sharding import ShardGroup, gathered, my_slice
 
 
 class ShardedRollouts:
@@ -26,19 +24,14 @@ class ShardedRollouts:
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
         share = my_slice(len(prompts), self.group)
         mine: list[Rollout] = []
-        if share.start < share.stop:
-            seed = None if sampling.seed is None else sampling.seed + self.group.rank
-            with gathered(self.model):
+        seed = None if sampling.seed is None else sampling.seed + self.group.rank
+        with gathered(self.model):  # every rank, even one without prompts: gathering is a collective
+            if share.start < share.stop:
                 mine = self.engine.generate(prompts[share], n, dataclasses.replace(sampling, seed=seed))
         # every rank's rollouts, prompt indices shifted from its share to the whole list
+        starts = [my_slice(len(prompts), ShardGroup(rank, self.group.size)).start for rank in range(self.group.size)]
         return [dataclasses.replace(r, prompt_index=r.prompt_index + start)
-                for start, part in zip(self.starts(len(prompts)), self.group.gather(mine)) for r in part]
-
-    def starts(self, count: int) -> list[int]:
-        return [my_slice(count, ShardGroup(rank, self.group.size)).start for rank in range(self.group.size)]
-
-    def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        self.engine.load_policy_weights(full_tensors(state_dict))
+                for start, part in zip(starts, self.group.gather(mine)) for r in part]
 
 
 class ShardedGrader:
