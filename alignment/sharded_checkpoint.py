@@ -59,7 +59,7 @@ class _SafeReader(FileSystemReader):
 def save_shards(staging: Path, policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
                 optimizer: torch.optim.Optimizer, group: ShardGroup) -> dict[str, Any]:
     """Write the shards (every rank), the whole policy and the RNG (rank 0); returns the optimizer's JSON part."""
-    whole = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    whole = tied(get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True)), policy)
     if group.main:  # the gathered state dict lives on rank 0 only
         policy.save_pretrained(staging / "policy", state_dict=whole)  # type: ignore[operator]
         tokenizer.save_pretrained(staging / "policy")
@@ -68,6 +68,16 @@ def save_shards(staging: Path, policy: torch.nn.Module, tokenizer: PreTrainedTok
     weights, optimizer_state = get_state_dict(policy, optimizer)
     dcp.save({"model": weights, "optimizer": optimizer_state["state"]}, checkpoint_id=staging / SHARDS)
     return {"param_groups": optimizer_state["param_groups"]}
+
+
+def tied(whole: dict[str, torch.Tensor], policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The gathered state dict with each tied parameter (an embedding shared with the head) as one tensor under all
+    its names, as in the model: save_pretrained then writes it once, as it does for an unsharded policy."""
+    first: dict[int, str] = {}
+    for name, parameter in policy.named_parameters(remove_duplicate=False):
+        if name in whole:
+            whole[name] = whole[first.setdefault(id(parameter), name)]
+    return whole
 
 
 def load_shards(target: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
