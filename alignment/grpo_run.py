@@ -122,16 +122,18 @@ def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, pol
                                sleep=shared_gpu)
 
 
-def check_gpu_memory(config: GRPOConfig, task: Task | None, policy_device: str, rollout_device: str) -> float | None:
+def check_gpu_memory(config: GRPOConfig, task: Task | None, policy_device: str, rollout_device: str,
+                     processes: int = 1) -> float | None:
     """Print the run's memory plan for its GPUs and return vLLM's share; ValueError naming the flags that would make
-    it fit when it does not. Reads config.json and the tokenizer only: no model has loaded yet."""
+    it fit when it does not. Reads config.json and the tokenizer only: no model has loaded yet. Under torchrun,
+    `processes` GPUs each hold a shard of the learner."""
     tokenizer = load_tokenizer(config.model)
     prompt_tokens = ASSUMED_PROMPT_TOKENS if task is None else max(  # keyword tasks are built after the model loads
         len(tokenizer(format_prompt(task.template, q))["input_ids"]) for q in task.questions)
-    gpus = 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
+    gpus = processes if processes > 1 else 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
     machine = Machine(gpus, torch.cuda.get_device_properties(torch.device(policy_device)).total_memory / GiB)
     shape = model_shape(config.model)
-    result, text = report(shape, grpo_workload(config, shape, prompt_tokens), machine)
+    result, text = report(shape, grpo_workload(config, shape, prompt_tokens, processes), machine)
     print(text)
     if not result.fits:
         raise ValueError(text.splitlines()[-1])
@@ -186,7 +188,7 @@ def _train(config: GRPOConfig, task: Task | None, validation: Task | None, resum
     policy_device, rollout_device = devices(config)
     vllm_share = None
     if torch.device(policy_device).type == "cuda":
-        vllm_share = check_gpu_memory(config, task, policy_device, rollout_device)
+        vllm_share = check_gpu_memory(config, task, policy_device, rollout_device, 1 if group is None else group.size)
     dtype = getattr(torch, config.dtype) if config.dtype else (torch.bfloat16 if policy_device.startswith("cuda") else torch.float32)
     policy, tokenizer = load_policy(config, policy_device, dtype, shard=group is not None)
     if task is None or validation is None:
