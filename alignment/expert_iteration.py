@@ -3,7 +3,9 @@
 Each EI step takes `questions_per_step` (Db) questions in seeded order, samples `rollouts_per_question` (G)
 answers to each with the current policy (at least `sampling_min_tokens` tokens, stopping at `</answer>`, kept),
 keeps the correct ones and runs `sft_epochs` (E) epochs of SFT steps on them. Logged per step: the kept
-fraction, the training loss and response entropy, and the held-out summary of log_generations.
+fraction, the training loss and response entropy, and the held-out summary of log_generations. Under torchrun
+(alignment/grpo_run.py's learner_group) each rank samples and grades its share of the questions with the hf
+backend, every rank gets all the rollouts and scores, and the SFT steps train the policy sharded over the ranks.
 """
 
 import statistics
@@ -17,8 +19,9 @@ from alignment.prompts import format_prompt, load_prompt
 from alignment.rollout import Rollout, SamplingConfig
 from alignment.sft_config import EIConfig, validate
 from alignment.sft_data import SFTExample
-from alignment.grpo_run import math_task
+from alignment.grpo_run import learner_group, math_task
 from alignment.sft_run import SFTRun, check_output_dir, open_run, sft_steps, stop_strings
+from alignment.sharding import ShardGroup
 
 
 def correct_examples(prompts: list[str], truths: list[str], rollouts: list[Rollout], scores: list[dict[str, float]]) -> list[SFTExample]:
@@ -55,8 +58,14 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[st
 
 
 def expert_iteration(config: EIConfig, resume: bool = False) -> list[dict[str, Any]]:
-    """Run (or resume) expert iteration; returns the metrics rows of this invocation's EI steps."""
+    """Run (or resume) expert iteration; returns the metrics rows of this invocation's EI steps. Under torchrun,
+    one policy sharded over the processes (learner_group)."""
     validate(config)
+    with learner_group(config) as group:
+        return _expert_iteration(config, resume, group)
+
+
+def _expert_iteration(config: EIConfig, resume: bool, group: ShardGroup | None) -> list[dict[str, Any]]:
     check_output_dir(config, resume)
     data = run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
                     config.allow_validation_overlap)
@@ -64,13 +73,13 @@ def expert_iteration(config: EIConfig, resume: bool = False) -> list[dict[str, A
         tqdm.write(note)
     pool, template = data.train, load_prompt(config.prompt)
     run = open_run(config, resume, [SFTExample(format_prompt(template, e.question), "") for e in pool],
-                   math_task(data.validation, config.prompt))
+                   math_task(data.validation, config.prompt), group)
     order = PromptOrder(len(pool), config.seed, run.state.get("order_position", 0))
     rows: list[dict[str, Any]] = []
     try:
         if run.step == 0 and config.eval_at_start:
             run.evaluate()
-        for _ in tqdm(range(run.step, config.n_ei_steps), desc="expert iteration", unit="step"):
+        for _ in tqdm(range(run.step, config.n_ei_steps), desc="expert iteration", unit="step", disable=not run.main):
             picked = [pool[i] for i in order.take(config.questions_per_step)]
             row = ei_step(run, config, [e.question for e in picked], [e.answer for e in picked])
             run.step += 1

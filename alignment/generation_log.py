@@ -17,14 +17,31 @@ from alignment.masked import masked_mean
 from alignment.parallel_grading import ParallelGrader
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.sft import tokenize_prompt_and_output
+from alignment.sharding import gathered, my_slice, shard_group
 from alignment.task import Task
 
 
-@torch.inference_mode()
 def response_entropies(
     policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 8
 ) -> list[float]:
-    """Mean next-token entropy (nats) over each response's tokens; NaN for an empty response."""
+    """Mean next-token entropy (nats) over each response's tokens; NaN for an empty response.
+
+    A policy sharded over processes (alignment/sharding.py): each rank scores its share with the weights gathered
+    whole (no collective per call, so shares may differ in size), and every rank gets all of them.
+    """
+    group = shard_group(policy)
+    if group is None:
+        return _entropies(policy, tokenizer, prompts, responses, batch_size)
+    share = my_slice(len(prompts), group)
+    with gathered(policy):  # entered outside inference mode: FSDP's gathered buffers stay ordinary tensors
+        mine = _entropies(policy, tokenizer, prompts[share], responses[share], batch_size)
+    return [entropy for part in group.gather(mine) for entropy in part]
+
+
+@torch.inference_mode()
+def _entropies(
+    policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], responses: Sequence[str], batch_size: int
+) -> list[float]:
     device = next(policy.parameters()).device
     means: list[float] = []
     for start in range(0, len(prompts), batch_size):

@@ -4,8 +4,9 @@ import contextlib
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
 import torch
 
@@ -73,17 +74,40 @@ def keyword_run_tasks(config: GRPOConfig, template: str) -> tuple[Task, Task]:
     return keyword_tasks(template, words, config.n_train_prompts, config.n_eval_examples, config.keywords_per_prompt, config.seed)
 
 
-def check_sharded(config: GRPOConfig) -> None:
-    """What a learner sharded over torchrun's processes cannot do yet, refused before any model loads."""
+def check_sharded(config: Any) -> None:
+    """What a learner sharded over torchrun's processes (GRPO, SFT, expert iteration) cannot do yet, refused before
+    any model loads."""
     if config.backend not in ("auto", "hf"):
         raise ValueError(f"--backend {config.backend} under torchrun: the sharded learner samples with --backend hf, "
                          "each rank its share of the prompts (vLLM's in-process engine would join the learner's process "
-                         "group; scripts/train_grpo_ray.py runs vLLM generators beside a sharded learner)")
+                         "group); run without torchrun to sample with vLLM, or use scripts/train_grpo_ray.py, whose "
+                         "vLLM generators run beside a sharded learner")
     if config.lora_rank > 0:
         raise ValueError("--lora-rank > 0 under torchrun: LoRA runs in one process (its adapters are small enough "
                          "not to need sharding); use --lora-rank 0 or run without torchrun")
-    if config.reuse_rollout_forward == "on":
+    if getattr(config, "reuse_rollout_forward", "off") == "on":
         raise ValueError("--reuse-rollout-forward on needs one process (torchrun shards the policy)")
+
+
+@contextlib.contextmanager
+def learner_group(config: Any) -> Iterator[ShardGroup | None]:
+    """Under torchrun: the checks above, this process in the group (None otherwise), stdout silenced on ranks other
+    than 0 (their progress bars are off), and the group left at the end unless the caller had joined it (a group
+    cannot be joined again once left: runs one after the other in one launch share the caller's)."""
+    if not launched():
+        yield None
+        return
+    check_sharded(config)
+    joined = not torch.distributed.is_initialized()
+    group = start_group(torch.device(devices(config)[0]).type)
+    try:
+        with contextlib.ExitStack() as stack:
+            if not group.main:
+                stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+            yield group
+    finally:
+        if joined:
+            torch.distributed.destroy_process_group()
 
 
 def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype, shard: bool = False):
@@ -123,16 +147,18 @@ def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, pol
                                sleep=shared_gpu)
 
 
-def check_gpu_memory(config: GRPOConfig, task: Task | None, policy_device: str, rollout_device: str) -> float | None:
+def check_gpu_memory(config: GRPOConfig, task: Task | None, policy_device: str, rollout_device: str,
+                     processes: int = 1) -> float | None:
     """Print the run's memory plan for its GPUs and return vLLM's share; ValueError naming the flags that would make
-    it fit when it does not. Reads config.json and the tokenizer only: no model has loaded yet."""
+    it fit when it does not. Reads config.json and the tokenizer only: no model has loaded yet. Under torchrun,
+    `processes` GPUs each hold a shard of the learner."""
     tokenizer = load_tokenizer(config.model)
     prompt_tokens = ASSUMED_PROMPT_TOKENS if task is None else max(  # keyword tasks are built after the model loads
         len(tokenizer(format_prompt(task.template, q))["input_ids"]) for q in task.questions)
-    gpus = 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
+    gpus = processes if processes > 1 else 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
     machine = Machine(gpus, torch.cuda.get_device_properties(torch.device(policy_device)).total_memory / GiB)
     shape = model_shape(config.model)
-    result, text = report(shape, grpo_workload(config, shape, prompt_tokens), machine)
+    result, text = report(shape, grpo_workload(config, shape, prompt_tokens, processes), machine)
     print(text)
     if not result.fits:
         raise ValueError(text.splitlines()[-1])
@@ -154,16 +180,8 @@ def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | 
     Under torchrun every process runs this with a shard of the policy (alignment/sharding.py); rank 0 alone prints,
     writes the run folder's files and logs."""
     validate(config)
-    group = None
-    if launched():
-        check_sharded(config)
-        group = start_group(torch.device(devices(config)[0]).type)
-    try:
-        with contextlib.nullcontext() if group is None or group.main else contextlib.redirect_stdout(open(os.devnull, "w")):
-            return _train(config, task, validation, resume, group)
-    finally:
-        if group is not None:
-            torch.distributed.destroy_process_group()
+    with learner_group(config) as group:
+        return _train(config, task, validation, resume, group)
 
 
 def _train(config: GRPOConfig, task: Task | None, validation: Task | None, resume: bool, group: ShardGroup | None) -> list[dict]:
@@ -187,7 +205,7 @@ def _train(config: GRPOConfig, task: Task | None, validation: Task | None, resum
     policy_device, rollout_device = devices(config)
     vllm_share = None
     if torch.device(policy_device).type == "cuda":
-        vllm_share = check_gpu_memory(config, task, policy_device, rollout_device)
+        vllm_share = check_gpu_memory(config, task, policy_device, rollout_device, 1 if group is None else group.size)
     dtype = getattr(torch, config.dtype) if config.dtype else (torch.bfloat16 if policy_device.startswith("cuda") else torch.float32)
     policy, tokenizer = load_policy(config, policy_device, dtype, shard=group is not None)
     if task is None or validation is None:

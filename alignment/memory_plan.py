@@ -7,8 +7,16 @@ tokens, and the rollout engine: vLLM's share of its GPU (weights, KV cache, its 
 KV cache. A GPU that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU, KV cache freed) while
 the policy trains, and the policy's gradients are freed while vLLM generates, so each phase is checked alone.
 
+A learner sharded over N processes, one GPU each (torchrun, alignment/sharding.py), keeps 1/N of the weights, of
+their gradients, of the AdamW states and of a reference copy on each GPU. What each process holds whole stays:
+its activations and the head's float32 work, the root's parameters (embeddings, final norm, head) and their
+gradient for the whole forward and backward, two decoder layers' weights (the one computing and the next,
+prefetched) and one layer's gradient before its reduce-scatter; while it samples (hf, its share of the prompts,
+as the only sampler under torchrun), the whole model gathered and its share's KV cache.
+
 All but `model_shape` (which reads a config.json) are pure functions of numbers: `scripts/train_grpo.py
---plan-memory 1x24` prints a plan for a machine that is not there, and a GPU run checks its plan before loading.
+--plan-memory 1x24` prints a plan for a machine that is not there (`--plan-processes 2` for a learner sharded
+over 2 of its GPUs), and a GPU run checks its plan before loading (under torchrun, for its process count).
 Estimates, not measurements: allocator fragmentation and short-lived temporaries beyond the head's are not counted.
 """
 
@@ -63,11 +71,17 @@ class ModelShape:
         return self.heads * self.head_dim
 
     def parameters(self) -> int:
+        return self.layers * self.layer_parameters() + self.root_parameters()
+
+    def layer_parameters(self) -> int:
+        """One decoder layer: attention, gate/up/down and two RMSNorm weights."""
         h, q, kv = self.hidden, self.q_dim, self.kv_dim
         attention = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
-        layer = attention + 3 * h * self.intermediate + 2 * h  # + gate/up/down and two RMSNorm weights
-        embeddings = self.vocab * h * (1 if self.tied_embeddings else 2)
-        return self.layers * layer + embeddings + h  # + the final norm
+        return attention + 3 * h * self.intermediate + 2 * h
+
+    def root_parameters(self) -> int:
+        """What is not in a decoder layer: the embeddings (and an untied head) and the final norm."""
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2) + self.hidden
 
     def lora_parameters(self, rank: int, targets: list[str]) -> int:
         """Adapter parameters of rank `rank` (A: rank x in, B: out x rank) on the named decoder projections."""
@@ -108,6 +122,7 @@ class Workload:
     rollout: Rollout
     gpu_memory_utilization: float | None = None  # vLLM's share; None: OWN_GPU_SHARE on its own GPU, else planned
     trainable_fraction: float = 1.0  # of the parameters (LoRA trains a few; full fine-tuning all)
+    processes: int = 1  # a learner sharded over this many processes, one GPU each (torchrun); rollouts then by hf
 
     @property
     def sequence_tokens(self) -> int:
@@ -154,16 +169,30 @@ def activation_bytes(shape: ModelShape, work: Workload) -> int:
 
 
 def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:
-    """The learner's parts: weights, gradients, AdamW states, reference copy and activations."""
+    """The learner's parts on one GPU: weights, gradients, AdamW states, reference copy (each process's shard of
+    them when sharded) and activations; sharded, also what it gathers whole to train."""
     params = shape.parameters()
     trainable = math.ceil(params * work.trainable_fraction)
-    return {
-        "weights": params * work.dtype_bytes,
-        "gradients": trainable * work.dtype_bytes,
-        "optimizer": 2 * trainable * work.dtype_bytes,  # AdamW's exp_avg and exp_avg_sq
-        "reference": params * work.dtype_bytes if work.kl_reference else 0,
+
+    def shard(count: int) -> int:
+        return math.ceil(count / work.processes) * work.dtype_bytes
+
+    parts = {
+        "weights": shard(params),
+        "gradients": shard(trainable),
+        "optimizer": 2 * shard(trainable),  # AdamW's exp_avg and exp_avg_sq
+        "reference": shard(params) if work.kl_reference else 0,
         "activations": activation_bytes(shape, work),
     }
+    if work.processes > 1:
+        parts["gathered to train"] = gathered_bytes(shape, work)
+    return parts
+
+
+def gathered_bytes(shape: ModelShape, work: Workload) -> int:
+    """What a sharded learner holds whole while it trains: the root's parameters and their gradient, two decoder
+    layers' weights and one layer's gradient (see the module docstring)."""
+    return (2 * shape.root_parameters() + 3 * shape.layer_parameters()) * work.dtype_bytes
 
 
 def vllm_needs(shape: ModelShape, work: Workload) -> int:
@@ -173,8 +202,10 @@ def vllm_needs(shape: ModelShape, work: Workload) -> int:
 
 
 def hf_kv_bytes(shape: ModelShape, work: Workload) -> int:
-    """The hf backend's KV cache: every rollout of the batch at full length."""
-    return work.rollout_batch * work.sequence_tokens * shape.kv_cache_bytes_per_token(work.dtype_bytes)
+    """The hf backend's KV cache: every rollout of the batch at full length (sharded: of this rank's share of the
+    prompts, the first ranks taking one more when they do not divide)."""
+    prompts = math.ceil(work.rollout_batch / work.group_size / work.processes)
+    return prompts * work.group_size * work.sequence_tokens * shape.kv_cache_bytes_per_token(work.dtype_bytes)
 
 
 @dataclass(frozen=True)
@@ -202,13 +233,23 @@ class MemoryPlan:
 
 
 def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
-    """Where everything goes on `machine` and whether it fits (a GPU of its own for vLLM when there are two)."""
+    """Where everything goes on `machine` and whether it fits (a GPU of its own for vLLM when there are two; a
+    sharded learner on `work.processes` of them)."""
     total = machine.bytes_per_gpu
     usable = total - CUDA_CONTEXT_BYTES
     learner = policy_bytes(shape, work)
     resident = learner["weights"] + learner["optimizer"] + learner["reference"]  # held through every phase
     training = resident + learner["gradients"] + learner["activations"]
     notes: list[str] = []
+    if work.processes > 1:
+        if machine.gpus < work.processes:
+            raise ValueError(f"a learner sharded over {work.processes} processes needs {work.processes} GPUs, "
+                             f"one each; the machine has {machine.gpus}")
+        # rollouts (the whole model gathered, this rank's KV cache) and training alternate, gradients freed between
+        parts = learner | {"gathered to sample": shape.parameters() * work.dtype_bytes, "hf KV cache": hf_kv_bytes(shape, work)}
+        sampling = resident + parts["gathered to sample"] + parts["hf KV cache"]
+        peak = max(sampling, training + learner["gathered to train"])
+        return MemoryPlan([device(f"each of {work.processes} GPUs", usable, parts, peak)], None, notes)
     if work.rollout == "hf":
         kv = hf_kv_bytes(shape, work)
         if machine.gpus >= 2:
@@ -254,6 +295,10 @@ def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
         options.append(("no --gpu-memory-utilization (vLLM's share planned)", {"gpu_memory_utilization": None}, 1))
     if machine.gpus == 1:
         options.append(("a second GPU (vLLM on it, as the handouts run)", {}, 2))
+    if work.processes < machine.gpus and work.trainable_fraction == 1:  # LoRA runs in one process
+        options.append((f"a learner sharded over all {machine.gpus} GPUs (torchrun --nproc-per-node {machine.gpus}, "
+                        "rollouts by hf)", {"processes": machine.gpus, "rollout": "hf", "gpu_memory_utilization": None},
+                        machine.gpus))
 
     def fits(changes: dict[str, Any], gpus: int) -> bool:
         return plan(shape, replace(work, **changes), replace(machine, gpus=gpus)).fits
@@ -274,7 +319,8 @@ def describe(result: MemoryPlan, machine: Machine, work: Workload, shape: ModelS
     lines = [f"memory plan: {machine.gpus} x {machine.gib:g} GiB; policy {shape.parameters() / 1e9:.2f}B parameters, "
              f"microbatch {work.micro_batch} x {work.sequence_tokens} tokens "
              f"({work.prompt_tokens} prompt + {work.response_tokens} response), "
-             f"gradient checkpointing {'on' if work.gradient_checkpointing else 'off'}, rollouts by {work.rollout}"]
+             f"gradient checkpointing {'on' if work.gradient_checkpointing else 'off'}, rollouts by {work.rollout}"
+             + (f", learner sharded over {work.processes} processes" if work.processes > 1 else "")]
     for device in result.devices:
         lines.append(f"  {device.name}: peak {device.peak / GiB:.1f} of {device.capacity / GiB:.1f} GiB usable "
                      f"({'fits' if device.fits else 'does NOT fit'})")
@@ -291,19 +337,22 @@ def model_shape(model: str) -> ModelShape:
     return ModelShape.from_config(AutoConfig.from_pretrained(resolve_model(model)))
 
 
-def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int = ASSUMED_PROMPT_TOKENS) -> Workload:
-    """A GRPOConfig's settings as a Workload (on a GPU the policy defaults to bfloat16). With LoRA only the
-    adapters have gradients and AdamW states, and the KL reference is the model with its adapters off: no copy."""
+def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int = ASSUMED_PROMPT_TOKENS,
+                  processes: int = 1) -> Workload:
+    """A GRPOConfig's settings as a Workload (on a GPU the policy defaults to bfloat16), for a learner sharded over
+    `processes` (which samples with hf). With LoRA only the adapters have gradients and AdamW states, and the KL
+    reference is the model with its adapters off: no copy."""
     lora = config.lora_rank > 0
     return Workload(
         dtype_bytes=DTYPE_BYTES[config.dtype or "bfloat16"], micro_batch=config.micro_train_batch_size,
         prompt_tokens=prompt_tokens, response_tokens=config.sampling_max_tokens,
         rollout_batch=config.rollout_batch_size, group_size=config.group_size,
         gradient_checkpointing=config.gradient_checkpointing, kl_reference=config.kl_reference and not lora,
-        rollout="hf" if config.backend in ("hf", "transformer_lm") else "vllm",
+        rollout="hf" if config.backend in ("hf", "transformer_lm") or processes > 1 else "vllm",
         gpu_memory_utilization=config.gpu_memory_utilization,
         trainable_fraction=shape.lora_parameters(config.lora_rank, config.lora_target_modules) / shape.parameters()
         if lora else 1.0,
+        processes=processes,
     )
 
 

@@ -4,6 +4,10 @@
 and restores a checkpoint on --resume; `SFTRun.evaluate` is log_generations into metrics.jsonl (summary) and
 rollouts.jsonl (every example, kind "eval"). Rows are keyed by `grpo_step`, the logs' step axis, which here
 counts optimizer steps (SFT) or EI steps.
+
+Under `torchrun --nproc-per-node N` every process runs the same run with 1/N of the policy (alignment/sharding.py,
+grpo_run's `learner_group`): each samples and grades its share of the questions and trains on its share of every step's
+microbatches; rank 0 alone writes the run folder, logs and prints, and every rank writes its checkpoint shards.
 """
 
 import math
@@ -21,7 +25,7 @@ from alignment.data import load_math_examples, spread_subset
 from alignment.data_splits import check_overlap
 from alignment.generation_log import log_generations
 from alignment.grader import REWARD_FNS, RewardFn
-from alignment.grpo_run import build_engine, devices, load_policy, math_task
+from alignment.grpo_run import build_engine, devices, learner_group, load_policy, math_task
 from alignment.grpo_trainer import PromptOrder
 from alignment.metrics_log import MetricsLog
 from alignment.models import load_tokenizer
@@ -30,6 +34,8 @@ from alignment.plotting import line_figure, read_rows
 from alignment.policy_folder import push_weights
 from alignment.prompts import load_prompt, prompt_question
 from alignment.rollout import RolloutEngine, SamplingConfig
+from alignment.sharded_rollout import ShardedGrader
+from alignment.sharding import ShardGroup
 from alignment.sft_config import SFTConfig, SFTTrainingSettings, validate
 from alignment.sft_data import SFTExample, load_sft_examples
 from alignment.settings import write_run_settings
@@ -82,9 +88,15 @@ class SFTRun:
     grader: ParallelGrader
     validation: Task
     log: MetricsLog
+    group: ShardGroup | None = None  # this process's place when the policy is sharded over torchrun's processes
     step: int = 0
     started: float = field(default_factory=time.perf_counter)
     state: dict[str, Any] = field(default_factory=dict)  # the restored checkpoint's extra entries
+
+    @property
+    def main(self) -> bool:
+        """Whether this process writes the run folder and prints: rank 0, or the only process."""
+        return self.group is None or self.group.main
 
     def sync_engine(self) -> None:
         push_weights(self.engine, self.trainer.policy)
@@ -106,33 +118,42 @@ class SFTRun:
         save_run_state(self.config.output_dir, self.config, self.trainer, self.step, self.started, extra)
 
     def finish(self) -> Path:
-        """The final checkpoint's policy as `output_dir/policy` (every run checkpoints its last step)."""
-        return export_policy(self.config.output_dir)
+        """The final checkpoint's policy as `output_dir/policy` (every run checkpoints its last step), by rank 0."""
+        return export_policy(self.config.output_dir) if self.main else self.config.output_dir / "policy"
 
     def close(self) -> None:
         self.grader.close()
         self.log.close()
 
 
-def open_run(config: SFTTrainingSettings, resume: bool, examples: Sequence[SFTExample], validation: Task) -> SFTRun:
-    """Model, engine, grader and log for a checked config; `examples` are length-checked before the model loads."""
+def open_run(config: SFTTrainingSettings, resume: bool, examples: Sequence[SFTExample], validation: Task,
+             group: ShardGroup | None = None) -> SFTRun:
+    """Model, engine, grader and log for a checked config; `examples` are length-checked before the model loads.
+    With `group` (learner_group), the policy is sharded over its processes."""
     tokenizer = load_tokenizer(config.model)
     check_prompt_lengths(examples, tokenizer, config.max_seq_length)
-    write_run_settings(config)  # before any model loads; `--resume DIR` alone reads them (resumable changes included)
+    main = group is None or group.main
+    if group is not None:
+        group.barrier()  # every rank has looked at the output folder before rank 0 writes to it
+    if main:  # before any model loads; `--resume DIR` alone reads them (resumable changes included)
+        write_run_settings(config)
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     policy_device, rollout_device = devices(config)  # type: ignore[arg-type]
     dtype = getattr(torch, config.dtype) if config.dtype else (torch.bfloat16 if policy_device.startswith("cuda") else torch.float32)
-    policy, tokenizer = load_policy(config, policy_device, dtype)  # type: ignore[arg-type]
+    policy, tokenizer = load_policy(config, policy_device, dtype, shard=group is not None)  # type: ignore[arg-type]
     trainer = SFTTrainer(policy, tokenizer, config)
     state: dict[str, Any] = {}
     if resume:
         state = load_checkpoint(config.output_dir, config, trainer.policy, trainer.optimizer)
-    engine = build_engine(config, policy, tokenizer, rollout_device, policy_device)  # type: ignore[arg-type]
+    engine = build_engine(config, policy, tokenizer, rollout_device, policy_device, group=group)  # type: ignore[arg-type]
     grader = ParallelGrader(validation.reward_fn, config.grader_workers)
-    log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, state.get("step", 0))
-    run = SFTRun(config, trainer, engine, grader, validation, log, step=state.get("step", 0), state=state)
+    if group is not None:
+        grader = ShardedGrader(grader, group)  # type: ignore[assignment]
+    log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, state.get("step", 0),
+                     enabled=main)
+    run = SFTRun(config, trainer, engine, grader, validation, log, group, step=state.get("step", 0), state=state)
     run.started -= state.get("elapsed_s", 0.0)
     return run
 
@@ -195,13 +216,19 @@ def write_plots(output_dir: Path) -> list[Path]:
 
 
 def train_sft(config: SFTConfig, resume: bool = False) -> list[dict[str, Any]]:
-    """Run (or resume) SFT; returns the metrics rows of this invocation's optimizer steps."""
+    """Run (or resume) SFT; returns the metrics rows of this invocation's optimizer steps. Under torchrun, one
+    policy sharded over the processes (learner_group)."""
     validate(config)
+    with learner_group(config) as group:
+        return _train_sft(config, resume, group)
+
+
+def _train_sft(config: SFTConfig, resume: bool, group: ShardGroup | None) -> list[dict[str, Any]]:
     check_output_dir(config, resume)
     examples, counts = load_training_examples(config)
     tqdm.write(f"training on {len(examples)} examples" + (f" (kept {counts['n_examples_kept']} of {counts['n_examples_loaded']} "
                "graded correct)" if config.filter_correct else ""))
-    run = open_run(config, resume, examples, sft_validation(config, examples))
+    run = open_run(config, resume, examples, sft_validation(config, examples), group)
     n_steps = n_optimizer_steps(len(examples), config.epochs, config.batch_size)
     rows: list[dict[str, Any]] = []
     try:
@@ -209,7 +236,7 @@ def train_sft(config: SFTConfig, resume: bool = False) -> list[dict[str, Any]]:
             run.log.log({"grpo_step": 0} | counts)
             if config.eval_at_start:
                 run.evaluate()
-        bar = tqdm(total=n_steps, initial=run.step, desc="SFT", unit="step")
+        bar = tqdm(total=n_steps, initial=run.step, desc="SFT", unit="step", disable=not run.main)
 
         def after_step(row: dict[str, float], position: int) -> None:
             run.step += 1

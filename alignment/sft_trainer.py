@@ -3,6 +3,8 @@
 Each optimizer step takes `batch_size` examples, split into `gradient_accumulation_steps` microbatches; the loss
 is the mean negative log-likelihood per response token (alignment.sft.sft_microbatch_train_step with the
 microbatch's tokens per example as its normalize constant), and gradients are clipped to `max_grad_norm`.
+Under torchrun the policy is sharded over the processes (alignment/sharding.py) and each rank runs its share of
+every step's microbatches; SFTTrainer says why the update stays that of one process.
 """
 
 import time
@@ -20,6 +22,7 @@ from alignment.masked import masked_mean
 from alignment.sft import sft_microbatch_train_step, tokenize_prompt_and_output
 from alignment.sft_config import SFTTrainingSettings
 from alignment.sft_data import SFTExample
+from alignment.sharding import clip_grad_norm, my_microbatches, root_forward, shard_group
 
 
 def check_prompt_lengths(examples: Sequence[SFTExample], tokenizer: PreTrainedTokenizerBase, max_seq_length: int) -> None:
@@ -41,7 +44,17 @@ def sft_batch(examples: Sequence[SFTExample], tokenizer: PreTrainedTokenizerBase
 
 
 class SFTTrainer:
-    """The policy, its AdamW optimizer and the settings of its steps; `step(examples)` is one optimizer step."""
+    """The policy, its AdamW optimizer and the settings of its steps; `step(examples)` is one optimizer step.
+
+    A policy sharded over torchrun's processes trains as one process would. Every rank holds the step's examples
+    and runs its round-robin share of the microbatches (`my_microbatches`); a rank one short runs microbatch 0
+    again with an all-zero response mask, so that every rank makes the same collective calls. Each microbatch's
+    loss is its mean NLL per response token divided by the step's microbatch count: it depends on that microbatch
+    and on the count alone, which every rank computes from the whole step, so no count needs reducing. The step's
+    gradient is the sum of its microbatches' gradients, and the reduce-scatter sums the ranks' (divide factor 1),
+    each microbatch counted once by the rank that ran it. The empty turn's mask multiplies every token's term:
+    its loss is 0 and its gradient exactly 0 (normalized by 1, not by its 0 tokens).
+    """
 
     def __init__(self, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: SFTTrainingSettings) -> None:
         self.policy, self.tokenizer, self.settings = policy, tokenizer, settings
@@ -49,26 +62,46 @@ class SFTTrainer:
             trainable_parameters(policy), lr=settings.learning_rate, weight_decay=settings.weight_decay,
             fused=next(policy.parameters()).device.type in ("cpu", "cuda"),
         )
+        self.shards = shard_group(policy)  # None unless torchrun sharded the policy
 
     def step(self, examples: Sequence[SFTExample]) -> dict[str, float]:
         s, device = self.settings, next(self.policy.parameters()).device
         self.policy.train()
-        n_micro = -(-len(examples) // s.micro_batch_size)
-        loss, entropy, tokens = 0.0, 0.0, 0
-        for start in range(0, len(examples), s.micro_batch_size):
-            batch = {k: v.to(device) for k, v in sft_batch(examples[start : start + s.micro_batch_size], self.tokenizer, s.max_seq_length).items()}
+        size = s.micro_batch_size
+        n_micro = -(-len(examples) // size)
+        losses, entropies, tokens = [], [], 0
+        for index in my_microbatches(n_micro, self.shards):  # all of them unless sharded
+            start = (index or 0) * size
+            batch = {k: v.to(device) for k, v in sft_batch(examples[start : start + size], self.tokenizer, s.max_seq_length).items()}
+            if index is None:  # this rank's turn with no microbatch left: no token in the loss, gradient 0
+                batch["response_mask"] = torch.zeros_like(batch["response_mask"])
             mask = batch["response_mask"]
-            out = get_response_log_probs(self.policy, batch["input_ids"], batch["labels"], return_token_entropy=True, response_mask=mask)
-            per_example_tokens = mask.sum().item() / len(mask)
-            micro_loss, _ = sft_microbatch_train_step(out["log_probs"], mask, n_micro, normalize_constant=per_example_tokens)
-            loss += micro_loss.item()
-            entropy += masked_mean(out["token_entropy"], mask).item() / n_micro
-            tokens += int(mask.sum())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), s.max_grad_norm).item()
+            out = self.log_probs(batch["input_ids"], batch["labels"], mask)
+            count = int(mask.sum())
+            # tokens per example: the loss is the microbatch's NLL per response token (0, not 0/0, without any)
+            per_example = max(count, 1) / len(mask)
+            micro_loss, _ = sft_microbatch_train_step(out["log_probs"], mask, n_micro, normalize_constant=per_example)
+            if index is None:
+                continue
+            losses.append(micro_loss.item())
+            entropies.append(masked_mean(out["token_entropy"], mask).item())
+            tokens += count
+        if self.shards is not None:  # every rank's microbatches, so that every rank reports the same
+            parts = self.shards.gather((losses, entropies, tokens))
+            losses, entropies = (sum((part[i] for part in parts), []) for i in range(2))
+            tokens = sum(part[2] for part in parts)
+        grad_norm = clip_grad_norm(list(self.policy.parameters()), s.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {"loss": loss, "grad_norm": grad_norm, "token_entropy": entropy, "response_tokens": tokens,
-                "learning_rate": self.optimizer.param_groups[0]["lr"]}
+        return {"loss": sum(losses), "grad_norm": grad_norm, "token_entropy": sum(entropies) / n_micro,
+                "response_tokens": tokens, "learning_rate": self.optimizer.param_groups[0]["lr"]}
+
+    def log_probs(self, input_ids: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """get_response_log_probs with entropies; a sharded policy's root weights gathered around it (root_forward)."""
+        def score() -> dict[str, torch.Tensor]:
+            return get_response_log_probs(self.policy, input_ids, labels, return_token_entropy=True, response_mask=mask)
+
+        return score() if self.shards is None else root_forward(self.policy, score)
 
 
 def save_run_state(folder: Path, config: SFTTrainingSettings, trainer: SFTTrainer, step: int, started: float, extra: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@
     uv run scripts/train_grpo.py --config my_run.toml --learning-rate 2e-5     # flags override the file
     uv run scripts/train_grpo.py --resume outputs/grpo                          # continue a stopped run
     uv run scripts/train_grpo.py --config configs/grpo_handout_starter.toml --plan-memory 1x24   # fits one GPU?
+    uv run scripts/train_grpo.py --model Qwen/Qwen2.5-7B --plan-memory 4x80 --plan-processes 4   # sharded over 4?
     uv run scripts/eval_zero_shot.py --model outputs/grpo/policy ...            # use what it trained
     uv run torchrun --nproc-per-node 2 scripts/train_grpo.py ...               # one policy sharded over 2 processes
 
@@ -24,13 +25,13 @@ from alignment.cli import run_command
 from alignment.grpo_config import GRPOConfig, validate
 from alignment.memory_plan import Machine, grpo_workload, model_shape
 from alignment.memory_plan import report as memory_report
-from alignment.grpo_run import train_grpo
+from alignment.grpo_run import check_sharded, train_grpo
 from alignment.plotting import plot_runs, read_rows
 
 
-def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None) -> None:
+def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None, plan_processes: int = 1) -> None:
     if plan_memory is not None:
-        raise typer.Exit(print_memory_plan(config, plan_memory))
+        raise typer.Exit(print_memory_plan(config, plan_memory, plan_processes))
     try:
         train_grpo(config, resume=resume)
     except ValueError as err:
@@ -39,15 +40,23 @@ def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None) -> Non
         report(config.output_dir)
 
 
-def print_memory_plan(config: GRPOConfig, machine_text: str) -> int:
-    """Print the run's memory plan on a machine of GPUSxGIB; 0 when it fits, 1 when not. Reads config.json only."""
+def print_memory_plan(config: GRPOConfig, machine_text: str, processes: int = 1) -> int:
+    """Print the run's memory plan on a machine of GPUSxGIB, its learner sharded over `processes` of the GPUs; 0 when
+    it fits, 1 when not. Reads config.json only."""
     try:
         validate(config)
         machine = Machine.parse(machine_text)
+        if processes < 1:
+            raise ValueError(f"--plan-processes must be >= 1, got {processes}")
+        if processes > 1:
+            check_sharded(config)  # what torchrun would refuse
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     shape = model_shape(config.model)
-    result, text = memory_report(shape, grpo_workload(config, shape), machine)
+    try:
+        result, text = memory_report(shape, grpo_workload(config, shape, processes=processes), machine)
+    except ValueError as err:  # more processes than GPUs
+        raise typer.BadParameter(f"--plan-processes {processes}: {err}") from None
     typer.echo(text)
     return 0 if result.fits else 1
 
@@ -69,7 +78,11 @@ PLAN_MEMORY = inspect.Parameter("plan_memory", inspect.Parameter.KEYWORD_ONLY, a
     None, metavar="GPUSxGIB", help="Print the memory plan of these settings on a machine of GPUS GPUs of GIB GiB each "
     "(e.g. 1x24, 2x80) and exit: 0 if it fits, 1 if not, with the flags that would make it fit. Reads only the "
     "model's config.json; runs on any machine."))
-app = run_command(GRPOConfig, run, "Train a policy with GRPO (see the module docstring).", [PLAN_MEMORY])
+PLAN_PROCESSES = inspect.Parameter("plan_processes", inspect.Parameter.KEYWORD_ONLY, annotation=int, default=typer.Option(
+    1, metavar="N", help="With --plan-memory: plan a learner sharded over N processes, one GPU each, as `torchrun "
+    "--nproc-per-node N` runs it (weights, gradients, AdamW states and reference divided by N; rollouts by hf). "
+    "A GPU run under torchrun plans for its own process count."))
+app = run_command(GRPOConfig, run, "Train a policy with GRPO (see the module docstring).", [PLAN_MEMORY, PLAN_PROCESSES])
 
 if __name__ == "__main__":
     app()

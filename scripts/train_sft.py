@@ -3,12 +3,15 @@
     uv run scripts/train_sft.py --config configs/sft_gsm8k_demo.toml                  # the CPU demo
     uv run scripts/train_sft.py --dataset data/sft.jsonl --data-format sft --n-examples 512 --filter-correct
     uv run scripts/train_sft.py --resume outputs/sft                                  # continue a stopped run
+    uv run torchrun --nproc-per-node 2 scripts/train_sft.py --config ...              # one policy sharded over 2 processes
 
 Every field of alignment.sft_config.SFTConfig is a flag. Writes metrics.jsonl (training rows and evaluation
 summaries), rollouts.jsonl (every held-out generation with rewards and entropy), checkpoint/, policy/ (an HF
-folder: --model of a later run or of scripts/expert_iteration.py) and plots/ to --output-dir.
+folder: --model of a later run or of scripts/expert_iteration.py) and plots/ to --output-dir. Under torchrun the
+processes share one policy, sharded with FSDP2 (alignment/sharding.py); rank 0 writes the run folder and prints.
 """
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,7 +43,8 @@ def make_app(config_cls: type[SFTTrainingSettings], train: Callable[..., Any], s
             train(config, resume=resume)
         except (ValueError, FileNotFoundError) as err:
             raise typer.BadParameter(str(err)) from None
-        report(config.output_dir)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 reports for all
+            report(config.output_dir)
 
     return run_command(config_cls, run, summary)
 

@@ -19,7 +19,8 @@ HANDOUT = Workload(dtype_bytes=2, micro_batch=2, prompt_tokens=512, response_tok
 # By hand. Per layer: q (1536x1536 + 1536 bias), k and v (1536x256 + 256 each), o (1536x1536), gate/up/down
 # (3 x 1536x8960), two norms (2 x 1536); the tied embedding 151936x1536 once; the final norm 1536.
 LAYER = (1536 * 1536 + 1536) + 2 * (1536 * 256 + 256) + 1536 * 1536 + 3 * 1536 * 8960 + 2 * 1536
-PARAMS = 28 * LAYER + 151936 * 1536 + 1536
+ROOT = 151936 * 1536 + 1536
+PARAMS = 28 * LAYER + ROOT
 WEIGHTS = 2 * PARAMS  # bf16; gradients the same; AdamW two states of the same
 # Saved per token per layer: 2 norms x (fp32 input 4*1536 + bf16 output 2*1536); q, attention output and o_proj
 # input 3 x 2*1536, k and v 2 x 2*256; gate, up, silu(gate) and their product 4 x 2*8960
@@ -102,8 +103,11 @@ def test_an_explicit_share_too_small_for_vllm_is_refused():
 def test_remedies_name_the_flags_that_make_it_fit():
     assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 24)) == [
         "--gradient-checkpointing", "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"]
+    # with two GPUs, sharding fits too: 2.5 x WEIGHTS (half of weights, gradients, AdamW states and reference)
+    # + ACTIVATIONS + the gathered root and layers = 20.4 GiB of 23 (test_sharded_learner_divides_its_state)
     assert remedies(QWEN_MATH_15B, replace(HANDOUT, kl_reference=True), Machine(2, 24)) == [
-        "--gradient-checkpointing", "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"]
+        "--gradient-checkpointing", "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
+        "a learner sharded over all 2 GPUs (torchrun --nproc-per-node 2, rollouts by hf)"]
     # 16 GiB: nothing alone fits, checkpointing and one sequence per microbatch together do
     assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 16)) == [
         "--gradient-checkpointing + a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"]
@@ -184,3 +188,67 @@ def test_plan_memory_with_lora_and_a_reference_keeps_no_copy(qwen_config_dir, tm
                                                  "--lora-rank", "16", "--kl-reference"])
     assert result.exit_code == 0, result.output
     assert "gradients                 0.03 GiB" in result.output and "    reference " not in result.output
+
+
+# Sharded over N processes (one GPU each): weights, gradients, AdamW states and reference divided by N. Held whole
+# per process while training: the root (151936 x 1536 tied embedding + final norm) and its gradient, two layers'
+# weights and one layer's gradient; while sampling, the whole model and the KV cache of this rank's prompts.
+GATHERED = 2 * (2 * ROOT + 3 * LAYER)
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_sharded_learner_divides_its_state(processes):
+    shard = WEIGHTS // processes  # PARAMS is a multiple of 4: every rank's shard is as large
+    kv = (256 // 8 // processes) * 8 * 1536 * 28_672  # this rank's prompts x 8 rollouts, at full length
+    for kl_reference in (False, True):
+        work = replace(HANDOUT, rollout="hf", processes=processes, kl_reference=kl_reference)
+        (gpu,) = plan(QWEN_MATH_15B, work, Machine(processes, 24)).devices
+        reference = shard if kl_reference else 0
+        assert gpu.parts == {"weights": shard, "gradients": shard, "optimizer": 2 * shard, "reference": reference,
+                             "activations": ACTIVATIONS, "gathered to train": GATHERED,
+                             "gathered to sample": WEIGHTS, "hf KV cache": kv}
+        resident = 3 * shard + reference
+        assert gpu.peak == max(resident + WEIGHTS + kv, resident + shard + ACTIVATIONS + GATHERED)
+        assert gpu.name == f"each of {processes} GPUs"
+    assert GATHERED / GiB == pytest.approx(1.13, abs=0.01)
+    # 23.6 GiB on one 24 GiB GPU does not fit; a quarter of the state each on four (training 16.1 GiB) does
+    assert not plan(QWEN_MATH_15B, replace(HANDOUT, rollout="hf"), Machine(1, 24)).fits
+    assert plan(QWEN_MATH_15B, replace(HANDOUT, rollout="hf", processes=4), Machine(4, 24)).fits
+
+
+def test_sharding_needs_a_gpu_per_process():
+    with pytest.raises(ValueError, match="sharded over 4 processes needs 4 GPUs, one each; the machine has 2"):
+        plan(QWEN_MATH_15B, replace(HANDOUT, rollout="hf", processes=4), Machine(2, 80))
+
+
+def test_plan_processes_flag(qwen_config_dir):
+    from scripts import train_grpo
+
+    base = ["--model", str(qwen_config_dir), "--plan-memory", "2x24"]
+    one = CliRunner().invoke(train_grpo.app, base)  # vLLM on its own GPU: the learner alone overflows the other
+    assert one.exit_code == 1 and "learner sharded over all 2 GPUs (torchrun --nproc-per-node 2" in one.output
+    two = CliRunner().invoke(train_grpo.app, base + ["--plan-processes", "2"])
+    assert two.exit_code == 0, two.output
+    peak = 2 * WEIGHTS + ACTIVATIONS + GATHERED  # training: weights, gradients, AdamW states halved
+    assert "learner sharded over 2 processes" in two.output
+    assert f"each of 2 GPUs: peak {peak / GiB:.1f} of 23.0 GiB usable (fits)" in two.output
+    for flags, message in ((["--plan-processes", "3"], "--plan-processes 3: a learner sharded over 3 processes needs 3 GPUs"),
+                           (["--plan-processes", "2", "--lora-rank", "16"], "--lora-rank > 0 under torchrun"),
+                           (["--plan-processes", "0"], "--plan-processes must be >= 1")):
+        refused = CliRunner().invoke(train_grpo.app, base + flags)
+        assert refused.exit_code == 2 and message in " ".join(refused.output.split()), refused.output
+
+
+def test_a_gpu_run_under_torchrun_plans_for_its_processes(qwen_config_dir, tokenizer, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from alignment.grpo_config import GRPOConfig
+    from alignment.grpo_run import check_gpu_memory
+
+    tokenizer.save_pretrained(qwen_config_dir)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=24 * GiB))
+    config = GRPOConfig(model=str(qwen_config_dir), backend="hf")
+    assert check_gpu_memory(config, None, "cuda:0", "cuda:0", processes=2) is None  # fits: no vLLM share
+    assert "each of 2 GPUs" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="does not fit; it would with --gradient-checkpointing"):
+        check_gpu_memory(config, None, "cuda:0", "cuda:0")  # the same run in one process, on one of those GPUs
