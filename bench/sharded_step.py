@@ -58,7 +58,7 @@ def main(steps: int = typer.Option(4, help="GRPO steps per arm (the first is lef
          model: str = typer.Option("smollm2-135m", help="policy: smollm2-135m or a model folder"),
          output: Path = typer.Option(Path("outputs/bench_sharded_step"), help="where each arm's run folder goes")) -> None:
     output.mkdir(parents=True, exist_ok=True)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
     arms = {"plain, 1 process": [sys.executable], "FSDP2, 1 process": [*torchrun, "1"], "FSDP2, 2 processes": [*torchrun, "2"]}
     results = []
     for index, (name, launcher) in enumerate(arms.items()):

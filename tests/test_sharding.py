@@ -24,7 +24,7 @@ from alignment.sharded_checkpoint import _SafeReader
 from alignment.sharding import ShardGroup, my_microbatches, my_slice
 
 ROOT = Path(__file__).resolve().parents[1]
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]  # a free port each
 VARIANTS = ("sequence_mean", "token_mean", "constant", "mask_truncated", "kl_monitors")
 
 
