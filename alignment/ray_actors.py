@@ -3,7 +3,7 @@
 - Generator: a rollout engine and the version of the weights it samples with.
 - Scorer (alignment.ray_scorer, a light process): grades the generated texts.
 - Learner: the policy, its optimizer and GRPOTrainer.learn (old/reference log-probs, microbatch steps),
-  checkpoints; or several sharing the policy with FSDP2 (alignment/learner_group.py).
+  checkpoints; or several sharing the policy with FSDP2 (alignment/ray_learner_group.py).
 - ColocatedWorker: a Generator and a Learner sharing one policy on one device, plus GRPOTrainer's frozen
   reference when --kl-reference; in-process backends (hf, transformer_lm) sample from the policy itself, so
   syncing is free.
@@ -33,7 +33,7 @@ from alignment.ray_config import RayGRPOConfig
 from alignment.ray_env import ray
 from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
 from alignment.rollout_backends import make_rollout_engine, resolve_backend
-from alignment.sharding import full_tensors, shard_policy
+from alignment.sharding import full_tensors
 from alignment.task import Task
 from alignment.weight_sync import Placement
 
@@ -145,13 +145,11 @@ class Learner(_Actor):
         self.build()
 
     def build(self, group: dist.ProcessGroup | None = None) -> None:
-        """Load the policy, sharded over `group` when given (a rank of alignment/learner_group.py), and its trainer."""
+        """Load the policy, sharded over `group` when given (a rank of alignment/ray_learner_group.py), and its trainer."""
         config, device = self.config, self.device
         random.seed(config.seed)
         torch.manual_seed(config.seed)
-        policy, tokenizer = load_policy(config, device, model_dtype(config, device))
-        if group is not None:
-            policy = shard_policy(policy, torch.device(device).type, group)
+        policy, tokenizer = load_policy(config, device, model_dtype(config, device), shard=group is not None, group=group)
         if config.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
         # no rollout engine: GRPOTrainer.learn never samples (ColocatedWorker attaches one)

@@ -10,7 +10,7 @@ light and its worker processes are its own). `devices` (GPUs, or CPU cores) is w
 import os
 from dataclasses import dataclass, field
 
-from alignment.learner_group import LearnerGroup
+from alignment.ray_learner_group import LearnerGroup
 from alignment.ray_actors import ColocatedWorker, Generator, spawn
 from alignment.ray_config import RayGRPOConfig
 from alignment.ray_env import ray

@@ -26,7 +26,7 @@ class RayGRPOConfig(GRPOConfig):
     weight_sync: Transport = setting("object_store", "Learner -> generator transport: nccl needs each actor on its own GPU; gloo runs on CPUs.")
     ray_timeout_s: float = setting(600.0, "Longest wait for any Ray call; past it the run stops with an error and a checkpoint.")
     ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start a local one).")
-    learner_processes: int = setting(1, "Learner actors sharing the policy with FSDP2 (alignment/learner_group.py), on one node or several; disaggregated strategies only.")
+    learner_processes: int = setting(1, "Learner actors sharing the policy with FSDP2 (alignment/ray_learner_group.py), on one node or several; disaggregated strategies only.")
 
     # The transport, timeouts and cluster may change too: they move the same tensors.
     RESUMABLE: ClassVar[frozenset[str]] = GRPOConfig.RESUMABLE | {"weight_sync", "ray_timeout_s", "ray_address"}

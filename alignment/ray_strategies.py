@@ -12,7 +12,7 @@ Strategies (--strategy):
   on groups sampled from it; how stale they are is logged.
 
 The learner may be several actors sharing the policy with FSDP2 (--learner-processes, disaggregated strategies):
-alignment/learner_group.py puts them behind one Learner's interface, so that nothing here changes with it.
+alignment/ray_learner_group.py puts them behind one Learner's interface, so that nothing here changes with it.
 
 Every Ray get has a timeout (--ray-timeout-s). If an actor dies, the run stops with an ActorFailure naming
 it, after checkpointing the last completed step when the learner is still alive (--resume continues).

@@ -91,7 +91,7 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 def shard_policy(model: nn.Module, device_type: str, group: dist.ProcessGroup | None = None) -> nn.Module:
     """Shard a transformers model over every process of `group` (default: all of them): each decoder layer, then
-    the root. The Ray learner group (alignment/learner_group.py) passes its learners' own group."""
+    the root. The Ray learner group (alignment/ray_learner_group.py) passes its learners' own group."""
     layers = decoder_layers(model)
     if not layers:
         raise ValueError(f"{type(model).__name__} names no decoder layers (_no_split_modules): it cannot be sharded")

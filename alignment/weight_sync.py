@@ -9,7 +9,7 @@
 
 The learner actor must offer `weights(on_cpu: bool) -> dict[str, Tensor]` and each generator
 `load_weights(state_dict, version) -> float`; all actors must be created with `enable_tensor_transport=True`.
-A learner of several processes (alignment/learner_group.py's LearnerGroup) gathers its shards for each sync and
+A learner of several processes (alignment/ray_learner_group.py's LearnerGroup) gathers its shards for each sync and
 sends from its rank 0; over gloo, its process group already spans the generators, and the sync uses that group.
 """
 

@@ -6,8 +6,8 @@ Starting the group. The actors are spawned light (no model), then Ray itself sta
 them: `ray.experimental.collective.create_collective_group(actors, backend="gloo")` has rank 0 publish an
 address in Ray's key-value store and every actor join it with `init_process_group("gloo")`, ranks in the order
 given, wherever Ray placed them (one node or several of a `--ray-address` cluster). Each rank then makes a group
-of the learners' ranks (NCCL on GPUs, gloo on CPUs) and loads the policy sharded over it (`Learner.build`:
-alignment/sharding.py's `shard_policy`, each decoder layer and then the root, as under torchrun).
+of the learners' ranks (NCCL on GPUs, gloo on CPUs) and loads the policy sharded over it as it is built
+(`Learner.build`, through grpo_run's `load_policy`: each decoder layer, then the root, as under torchrun).
 
 Why the learners shard over a group of their own rather than over torch's default group: the gloo weight sync
 (alignment/weight_sync.py) is a Ray collective group too, and Ray's torch-gloo groups assume that torch's
@@ -19,7 +19,7 @@ object store (or NCCL, whose Ray groups are cupy communicators of their own) the
 
 Why not Ray Train's TorchConfig (`ray.train.torch`), which starts a torch process group the same way: its
 backend sets up a Ray Train worker group, actors that Ray Train creates and runs a training function in, not
-actors that a driver calls method by method; the weight-sync transports need actors created with
+actors that a driver calls method by method; the direct weight-sync transports need actors created with
 `enable_tensor_transport=True`; and its group would be torch's default one, the collision above.
 
 A call fans out: `group.learn.remote(...)` runs `learn` on every rank with the same arguments (put in the object

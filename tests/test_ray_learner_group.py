@@ -1,4 +1,4 @@
-"""The learner as 2 Ray actors sharing the policy (FSDP2 over gloo, alignment/learner_group.py) gives the update of
+"""The learner as 2 Ray actors sharing the policy (FSDP2 over gloo, alignment/ray_learner_group.py) gives the update of
 1 Learner, and saves and restores its shards. (A whole run with it: test_ray_strategies.py's replay-buffer test.)
 
 Tolerance: on a fixed batch (12 rollouts, 2 AdamW steps at lr 1e-3 of 3 microbatches each, so that rank 1 runs an
@@ -18,7 +18,7 @@ import torch
 
 from alignment.grpo_trainer import rollout_sampling
 from alignment.hf_rollout import HFRolloutEngine
-from alignment.learner_group import LearnerGroup
+from alignment.ray_learner_group import LearnerGroup
 from alignment.models import load_model_and_tokenizer
 from alignment.prompts import format_prompt
 from alignment.ray_actors import Learner
@@ -89,7 +89,7 @@ def test_two_learner_actors_update_as_one_and_restore_their_shards(cluster, tiny
     assert moved != saved and restored == saved  # every rank read back its shards, bit for bit
 
 
-@pytest.mark.slow  # 66 s on 2 shared cores: two runs of a generator and two learner actors
+@pytest.mark.slow  # 37 s on 2 quiet cores (66 s shared): two runs of a generator and two learner actors
 def test_a_dead_learner_rank_stops_the_run_and_it_resumes(cluster, tiny_model_dir, tmp_path):
     config = config_for(tiny_model_dir, tmp_path, strategy="disaggregated-one-behind", learner_processes=2)
 
