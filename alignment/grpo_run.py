@@ -110,9 +110,10 @@ def learner_group(config: Any) -> Iterator[ShardGroup | None]:
             torch.distributed.destroy_process_group()
 
 
-def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype, shard: bool = False):
+def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype, shard: bool = False,
+                group: torch.distributed.ProcessGroup | None = None):
     """(policy, tokenizer): our own TransformerLM for --backend transformer_lm, else a transformers model; with
-    `shard`, sharded over every process of the group as it is built (alignment/sharding.py).
+    `shard`, sharded as it is built over every process of `group` (default: all of them; alignment/sharding.py).
 
     A policy on the CPU first switches the process to glibc settings that keep freed memory for reuse
     (alignment.cpu_allocator): a third off the CPU train phase on a VM slow to fault pages in.
@@ -123,7 +124,7 @@ def load_policy(config: GRPOConfig, device: str, dtype: torch.dtype, shard: bool
         return load_transformer_lm(config.model, device, dtype)
     # sharded: the whole model only ever in CPU memory; fully_shard moves each rank's shards to its device
     policy, tokenizer = load_model_and_tokenizer(config.model, device, dtype, lora=config, place=not shard)
-    return (shard_policy(policy, torch.device(device).type) if shard else policy), tokenizer
+    return (shard_policy(policy, torch.device(device).type, group) if shard else policy), tokenizer
 
 
 def build_engine(config: GRPOConfig, policy, tokenizer, rollout_device: str, policy_device: str,

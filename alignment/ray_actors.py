@@ -3,7 +3,7 @@
 - Generator: a rollout engine and the version of the weights it samples with.
 - Scorer (alignment.ray_scorer, a light process): grades the generated texts.
 - Learner: the policy, its optimizer and GRPOTrainer.learn (old/reference log-probs, microbatch steps),
-  checkpoints.
+  checkpoints; or several sharing the policy with FSDP2 (alignment/ray_learner_group.py).
 - ColocatedWorker: a Generator and a Learner sharing one policy on one device, plus GRPOTrainer's frozen
   reference when --kl-reference; in-process backends (hf, transformer_lm) sample from the policy itself, so
   syncing is free.
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from alignment.memory_plan import OWN_GPU_SHARE
 from alignment.checkpoint import load_checkpoint, save_checkpoint
@@ -32,6 +33,7 @@ from alignment.ray_config import RayGRPOConfig
 from alignment.ray_env import ray
 from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
 from alignment.rollout_backends import make_rollout_engine, resolve_backend
+from alignment.sharding import full_tensors
 from alignment.task import Task
 from alignment.weight_sync import Placement
 
@@ -60,9 +62,10 @@ def token_checksum(token_lists: Iterable[Sequence[int]]) -> int:
 
 
 def weights_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of every parameter and buffer, bit for bit, in state-dict order."""
+    """SHA-256 of every parameter and buffer, bit for bit, in state-dict order (a sharded model's gathered whole: a
+    collective, every rank calls it)."""
     digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
+    for name, tensor in full_tensors(model.state_dict()).items():
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
@@ -138,14 +141,20 @@ class Learner(_Actor):
 
     def __init__(self, config: RayGRPOConfig, task: Task, device: str, threads: int) -> None:
         torch.set_num_threads(threads)
+        self.config, self.task, self.device = config, task, device
+        self.build()
+
+    def build(self, group: dist.ProcessGroup | None = None) -> None:
+        """Load the policy, sharded over `group` when given (a rank of alignment/ray_learner_group.py), and its trainer."""
+        config, device = self.config, self.device
         random.seed(config.seed)
         torch.manual_seed(config.seed)
-        policy, tokenizer = load_policy(config, device, model_dtype(config, device))
+        policy, tokenizer = load_policy(config, device, model_dtype(config, device), shard=group is not None, group=group)
         if config.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
-        self.config = config
         # no rollout engine: GRPOTrainer.learn never samples (ColocatedWorker attaches one)
-        self.trainer = GRPOTrainer(config.learner_config(), policy, tokenizer, None, task, ParallelGrader(task.reward_fn, 1))  # type: ignore[arg-type]
+        self.trainer = GRPOTrainer(config.learner_config(), policy, tokenizer, None, self.task,  # type: ignore[arg-type]
+                                   ParallelGrader(self.task.reward_fn, 1))
 
     def learn(self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]) -> Learned:
         """One GRPO update on these groups (prompt-major, group_size rollouts per question)."""
@@ -157,8 +166,12 @@ class Learner(_Actor):
         return Learned(rows, checksum, self.trainer.step_index, timer.seconds)
 
     def weights(self, on_cpu: bool) -> dict[str, torch.Tensor]:
-        # under LoRA the adapters only: generators hold the same frozen base weights
-        return {k: v.detach().cpu() if on_cpu else v.detach() for k, v in sync_state_dict(self.trainer.policy).items()}
+        """The weights a generator loads (under LoRA the adapters only: generators hold the same frozen base). A sharded
+        learner's ranks all gather them whole (a collective); rank 0 returns them, the others nothing."""
+        whole = full_tensors(sync_state_dict(self.trainer.policy))
+        if self.trainer.shards is not None and not self.trainer.shards.main:
+            return {}
+        return {k: v.detach().cpu() if on_cpu else v.detach() for k, v in whole.items()}
 
     def digest(self) -> str:
         return weights_digest(self.trainer.policy)

@@ -1,4 +1,4 @@
-"""Settings of a GRPO run on Ray: every GRPOConfig field plus the strategy, buffer and weight-sync flags."""
+"""Settings of a GRPO run on Ray: every GRPOConfig field plus the strategy, buffer, weight-sync and learner-group flags."""
 
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
@@ -26,6 +26,7 @@ class RayGRPOConfig(GRPOConfig):
     weight_sync: Transport = setting("object_store", "Learner -> generator transport: nccl needs each actor on its own GPU; gloo runs on CPUs.")
     ray_timeout_s: float = setting(600.0, "Longest wait for any Ray call; past it the run stops with an error and a checkpoint.")
     ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start a local one).")
+    learner_processes: int = setting(1, "Learner actors sharing the policy with FSDP2 (alignment/ray_learner_group.py), on one node or several; disaggregated strategies only.")
 
     # The transport, timeouts and cluster may change too: they move the same tensors.
     RESUMABLE: ClassVar[frozenset[str]] = GRPOConfig.RESUMABLE | {"weight_sync", "ray_timeout_s", "ray_address"}
@@ -73,3 +74,16 @@ def validate_ray(config: RayGRPOConfig) -> None:
               "torch.distributed group): use --weight-sync object_store")
     if not c.ray_timeout_s > 0:
         _fail(f"--ray-timeout-s must be > 0, got {c.ray_timeout_s}")
+    if c.learner_processes < 1:
+        _fail(f"--learner-processes must be >= 1, got {c.learner_processes}")
+    if c.learner_processes > 1:
+        n = c.learner_processes
+        if c.colocated:
+            _fail(f"--learner-processes {n} needs learner actors of their own: use --strategy disaggregated-one-behind or "
+                  f"replay-buffer (--strategy {c.strategy} trains and samples one policy in one process)")
+        if c.lora_rank > 0:
+            _fail(f"--learner-processes {n} with --lora-rank {c.lora_rank}: LoRA trains in one process (its adapters "
+                  "are small enough not to need sharding); use --learner-processes 1")
+        if c.backend == "transformer_lm":
+            _fail(f"--learner-processes {n} shards a transformers model; --backend transformer_lm trains our own "
+                  "TransformerLM in one process: use --learner-processes 1")

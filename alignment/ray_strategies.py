@@ -11,6 +11,9 @@ Strategies (--strategy):
 - replay-buffer: the same pipeline, but scored groups go into a bounded ReplayBuffer and the learner trains
   on groups sampled from it; how stale they are is logged.
 
+The learner may be several actors sharing the policy with FSDP2 (--learner-processes, disaggregated strategies):
+alignment/ray_learner_group.py puts them behind one Learner's interface, so that nothing here changes with it.
+
 Every Ray get has a timeout (--ray-timeout-s). If an actor dies, the run stops with an ActorFailure naming
 it, after checkpointing the last completed step when the learner is still alive (--resume continues).
 """
@@ -139,6 +142,10 @@ class Driver:
             export_policy(c.output_dir)
         except (RayActorError, GetTimeoutError) as err:
             raise self.failure(err) from err
+        except RayTaskError as err:
+            if not dead_actors(self.actors):  # the task's own error
+                raise
+            raise self.failure(err) from err  # a learner rank whose collective lost a rank that died
         finally:
             self.log.close()
         return rows
@@ -230,7 +237,7 @@ class Driver:
         doing, dead = self.doing, dead_actors(self.actors)
         what = f"actor {', '.join(dead)} died" if dead else f"no answer within --ray-timeout-s={self.config.ray_timeout_s:g} s"
         folder, saved = self.config.output_dir, None
-        if self.learner_name not in dead:
+        if not set(self.actors.learner_names) & set(dead):
             try:
                 if self.unlogged:  # the update finished; only its weight sync did not
                     self.commit(self.unlogged)

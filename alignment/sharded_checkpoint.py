@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict
 from transformers import PreTrainedTokenizerBase
 
-from alignment.sharding import ShardGroup
+from alignment.sharding import ShardGroup, shard_group
 
 SHARDS, RNG_FILE = "sharded", "rng.safetensors"
 _RNG = "rng.torch"
@@ -70,7 +70,7 @@ def save_shards(staging: Path, policy: torch.nn.Module, tokenizer: PreTrainedTok
         save_file({_RNG: torch.get_rng_state()}, staging / RNG_FILE)
     del whole
     weights, optimizer_state = get_state_dict(policy, optimizer)
-    dcp.save({"model": weights, "optimizer": optimizer_state["state"]}, checkpoint_id=staging / SHARDS)
+    dcp.save({"model": weights, "optimizer": optimizer_state["state"]}, checkpoint_id=staging / SHARDS, process_group=group.group)
     return {"param_groups": optimizer_state["param_groups"]}
 
 
@@ -78,7 +78,8 @@ def load_shards(target: Path, policy: torch.nn.Module, optimizer: torch.optim.Op
     """Read the shards this rank now holds (re-sharded to the current process count) and the RNG state."""
     weights, optimizer_state = get_state_dict(policy, optimizer)  # templates: where each shard goes
     state = {"model": weights, "optimizer": optimizer_state["state"]}
-    dcp.load(state, storage_reader=_SafeReader(target / SHARDS))
+    group = shard_group(policy)  # its own group: under Ray the process group may hold more processes than the learners
+    dcp.load(state, storage_reader=_SafeReader(target / SHARDS), process_group=None if group is None else group.group)
     set_state_dict(policy, optimizer, model_state_dict=state["model"],
                    optim_state_dict={"state": state["optimizer"], "param_groups": saved["param_groups"]})
     torch.set_rng_state(load_file(target / RNG_FILE)[_RNG])

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -89,12 +89,16 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def shard_policy(model: nn.Module, device_type: str) -> nn.Module:
-    """Shard a transformers model over every process of the group: each decoder layer, then the root."""
+def shard_policy(model: nn.Module, device_type: str, group: dist.ProcessGroup | None = None) -> nn.Module:
+    """Shard a transformers model over every process of `group` (default: all of them): each decoder layer, then
+    the root. The Ray learner group (alignment/ray_learner_group.py) passes its learners' own group."""
     layers = decoder_layers(model)
     if not layers:
         raise ValueError(f"{type(model).__name__} names no decoder layers (_no_split_modules): it cannot be sharded")
-    mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+    if group is None:
+        mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+    else:
+        mesh = DeviceMesh.from_group(group, device_type)
     for layer in layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -112,7 +116,7 @@ def sharded_copy(model: nn.Module) -> nn.Module:
 
     parameter = next(model.parameters())
     copy = AutoModelForCausalLM.from_config(model.config, dtype=parameter.dtype)  # type: ignore[attr-defined]
-    shard_policy(copy, parameter.device_mesh.device_type)  # type: ignore[attr-defined]
+    shard_policy(copy, parameter.device_mesh.device_type, parameter.device_mesh.get_group())  # type: ignore[attr-defined]
     theirs = dict(model.named_parameters()) | dict(model.named_buffers())
     with torch.no_grad():
         for name, mine in [*copy.named_parameters(), *copy.named_buffers()]:

@@ -9,16 +9,19 @@
 
 The learner actor must offer `weights(on_cpu: bool) -> dict[str, Tensor]` and each generator
 `load_weights(state_dict, version) -> float`; all actors must be created with `enable_tensor_transport=True`.
+A learner of several processes (alignment/ray_learner_group.py's LearnerGroup) gathers its shards for each sync and
+sends from its rank 0; over gloo, its process group already spans the generators, and the sync uses that group.
 """
 
 import importlib.util
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from alignment.ray_env import ray
 from ray.actor import ActorHandle
-from ray.experimental.collective import create_collective_group, destroy_collective_group
+from ray.experimental.collective import create_collective_group, destroy_collective_group, get_collective_groups
 
 TRANSPORTS = ("object_store", "nccl", "gloo")
 
@@ -54,11 +57,16 @@ def check_transport(transport: str, placements: Sequence[Placement]) -> None:
 class WeightSync:
     """`sync(version)` sends the learner's current weights to every generator and returns the seconds it took."""
 
-    def __init__(self, transport: str, learner: ActorHandle, generators: Sequence[ActorHandle],
+    def __init__(self, transport: str, learner: Any, generators: Sequence[ActorHandle],
                  placements: Sequence[Placement], timeout_s: float) -> None:
+        """`learner`: a Learner actor or a LearnerGroup."""
         check_transport(transport, placements)
         self.transport, self.learner, self.generators, self.timeout_s = transport, learner, list(generators), timeout_s
-        self.group = None if transport == "object_store" else create_collective_group([learner, *generators], backend=transport)
+        self.group, self.own_group = None, False
+        if transport != "object_store":
+            members = [learner if isinstance(learner, ActorHandle) else learner.main, *generators]
+            joined = get_collective_groups(members, backend=transport)  # a LearnerGroup's world, over gloo
+            self.group, self.own_group = (joined[0], False) if joined else (create_collective_group(members, backend=transport), True)
         self.latencies: list[float] = []
 
     def sync(self, version: int) -> float:
@@ -72,7 +80,7 @@ class WeightSync:
         return self.latencies[-1]
 
     def close(self) -> None:
-        """Release the collective group (call after the actors are done; dead actors are skipped)."""
-        if self.group is not None:
+        """Release the collective group it made (call after the actors are done; dead actors are skipped)."""
+        if self.group is not None and self.own_group:
             destroy_collective_group(self.group)
-            self.group = None
+        self.group = None

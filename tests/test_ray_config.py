@@ -28,6 +28,12 @@ BASE = RayGRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gra
     ({"group_size": 3}, "--rollout-batch-size (8) must be divisible by --group-size (3)"),  # GRPOConfig's own checks too
     ({"dynamic_sampling": True, "loss_type": "grpo_clip"}, "--dynamic-sampling is not available with --strategy colocated-sync"),
     ({"loss_type": "gspo", "loss_aggregation": "token_mean"}, "--loss-type gspo is a per-sequence objective: --loss-aggregation token_mean"),
+    ({"learner_processes": 0}, "--learner-processes must be >= 1, got 0"),
+    ({"learner_processes": 2}, "--learner-processes 2 needs learner actors of their own: use --strategy "
+                               "disaggregated-one-behind or replay-buffer (--strategy colocated-sync"),
+    ({"learner_processes": 2, "strategy": "replay-buffer", "lora_rank": 4}, "--learner-processes 2 with --lora-rank 4"),
+    ({"learner_processes": 2, "strategy": "replay-buffer", "backend": "transformer_lm"},
+     "--learner-processes 2 shards a transformers model; --backend transformer_lm"),
 ])
 def test_bad_flags_are_named(overrides, message):
     with pytest.raises(ValueError) as info:
@@ -43,6 +49,7 @@ def test_multistep_runs_k_passes_and_resuming_may_change_transport_and_timeout()
     moved = replace(BASE, strategy="disaggregated-one-behind", weight_sync="gloo", ray_timeout_s=5.0)
     assert fingerprint(moved) == fingerprint(replace(moved, weight_sync="object_store", ray_timeout_s=600.0))
     assert fingerprint(moved) != fingerprint(replace(moved, strategy="replay-buffer"))
+    assert fingerprint(moved) != fingerprint(replace(moved, learner_processes=2))  # a checkpoint is sharded or not
 
 
 def test_script_reads_ray_settings_from_file_and_flags(tmp_path, monkeypatch):
@@ -51,10 +58,12 @@ def test_script_reads_ray_settings_from_file_and_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(script, "report", lambda output_dir: None)
     path = tmp_path / "run.toml"
     path.write_text('strategy = "replay-buffer"\nbuffer_policy = "uniform"\ngroup_size = 4\n')
-    result = CliRunner().invoke(script.app, ["--config", str(path), "--buffer-capacity", "16", "--output-dir", str(tmp_path / "r")])
+    result = CliRunner().invoke(script.app, ["--config", str(path), "--buffer-capacity", "16", "--output-dir", str(tmp_path / "r"),
+                                             "--learner-processes", "2", "--ray-address", "auto"])
     assert result.exit_code == 0, result.output
     config = seen["config"]
     assert (config.strategy, config.buffer_policy, config.buffer_capacity, config.group_size) == ("replay-buffer", "uniform", 16, 4)
+    assert (config.learner_processes, config.ray_address) == (2, "auto")
     assert seen["resume"] is False
     write_run_settings(config)
     result = CliRunner().invoke(script.app, ["--resume", str(tmp_path / "r"), "--ray-timeout-s", "5", "--weight-sync", "gloo"])

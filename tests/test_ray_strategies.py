@@ -1,5 +1,6 @@
 """Every strategy on a 2-CPU Ray cluster with the tiny model: the lag bound, the tokens trained on, identical
-weights after each sync (object store and gloo direct transport), and dead actors (error, checkpoint, resume)."""
+weights after each sync (object store, and gloo direct transport from a learner of two FSDP2 actors), and dead
+actors (error, checkpoint, resume)."""
 
 import json
 import sys
@@ -112,13 +113,15 @@ def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_mode
     assert [row["version_lag"] for row in rows] == [0, 1, 0]  # batch 1 overlapped learning on batch 0; resumed fresh
 
 
-def test_replay_buffer_over_the_gloo_direct_transport(cluster, tiny_model_dir, tmp_path):
+def test_replay_buffer_over_the_gloo_direct_transport_from_a_learner_of_two_actors(cluster, tiny_model_dir, tmp_path):
     config = config_for(tiny_model_dir, tmp_path, strategy="replay-buffer", buffer_capacity=3, buffer_policy="uniform",
-                        weight_sync="gloo")
+                        weight_sync="gloo", learner_processes=2)
     digests = []
     rows = train_grpo_ray(config, TASK, TASK, on_step=lambda step, actors: digests.append(
         ray.get([actors.learner.digest.remote(), actors.generator.digest.remote()], timeout=60)))
     assert [row["grpo_step"] for row in rows] == [1, 2, 3]
+    # the learner's two FSDP2 ranks saved their shards each step; each sync sent the whole weights from rank 0
+    assert json.loads((config.output_dir / "checkpoint" / "state.json").read_text())["processes"] == 2
     check_rows(rows, max_lag=1)
     assert all(learner == generator for learner, generator in digests) and len({d for d, _ in digests}) == 3
     assert [row["buffer_size"] for row in rows] == [2, 3, 3] and rows[-1]["buffer_evicted"] == 3  # 2 groups per batch
