@@ -69,7 +69,7 @@ class SFTTrainer:
         self.policy.train()
         size = s.micro_batch_size
         n_micro = -(-len(examples) // size)
-        losses, entropies, tokens = [], [], 0
+        losses, entropies, tokens = [], [], []  # per microbatch
         for index in my_microbatches(n_micro, self.shards):  # all of them unless sharded
             start = (index or 0) * size
             batch = {k: v.to(device) for k, v in sft_batch(examples[start : start + size], self.tokenizer, s.max_seq_length).items()}
@@ -85,16 +85,14 @@ class SFTTrainer:
                 continue
             losses.append(micro_loss.item())
             entropies.append(masked_mean(out["token_entropy"], mask).item())
-            tokens += count
+            tokens.append(count)
         if self.shards is not None:  # every rank's microbatches, so that every rank reports the same
-            parts = self.shards.gather((losses, entropies, tokens))
-            losses, entropies = (sum((part[i] for part in parts), []) for i in range(2))
-            tokens = sum(part[2] for part in parts)
+            losses, entropies, tokens = self.shards.merged(losses, entropies, tokens)
         grad_norm = clip_grad_norm(list(self.policy.parameters()), s.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": sum(losses), "grad_norm": grad_norm, "token_entropy": sum(entropies) / n_micro,
-                "response_tokens": tokens, "learning_rate": self.optimizer.param_groups[0]["lr"]}
+                "response_tokens": sum(tokens), "learning_rate": self.optimizer.param_groups[0]["lr"]}
 
     def log_probs(self, input_ids: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """get_response_log_probs with entropies; a sharded policy's root weights gathered around it (root_forward)."""

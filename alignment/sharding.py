@@ -59,12 +59,6 @@ class ShardGroup:
         return tuple({key: sum((theirs[i][key] for theirs in everyone), []) for key in part} if isinstance(part, dict)
                      else sum((theirs[i] for theirs in everyone), []) for i, part in enumerate(parts))
 
-    def broadcast(self, value: T) -> T:
-        """Rank 0's `value` on every rank."""
-        box = [value]
-        dist.broadcast_object_list(box, src=0, group=dist.group.WORLD if self.group is None else self.group)
-        return box[0]
-
     def barrier(self) -> None:
         dist.barrier(group=self.group)
 
