@@ -81,7 +81,7 @@ def test_a_checkpoint_index_that_would_run_code_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_rank_ends_the_run_and_resume_matches_an_uninterrupted_one(tiny_model_dir, tmp_path):
-    """~3 minutes on 2 cores: five torchrun launches."""
+    """About 2 minutes on 2 idle cores (5 under load): five torchrun launches."""
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     worker = ["-m", "tests.sharded_worker", "run", str(tiny_model_dir)]
     assert run([*TORCHRUN, "2", *worker, str(whole), "3"]).returncode == 0
