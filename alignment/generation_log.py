@@ -17,7 +17,7 @@ from alignment.masked import masked_mean
 from alignment.parallel_grading import ParallelGrader
 from alignment.rollout import RolloutEngine, SamplingConfig
 from alignment.sft import tokenize_prompt_and_output
-from alignment.sharding import gathered, my_slice, shard_group
+from alignment.sharding import gathered, shard_group
 from alignment.task import Task
 
 
@@ -32,10 +32,9 @@ def response_entropies(
     group = shard_group(policy)
     if group is None:
         return _entropies(policy, tokenizer, prompts, responses, batch_size)
-    share = my_slice(len(prompts), group)
     with gathered(policy):  # entered outside inference mode: FSDP's gathered buffers stay ordinary tensors
-        mine = _entropies(policy, tokenizer, prompts[share], responses[share], batch_size)
-    return [entropy for part in group.gather(mine) for entropy in part]
+        return group.split_work(len(prompts), lambda share: _entropies(
+            policy, tokenizer, prompts[share], responses[share], batch_size))
 
 
 @torch.inference_mode()

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alignment.rollout import Rollout, RolloutEngine, SamplingConfig
-from alignment.sharding import ShardGroup, gathered, my_slice
+from alignment.sharding import ShardGroup, gathered
 
 
 class ShardedRollouts:
@@ -22,16 +22,14 @@ class ShardedRollouts:
         self.model = engine.model  # type: ignore[attr-defined]  # the policy itself: weight pushes are no-ops
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
-        share = my_slice(len(prompts), self.group)
-        mine: list[Rollout] = []
-        seed = None if sampling.seed is None else sampling.seed + self.group.rank
+        own = dataclasses.replace(sampling, seed=None if sampling.seed is None else sampling.seed + self.group.rank)
+
+        def sample(share: slice) -> list[Rollout]:  # prompt indices shifted from the share to the whole list
+            return [dataclasses.replace(r, prompt_index=r.prompt_index + share.start)
+                    for r in self.engine.generate(prompts[share], n, own)]
+
         with gathered(self.model):  # every rank, even one without prompts: gathering is a collective
-            if share.start < share.stop:
-                mine = self.engine.generate(prompts[share], n, dataclasses.replace(sampling, seed=seed))
-        # every rank's rollouts, prompt indices shifted from its share to the whole list
-        starts = [my_slice(len(prompts), ShardGroup(rank, self.group.size)).start for rank in range(self.group.size)]
-        return [dataclasses.replace(r, prompt_index=r.prompt_index + start)
-                for start, part in zip(starts, self.group.gather(mine)) for r in part]
+            return self.group.split_work(len(prompts), sample)
 
 
 class ShardedGrader:
@@ -41,9 +39,7 @@ class ShardedGrader:
         self.grader, self.group = grader, group
 
     def __call__(self, texts: Sequence[str], truths: Sequence[str]) -> list[dict[str, float]]:
-        share = my_slice(len(texts), self.group)
-        mine = self.grader(list(texts[share]), list(truths[share])) if share.start < share.stop else []
-        return [score for part in self.group.gather(mine) for score in part]
+        return self.group.split_work(len(texts), lambda share: self.grader(list(texts[share]), list(truths[share])))
 
     def close(self) -> None:
         self.grader.close()

@@ -59,6 +59,13 @@ class ShardGroup:
         return tuple({key: sum((theirs[i][key] for theirs in everyone), []) for key in part} if isinstance(part, dict)
                      else sum((theirs[i] for theirs in everyone), []) for i, part in enumerate(parts))
 
+    def split_work(self, count: int, compute: Callable[[slice], list[T]]) -> list[T]:
+        """`compute` of this rank's contiguous share of `count` items (`my_slice`; not called on an empty share),
+        every rank's results joined in rank order, on every rank."""
+        share = my_slice(count, self)
+        mine = compute(share) if share.start < share.stop else []
+        return [item for part in self.gather(mine) for item in part]
+
     def barrier(self) -> None:
         dist.barrier(group=self.group)
 
