@@ -1,5 +1,29 @@
 """alignment: post-training language models with reinforcement learning on verified rewards.
 
+The top of the package holds what the handouts (CS336 A5, UW CSE599-O A3, PKU NLPDL HW3) ask a student to write,
+one concept per module, pure tensor and string functions where they can be (tests/adapters.py exposes them under
+the handouts' `run_*` names):
+
+    advantages.py         group-normalized rewards (`compute_group_normalized_rewards`), RLOO, REINFORCE++
+    losses.py             naive policy gradient, GRPO-Clip, GSPO, CISPO and `compute_policy_gradient_loss`
+    masked.py             `masked_mean`, `masked_normalize`
+    grpo_step.py          `grpo_microbatch_train_step` and the loss aggregations
+    rollout_correction.py importance weights for the rollout engine's log-prob mismatch (TIS / MIS)
+    kl.py                 k1 / k3 KL estimators
+    sft.py                `tokenize_prompt_and_output`, `sft_microbatch_train_step`
+    logprobs.py           `compute_entropy`, `get_response_log_probs`
+    dpo.py                the per-instance DPO loss
+    grader.py             `r1_zero_reward_fn`, `question_only_reward_fn`, `grade_answer`
+    evaluation.py         generate, grade, summarize into the handouts' categories
+    generation_log.py     `log_generations`
+    pass_at_k.py          pass@k and Best@k estimators
+    prompts.py            the prompt templates in prompts/
+
+and the three training runs, each read top to bottom: `grpo_run.py` (`train_grpo`), `sft_run.py` (`train_sft`)
+and `expert_iteration.py` (`expert_iteration`). Everything else lives in a folder per subsystem, each described
+in its own `__init__.py`: grpo/, supervised/, rollout/, grading/, data/, models/, distributed/, ray/, kissing/,
+run/, experiments/, config/, utils/.
+
 Submodules are imported where used (torch is heavy; the grader's worker process imports none of it).
 """
 

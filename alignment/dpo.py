@@ -12,7 +12,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from alignment.logprobs import get_response_log_probs
-from alignment.packed_sft import alpaca_text
+from alignment.data.packed_sft import alpaca_text
 from alignment.sft import tokenize_prompt_and_output
 
 

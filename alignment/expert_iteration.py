@@ -4,7 +4,7 @@ Each EI step takes `questions_per_step` (Db) questions in seeded order, samples 
 answers to each with the current policy (at least `sampling_min_tokens` tokens, stopping at `</answer>`, kept),
 keeps the correct ones and runs `sft_epochs` (E) epochs of SFT steps on them. Logged per step: the kept
 fraction, the training loss and response entropy, and the held-out summary of log_generations. Under torchrun
-(alignment/grpo_run.py's learner_group) each rank samples and grades its share of the questions with the hf
+(alignment/run/setup.py's learner_group) each rank samples and grades its share of the questions with the hf
 backend, every rank gets all the rollouts and scores, and the SFT steps train the policy sharded over the ranks.
 """
 
@@ -13,15 +13,15 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from alignment.data_splits import run_data
-from alignment.grpo_trainer import PromptOrder
+from alignment.data.sft_examples import SFTExample
+from alignment.data.splits import run_data
+from alignment.distributed.sharding import ShardGroup
 from alignment.prompts import format_prompt, load_prompt
-from alignment.rollout import Rollout, SamplingConfig
-from alignment.sft_config import EIConfig, validate
-from alignment.sft_data import SFTExample
-from alignment.grpo_run import learner_group, math_task
-from alignment.sft_run import SFTRun, check_output_dir, open_run, sft_steps, stop_strings
-from alignment.sharding import ShardGroup
+from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.run.setup import PromptOrder, learner_group, math_task
+from alignment.run.training_settings import check_output_dir
+from alignment.supervised.config import EIConfig, validate
+from alignment.supervised.session import SFTRun, open_run, sft_steps, stop_strings
 
 
 def correct_examples(prompts: list[str], truths: list[str], rollouts: list[Rollout], scores: list[dict[str, float]]) -> list[SFTExample]:

@@ -14,11 +14,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from alignment.evaluation import GradedRollout, generate_and_grade
 from alignment.logprobs import get_response_log_probs
 from alignment.masked import masked_mean
-from alignment.parallel_grading import ParallelGrader
-from alignment.rollout import RolloutEngine, SamplingConfig
+from alignment.grading.parallel import ParallelGrader
+from alignment.rollout.interface import RolloutEngine, SamplingConfig
 from alignment.sft import tokenize_prompt_and_output
-from alignment.sharding import gathered, shard_group
-from alignment.task import Task
+from alignment.distributed.sharding import gathered, shard_group
+from alignment.data.task import Task
 
 
 def response_entropies(
@@ -26,7 +26,7 @@ def response_entropies(
 ) -> list[float]:
     """Mean next-token entropy (nats) over each response's tokens; NaN for an empty response.
 
-    A policy sharded over processes (alignment/sharding.py): each rank scores its share with the weights gathered
+    A policy sharded over processes (alignment/distributed/sharding.py): each rank scores its share with the weights gathered
     whole (no collective per call, so shares may differ in size), and every rank gets all of them.
     """
     group = shard_group(policy)

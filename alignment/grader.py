@@ -9,9 +9,9 @@ warm fork).
 
 from collections.abc import Callable, Sequence
 
-from alignment.magnitude import too_big_for_sympy
-from alignment.math_answers import clean_answer, last_boxed, parse_number
-from alignment.symbolic import symbolically_equal
+from alignment.grading.magnitude import too_big_for_sympy
+from alignment.grading.answers import clean_answer, last_boxed, parse_number
+from alignment.grading.symbolic import symbolically_equal
 
 RewardFn = Callable[..., dict[str, float]]
 GroundTruth = str | int | float | Sequence[str | int | float]

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from alignment.transformer_lm import TransformerLM
+from alignment.models.transformer_lm import TransformerLM
 
 
 def compute_entropy(logits: torch.Tensor) -> torch.Tensor:

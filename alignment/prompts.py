@@ -1,9 +1,11 @@
 """Prompt templates (files in the top-level prompts/ folder) and their reward functions."""
 
 from pathlib import Path
+from typing import Literal
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 PROMPT_NAMES = ("r1_zero", "question_only")
+Prompt = Literal[PROMPT_NAMES]  # type: ignore[valid-type]
 
 
 def load_prompt(name_or_path: str) -> str:

@@ -18,6 +18,8 @@ from typing import Literal
 
 import torch
 
+from alignment.kl import k3
+
 RolloutCorrection = Literal["token_tis", "sequence_tis", "token_mask", "sequence_mask"]
 SEQUENCE_LEVEL: tuple[str, ...] = ("sequence_tis", "sequence_mask")
 
@@ -73,3 +75,15 @@ def rollout_correction_weights(
     if kind == "sequence_mask":
         return in_bounds(sequence_log_ratios(train_log_probs, rollout_log_probs, response_mask), cap)
     raise ValueError(f"unknown rollout correction {kind!r}; expected one of {', '.join(RolloutCorrection.__args__)}")
+
+
+def rollout_mismatch(delta: torch.Tensor) -> dict[str, float]:
+    """How far the engine's log-probs are from the trainer's: delta = trainer - engine, one per response token.
+
+    `rollout_kl_k3` estimates KL(engine || trainer) on the engine's own samples.
+    """
+    return {
+        "rollout_logprob_diff_mean": delta.abs().mean().item(),
+        "rollout_logprob_diff_max": delta.abs().max().item(),
+        "rollout_kl_k3": k3(delta).mean().item(),
+    }

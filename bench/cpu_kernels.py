@@ -2,25 +2,25 @@
 
     uv run python bench/cpu_kernels.py [--long]
 
-1. attention: transformers' masked sdpa (key/value heads copied out to every query head) vs alignment.gqa_attention
+1. attention: transformers' masked sdpa (key/value heads copied out to every query head) vs alignment.models.gqa_attention
    (enable_gqa), one layer at the SmolLM2-135M decode shape: 32 rows, 9 query / 3 key-value heads, 77 cached tokens.
 2. log-probs + entropy of 1024 response tokens over SmolLM2's 49152-token vocabulary, forward and backward:
    log_probs_of_labels + compute_entropy vs label_log_probs_and_entropy, seconds and peak resident memory.
 3. allocator: allocate-and-fill a 64 MiB tensor, 20 times, under glibc's defaults vs retain_freed_memory().
 4. sampling one token per row of 32 x 49152 probabilities: a float64 running sum over the whole vocabulary
-   (the previous sample_tokens) vs the two-level inverse CDF of alignment.rollout_common.sample_tokens.
+   (the previous sample_tokens) vs the two-level inverse CDF of alignment.rollout.decoding.sample_tokens.
 5. scoring one demo microbatch (2 prompts of 42 tokens, 4 responses of 32 each) with SmolLM2-135M, forward and
    backward, the prompts shared: a prompt pass and a suffix pass on its KV cache vs one block-causal packed pass
-   (alignment.shared_prompt), 12 alternating rounds of 2 calls each, the first round dropped.
+   (alignment.grpo.shared_prompt), 12 alternating rounds of 2 calls each, the first round dropped.
 6. with --long: the hf backend sampling 8 x 1024 tokens from SmolLM2-135M (float32), with transformers'
-   DynamicCache vs alignment.reserved_cache.ReservedCache (about 3.5 minutes).
+   DynamicCache vs alignment.rollout.reserved_cache.ReservedCache (about 3.5 minutes).
 7. the linear layers of one decode step at SmolLM2-135M's shapes (30 layers x 7 and the 49152-wide head, 32 rows,
-   random weights): F.linear (x @ W^T) vs alignment.rollout_common.few_rows_linear (W @ x^T, made contiguous).
+   random weights): F.linear (x @ W^T) vs alignment.rollout.decoding.few_rows_linear (W @ x^T, made contiguous).
 8. the weight gradients of one demo train phase at those shapes (4 microbatches of 344 tokens, 256 response tokens
    at the head): a new gradient per microbatch added into .grad, as autograd does, vs addmm_ into .grad in place
-   (alignment.forward_tape's replayed linear).
+   (alignment.rollout.forward_tape's replayed linear).
 9. the tied embedding's gradient over those 4 microbatches: autograd's dense zero-filled (49152, 576) gradient
-   per microbatch added into .grad vs index_add_ into .grad at the rows used (alignment.forward_tape).
+   per microbatch added into .grad vs index_add_ into .grad at the rows used (alignment.rollout.forward_tape).
 Cases 7-9 alternate their two ways over 7 rounds and report medians of the last 6.
 Cases 2 and 3 each run in a fresh interpreter (peak memory and malloc settings are per process).
 """
@@ -37,14 +37,14 @@ import torch.nn.functional as F
 import typer
 from transformers import DynamicCache
 
-import alignment.hf_rollout as engine_module
-import alignment.shared_prompt as shared_prompt
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.models import SMOLLM2, load_model_and_tokenizer
-from alignment.reserved_cache import ReservedCache
-from alignment.rollout import SamplingConfig
-from alignment.rollout_common import few_rows_linear, sample_tokens
-from alignment.shared_prompt import packing_pays, shared_prompt_log_probs
+import alignment.rollout.hf_engine as engine_module
+import alignment.grpo.shared_prompt as shared_prompt
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.models.loading import SMOLLM2, load_model_and_tokenizer
+from alignment.rollout.reserved_cache import ReservedCache
+from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.decoding import few_rows_linear, sample_tokens
+from alignment.grpo.shared_prompt import packing_pays, shared_prompt_log_probs
 
 CHILD = """
 import resource, statistics, sys, time
@@ -68,7 +68,7 @@ if case in ("fused", "separate"):
     peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     print(f"{statistics.median(times):.3f} {peak:.0f}")
 else:
-    from alignment.cpu_allocator import retain_freed_memory
+    from alignment.run.cpu_allocator import retain_freed_memory
     if case == "retain":
         retain_freed_memory()
     times = []

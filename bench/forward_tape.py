@@ -1,4 +1,4 @@
-"""The demo's GRPO step with the learner replaying the rollout's forward (alignment/forward_tape.py) and without.
+"""The demo's GRPO step with the learner replaying the rollout's forward (alignment/rollout/forward_tape.py) and without.
 
     uv run python bench/forward_tape.py [--steps 10]
 
@@ -18,14 +18,16 @@ from pathlib import Path
 import torch
 import typer
 
-from alignment.grpo_config import GRPOConfig
-from alignment.grpo_run import build_engine, keyword_run_tasks, load_policy
-from alignment.grpo_trainer import GRPOTrainer, PhaseTimer
-from alignment.parallel_grading import ParallelGrader
+from alignment.grpo.config import GRPOConfig
+from alignment.grading.parallel import ParallelGrader
+from alignment.grpo.learner import GRPOLearner
+from alignment.grpo.sampler import GRPOSampler
+from alignment.grpo_run import sampler_and_learner
 from alignment.prompts import chat_template
+from alignment.run.setup import PhaseTimer, build_engine, keyword_run_tasks, load_policy
 
 
-def demo_trainer(output_dir: Path) -> GRPOTrainer:
+def demo_parts(output_dir: Path) -> tuple[GRPOSampler, GRPOLearner]:
     config = GRPOConfig(
         model="smollm2-135m", task="keywords", keywords_per_prompt=2, n_train_prompts=256, n_eval_examples=8,
         learning_rate=3e-5, rollout_batch_size=32, group_size=4, train_batch_size=32, gradient_accumulation_steps=4,
@@ -37,29 +39,28 @@ def demo_trainer(output_dir: Path) -> GRPOTrainer:
     task, _ = keyword_run_tasks(config, chat_template(tokenizer))
     engine = build_engine(config, policy, tokenizer, "cpu", "cpu")
     engine.progress = False
-    return GRPOTrainer(config, policy, tokenizer, engine, task, ParallelGrader(task.reward_fn, 1))
+    return sampler_and_learner(config, policy, tokenizer, engine, task, ParallelGrader(task.reward_fn, 1))
 
 
 def main(steps: int = 10) -> None:
     if steps < 4 or steps % 2:
         raise typer.BadParameter("--steps must be even and >= 4 (pairs; the first pair pays one-time costs)")
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = demo_trainer(Path(tmp))
-        tape = trainer.tape
+        sampler, learner = demo_parts(Path(tmp))
+        tape = learner.tape
         times: dict[str, list[tuple[float, float]]] = {"tape": [], "recompute": []}
         for step in range(steps):
             way = "tape" if step % 2 == 0 else "recompute"
-            trainer.tape = tape if way == "tape" else None
+            sampler.tape = learner.tape = tape if way == "tape" else None
             timer = PhaseTimer()
-            questions = trainer.order.take(trainer.config.n_prompts_per_rollout_batch)
+            questions = sampler.order.take(learner.config.n_prompts_per_rollout_batch)
             with timer("rollout"):
-                rollouts = trainer.generate(questions)
-            batch = trainer.make_batch(questions, rollouts, trainer.grade(questions, rollouts))
+                rollouts = sampler.generate(questions, learner.step)
+            batch = learner.make_batch(questions, rollouts, sampler.grade(questions, rollouts))
             start = time.perf_counter()
-            trainer.learn(batch)
+            learner.update(batch)
             rollout_s, train_s = timer.seconds["rollout"], time.perf_counter() - start
             times[way].append((rollout_s, train_s))
-            trainer.step_index += 1
             print(f"step {step + 1} ({way}): rollout {rollout_s:.2f}s, train {train_s:.2f}s", flush=True)
     for way, rows in times.items():
         rollout_s, train_s = (statistics.median(r[i] for r in rows[1:]) for i in (0, 1))

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import typer
 
-from alignment.data import load_math_examples
+from alignment.data.math_datasets import load_math_examples
 from alignment.grader import grade_answer, r1_zero_reward_fn
-from alignment.parallel_grading import ParallelGrader
-from alignment.symbolic import symbolically_equal
+from alignment.grading.parallel import ParallelGrader
+from alignment.grading.symbolic import symbolically_equal
 
 ADVERSARIAL = [
     "9^{9^{9^{9^{9}}}}", "\\frac{" * 5000, "10^{10^{10}}", "1" * 1_000_000, "9^{9^{9^{9}}}", "9^{9^{9}}", "2^{10^{7}}",

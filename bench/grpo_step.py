@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import typer
 
-from alignment.grpo_config import GRPOConfig
+from alignment.grpo.config import GRPOConfig
 from alignment.grpo_run import train_grpo
 
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")

@@ -18,8 +18,8 @@ import typer
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from alignment.hf_rollout import HFRolloutEngine, kv_cache_bytes_per_token
-from alignment.rollout import SamplingConfig
+from alignment.rollout.hf_engine import HFRolloutEngine, kv_cache_bytes_per_token
+from alignment.rollout.interface import SamplingConfig
 
 QWEN25_MATH_15B = dict(
     hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,

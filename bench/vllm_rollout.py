@@ -22,15 +22,15 @@ import time
 import torch
 import typer
 
-from alignment.data import load_math_examples
-from alignment.grpo_trainer import rollout_mismatch
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.keywords import keyword_tasks, load_keywords
-from alignment.models import SMOLLM2, load_model_and_tokenizer, resolve_model
+from alignment.data.math_datasets import load_math_examples
+from alignment.rollout_correction import rollout_mismatch
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.data.keywords import keyword_tasks, load_keywords
+from alignment.models.loading import SMOLLM2, load_model_and_tokenizer, resolve_model
 from alignment.prompts import chat_template, format_prompt, load_prompt
-from alignment.rollout import Rollout, SamplingConfig
-from alignment.rollout_backends import default_device
-from alignment.vllm_rollout import VLLMRolloutEngine
+from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.backends import default_device
+from alignment.rollout.vllm_engine import VLLMRolloutEngine
 
 
 

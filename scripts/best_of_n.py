@@ -18,17 +18,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import typer  # noqa: E402
 
-from alignment import cli  # noqa: E402
-from alignment.atomic import atomic_write_json, atomic_write_jsonl  # noqa: E402
+from alignment.config import cli  # noqa: E402
+from alignment.run import generation  # noqa: E402
+from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl  # noqa: E402
 from alignment.evaluation import GradedRollout, generate_and_grade  # noqa: E402
-from alignment.parallel_grading import ParallelGrader  # noqa: E402
+from alignment.grading.parallel import ParallelGrader  # noqa: E402
 from alignment.pass_at_k import best_at_k, pass_at_k  # noqa: E402
-from alignment.settings import setting, to_json  # noqa: E402
+from alignment.config.settings import setting, to_json  # noqa: E402
 
 
 
 @dataclass
-class BestOfNConfig(cli.GenerationConfig):
+class BestOfNConfig(generation.GenerationConfig):
     output_dir: Path = setting(Path("outputs/best_of_n"), "Where the result files and the plot go.")
     n_max: int = setting(16, "Samples generated per problem (one generation call).")
     ns: list[int] = setting([1, 4, 8, 16], "N values to report (repeatable); each must be <= --n-max.")
@@ -69,7 +70,7 @@ def run(config: BestOfNConfig) -> dict:
     too_big = [n for n in config.ns if not 1 <= n <= config.n_max]
     if too_big:
         raise cli.bad_flag("--ns", f"every N must be in [1, --n-max={config.n_max}]; got {too_big}")
-    setup = cli.set_up(config)
+    setup = generation.set_up(config)
     with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
         records, timings = generate_and_grade(
             setup.engine, [e.question for e in setup.examples], [e.answer for e in setup.examples], setup.template,

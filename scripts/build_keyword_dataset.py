@@ -14,15 +14,15 @@ from pathlib import Path
 
 import typer
 
-from alignment import cli
-from alignment.atomic import atomic_write_json
-from alignment.keyword_dataset import build_keyword_dataset, dataset_prompts, existing_dataset_files, write_keyword_dataset
-from alignment.keywords import DEFAULT_KEYWORDS, load_keywords
-from alignment.models import load_tokenizer
+from alignment.config import cli
+from alignment.utils.atomic import atomic_write_json
+from alignment.data.keyword_dataset import build_keyword_dataset, dataset_prompts, existing_dataset_files, write_keyword_dataset
+from alignment.data.keywords import DEFAULT_KEYWORDS, load_keywords
+from alignment.models.loading import load_tokenizer
 from alignment.prompts import chat_template
-from alignment.rollout import Backend, SamplingConfig
-from alignment.rollout_backends import make_rollout_engine, resolve_backend
-from alignment.settings import setting, to_json
+from alignment.rollout.interface import Backend, SamplingConfig
+from alignment.rollout.backends import make_rollout_engine, resolve_backend
+from alignment.config.settings import setting, to_json
 
 
 @dataclass

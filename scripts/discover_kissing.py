@@ -23,16 +23,16 @@ from typing import ClassVar, Literal
 
 import typer
 
-from alignment import cli
-from alignment.atomic import atomic_write_text
-from alignment.kissing_discovery import BEST_JSON, BEST_PROGRAM, LOG_FILE, Discovery, DiscoverySettings
-from alignment.kissing_report import REPORT, write_report
-from alignment.kissing_search import code_seeded_search, program_source
-from alignment.kissing_verifier import DIMENSION, evaluate_program
-from alignment.llm_client import ChatError, ChatModel, LocalChatModel, OpenAIChatClient
-from alignment.rollout import SamplingConfig
-from alignment.sandbox import SandboxLimits
-from alignment.settings import setting, to_json, write_run_settings
+from alignment.config import cli
+from alignment.utils.atomic import atomic_write_text
+from alignment.kissing.discovery import BEST_JSON, BEST_PROGRAM, LOG_FILE, Discovery, DiscoverySettings
+from alignment.kissing.report import REPORT, write_report
+from alignment.kissing.search import code_seeded_search, program_source
+from alignment.kissing.verifier import DIMENSION, evaluate_program
+from alignment.kissing.llm_client import ChatError, ChatModel, LocalChatModel, OpenAIChatClient
+from alignment.rollout.interface import SamplingConfig
+from alignment.kissing.sandbox import SandboxLimits
+from alignment.config.settings import setting, to_json, write_run_settings
 
 
 @dataclass
@@ -109,8 +109,8 @@ def chat_model(config: DiscoverConfig) -> ChatModel:
             return OpenAIChatClient(config.base_url, config.model, config.api_key_env, config.request_timeout_s, config.max_retries)
         except ValueError as err:
             raise cli.bad_flag("--base-url", str(err)) from None
-    from alignment.models import load_tokenizer
-    from alignment.rollout_backends import make_rollout_engine
+    from alignment.models.loading import load_tokenizer
+    from alignment.rollout.backends import make_rollout_engine
 
     device = {"device": config.device} if config.device else {}
     engine = make_rollout_engine(config.model, config.rollout_backend, **device, seed=config.seed)
@@ -137,7 +137,7 @@ def run(config: DiscoverConfig, resuming: bool) -> dict:
             if search_s > 0:
                 began = time.monotonic()
                 points, note = code_seeded_search(DIMENSION, search_s, config.seed)
-                header = f"Found by the project's search code (alignment.kissing_search), no language model:\n{note}"
+                header = f"Found by the project's search code (alignment.kissing.search), no language model:\n{note}"
                 discovery.add_program("search-code", program_source(points, header), note=note,
                                       generate_s=round(time.monotonic() - began, 3))
         if discovery.model_steps < config.iterations and discovery.remaining_s() > 0:

@@ -10,13 +10,14 @@ import textwrap
 
 import typer
 
-from alignment import cli
-from alignment.atomic import atomic_write_json, atomic_write_jsonl
+from alignment.config import cli
+from alignment.run import generation
+from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl
 from alignment.evaluation import GradedRollout, category, generate_and_grade, summarize
-from alignment.parallel_grading import ParallelGrader
-from alignment.settings import to_json
+from alignment.grading.parallel import ParallelGrader
+from alignment.config.settings import to_json
 
-EvalConfig = cli.GenerationConfig
+EvalConfig = generation.GenerationConfig
 
 
 def show_examples(records: list[GradedRollout], per_category: int = 2) -> None:
@@ -27,7 +28,7 @@ def show_examples(records: list[GradedRollout], per_category: int = 2) -> None:
 
 
 def run(config: EvalConfig) -> dict:
-    setup = cli.set_up(config)
+    setup = generation.set_up(config)
     with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
         questions, truths = [e.question for e in setup.examples], [e.answer for e in setup.examples]
         records, timings = generate_and_grade(setup.engine, questions, truths, setup.template, grader, setup.sampling)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from alignment.plotting import plot_runs
+from alignment.experiments.plotting import plot_runs
 
 
 def main(

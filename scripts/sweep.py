@@ -22,11 +22,11 @@ from typing import Any, Literal
 
 import typer
 
-from alignment.atomic import atomic_write_text
-from alignment.cli import option_parameters, typer_app
-from alignment.plotting import plot_rows
-from alignment.settings import setting
-from alignment.sweep import ArmRun, Preset, changed_settings, gpus_needed, launch, load_preset, read_metrics, results_table, run_command, run_state, \
+from alignment.utils.atomic import atomic_write_text
+from alignment.config.cli import option_parameters, typer_app
+from alignment.experiments.plotting import plot_rows
+from alignment.config.settings import setting
+from alignment.experiments.sweep import ArmRun, Preset, changed_settings, gpus_needed, launch, load_preset, read_metrics, results_table, run_command, run_state, \
     run_styles, write_run_config
 
 
@@ -53,7 +53,7 @@ def use_ray(config: SweepConfig, gpus: list[int]) -> bool:
 
 def run_on_ray(jobs: dict[str, tuple[list[str], Path]], gpus: dict[str, int], config: SweepConfig) -> dict[str, int]:
     """Every job as a Ray task holding its GPUs; Ray sets CUDA_VISIBLE_DEVICES for each."""
-    from alignment.ray_env import ray
+    from alignment.ray.env import ray
 
     ray.init(address=config.ray_address)
     try:

@@ -8,11 +8,11 @@
     uv run scripts/eval_zero_shot.py --model outputs/grpo/policy ...            # use what it trained
     uv run torchrun --nproc-per-node 2 scripts/train_grpo.py ...               # one policy sharded over 2 processes
 
-Every field of alignment.grpo_config.GRPOConfig is a flag (`--n-grpo-steps`, `--no-use-std-normalization`,
+Every field of alignment.grpo.config.GRPOConfig is a flag (`--n-grpo-steps`, `--no-use-std-normalization`,
 ...); defaults are the handouts' starter values. The run folder (--output-dir) gets settings.json,
 metrics.jsonl, rollouts.jsonl, checkpoint/, plots/ and, at the end, policy/: the trained model as a standard
 model folder that every script's --model accepts. Under torchrun the processes share one policy, sharded with
-FSDP2 (alignment/sharding.py); rank 0 writes the run folder and prints.
+FSDP2 (alignment/distributed/sharding.py); rank 0 writes the run folder and prints.
 """
 
 import inspect
@@ -21,12 +21,13 @@ from pathlib import Path
 
 import typer
 
-from alignment.cli import run_command
-from alignment.grpo_config import GRPOConfig, validate
-from alignment.memory_plan import Machine, grpo_workload, model_shape
-from alignment.memory_plan import report as memory_report
-from alignment.grpo_run import check_sharded, train_grpo
-from alignment.plotting import plot_runs, read_rows
+from alignment.config.cli import run_command
+from alignment.grpo.config import GRPOConfig, validate
+from alignment.run.memory_plan import Machine, grpo_workload, model_shape
+from alignment.run.memory_plan import report as memory_report
+from alignment.run.setup import check_sharded
+from alignment.grpo_run import train_grpo
+from alignment.experiments.plotting import plot_runs, read_rows
 
 
 def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None, plan_processes: int = 1) -> None:

@@ -15,10 +15,10 @@ per-phase seconds, samples/s, device-hours, version lag and staleness), rollouts
 
 import typer
 
-from alignment.cli import run_command
-from alignment.ray_cluster import ActorFailure
-from alignment.ray_config import RayGRPOConfig
-from alignment.ray_strategies import train_grpo_ray
+from alignment.config.cli import run_command
+from alignment.ray.cluster import ActorFailure
+from alignment.ray.config import RayGRPOConfig
+from alignment.ray.driver import train_grpo_ray
 from scripts.train_grpo import report
 
 

@@ -9,9 +9,9 @@ from torch import nn
 from torch.utils.data import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from alignment import packed_sft
+from alignment.data import packed_sft
 from alignment.advantages import compute_group_normalized_rewards
-from alignment.answer_parsers import parse_gsm8k_response, parse_mmlu_response
+from alignment.grading.parsers import parse_gsm8k_response, parse_mmlu_response
 from alignment.dpo import compute_per_instance_dpo_loss
 from alignment.grpo_step import grpo_microbatch_train_step
 from alignment.logprobs import compute_entropy, get_response_log_probs

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
-from alignment.data import MIRROR_ENV
-from alignment.models import SMOLLM2, load_tokenizer
+from alignment.data.math_datasets import MIRROR_ENV
+from alignment.models.loading import SMOLLM2, load_tokenizer
 from tests.hub_copies import write_hub_mirror
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

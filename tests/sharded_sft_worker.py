@@ -19,9 +19,9 @@ import torch.distributed as dist
 
 from alignment.expert_iteration import expert_iteration
 from alignment.grader import REWARD_FNS
-from alignment.sft_config import EIConfig, SFTConfig
+from alignment.supervised.config import EIConfig, SFTConfig
 from alignment.sft_run import train_sft
-from alignment.sharding import launched, start_group
+from alignment.distributed.sharding import launched, start_group
 
 QUESTIONS = ["Name a fruit.", "Count to three.", "Say hello.", "Add 3 and 4.", "Double 5.", "Halve 8."]
 HELD_OUT = ["What is 10 - 7?", "What is 3 * 3?"]

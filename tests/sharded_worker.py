@@ -23,16 +23,17 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
-from alignment.checkpoint import load_checkpoint
-from alignment.grpo_config import GRPOConfig
-from alignment.grpo_run import load_policy, train_grpo
-from alignment.grpo_trainer import GRPOTrainer, rollout_sampling
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.models import load_model_and_tokenizer
-from alignment.parallel_grading import ParallelGrader
+from alignment.run.checkpoint import load_checkpoint
+from alignment.grpo.config import GRPOConfig
+from alignment.run.setup import load_policy
+from alignment.grpo_run import train_grpo
+from alignment.grpo.learner import GRPOLearner
+from alignment.grpo.sampler import rollout_sampling
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.models.loading import load_model_and_tokenizer
 from alignment.prompts import format_prompt
-from alignment.sharding import ShardGroup, full_tensors, launched, start_group
-from alignment.task import Task
+from alignment.distributed.sharding import ShardGroup, full_tensors, launched, start_group
+from alignment.data.task import Task
 
 VARIANTS = {
     "sequence_mean": {"loss_aggregation": "sequence_mean"},
@@ -75,16 +76,15 @@ def update(model_dir: str, out: Path, group: ShardGroup | None) -> None:
         config = replace(base, **settings)
         torch.manual_seed(config.seed)
         policy, tokenizer = load_policy(config, "cpu", torch.float32, shard=group is not None)
-        trainer = GRPOTrainer(config, policy, tokenizer, None, TASK, ParallelGrader(hash_reward, 1))  # type: ignore[arg-type]
+        learner = GRPOLearner(config, policy, tokenizer, TASK)
         scores = [hash_reward(r.text, "") for r in rollouts]
         rows = []
         for _ in range(2 if config.kl_reference else 1):  # KL to the reference is 0 until the policy has moved
-            rows += trainer.learn(trainer.make_batch(questions, rollouts, scores))
+            rows += learner.update(learner.make_batch(questions, rollouts, scores))
         weights = full_tensors(policy.state_dict())
         if group is None or group.main:
             save_file({k: v.detach().clone() for k, v in weights.items()}, out / f"{name}.safetensors")
             (out / f"{name}.json").write_text(json.dumps([{k: v for k, v in row.items() if k in MEASURES} for row in rows]))
-        trainer.grader.close()
 
 
 def run_config(model_dir: str, out: Path, steps: int) -> GRPOConfig:
@@ -97,14 +97,13 @@ def load(model_dir: str, out: Path, group: ShardGroup | None) -> None:
     moments gathered whole to OUT/loaded-<count>.safetensors."""
     config = run_config(model_dir, out, 1)
     policy, tokenizer = load_policy(config, "cpu", torch.float32, shard=group is not None)
-    trainer = GRPOTrainer(config, policy, tokenizer, None, TASK, ParallelGrader(hash_reward, 1))  # type: ignore[arg-type]
-    load_checkpoint(out, config, policy, trainer.optimizer)
-    moments = {f"exp_avg.{name}": trainer.optimizer.state[p]["exp_avg"] for name, p in policy.named_parameters()}
+    learner = GRPOLearner(config, policy, tokenizer, TASK)
+    load_checkpoint(out, config, policy, learner.optimizer)
+    moments = {f"exp_avg.{name}": learner.optimizer.state[p]["exp_avg"] for name, p in policy.named_parameters()}
     weights = full_tensors(dict(policy.state_dict()) | moments)
     if group is None or group.main:
         count = 1 if group is None else group.size
         save_file({k: v.detach().clone() for k, v in weights.items()}, out / f"loaded-{count}.safetensors")
-    trainer.grader.close()
 
 
 if __name__ == "__main__":

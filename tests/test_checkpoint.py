@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from alignment.checkpoint import complete_step, export_policy, load_checkpoint, save_checkpoint
-from alignment.grpo_config import GRPOConfig
-from alignment.lm_checkpoint import load_transformer_lm
-from alignment.models import load_model_and_tokenizer
-from alignment.policy_folder import load_policy_weights, save_policy
+from alignment.run.checkpoint import complete_step, export_policy, load_checkpoint, save_checkpoint
+from alignment.grpo.config import GRPOConfig
+from alignment.models.lm_checkpoint import load_transformer_lm
+from alignment.models.loading import load_model_and_tokenizer
+from alignment.models.policy_folder import load_policy_weights, save_policy
 
 
 def trained_pair(model_dir, seed: int = 0):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from alignment.grpo_config import GRPOConfig
-from alignment.settings import SETTINGS_FILE, choices_of, flag, help_of, write_run_settings
+from alignment.grpo.config import GRPOConfig
+from alignment.config.settings import SETTINGS_FILE, choices_of, flag, help_of, write_run_settings
 from tests.test_train_script import captured  # noqa: F401  (the fixture: train_grpo replaced by a recorder)
 
 SCRIPTS = sorted(p.stem for p in (Path(__file__).parents[1] / "scripts").glob("*.py") if p.stem != "__init__")
@@ -37,8 +37,8 @@ def test_help_fits_80_columns_and_lists_every_choice_whole(script, monkeypatch):
 
 
 def test_every_setting_has_help_beside_its_field():
-    from alignment.cli import GenerationConfig
-    from alignment.ray_config import RayGRPOConfig
+    from alignment.run.generation import GenerationConfig
+    from alignment.ray.config import RayGRPOConfig
 
     for config_cls in (GRPOConfig, RayGRPOConfig, GenerationConfig):
         assert all(help_of(f) for f in fields(config_cls)), config_cls

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(
 PROBE = """
 import sys
 import torch
-from alignment.cpu_allocator import retain_freed_memory
+from alignment.run.cpu_allocator import retain_freed_memory
 
 def resident_mib():
     with open("/proc/self/statm") as f:

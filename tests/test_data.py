@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from alignment.data import load_math_examples
+from alignment.data.math_datasets import load_math_examples
 from alignment.grader import question_only_reward_fn, r1_zero_reward_fn
 from alignment.prompts import format_prompt, load_prompt
 

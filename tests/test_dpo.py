@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from alignment.dpo import dpo_loss
-from alignment.packed_sft import ALPACA_TEMPLATE
+from alignment.data.packed_sft import ALPACA_TEMPLATE
 from tests.adapters import run_compute_per_instance_dpo_loss
 
 PROMPT, CHOSEN, REJECTED = "What is 2 + 2?", "4", "5, obviously"

@@ -1,5 +1,5 @@
 """Faults from outside the process, on the real command line and a tiny model: kill -9 of scripts/train_grpo.py
-mid-rollout, mid-optimizer-step and mid-checkpoint write (ALIGNMENT_FAULT, see alignment/faults.py), then
+mid-rollout, mid-optimizer-step and mid-checkpoint write (ALIGNMENT_FAULT, see alignment/utils/faults.py), then
 --resume, must end with the metrics and weights of an uninterrupted run; the same for the Ray driver and for
 a Ray actor killed mid-rollout. Also: an output folder that cannot be written, and a disk that fills up during
 a checkpoint write. Minute-long tests are marked slow; their results are in docs/benchmarks.md."""
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from alignment.faults import ENV_VAR
-from alignment.policy_folder import read_weights
+from alignment.utils.faults import ENV_VAR
+from alignment.models.policy_folder import read_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 IGNORED_METRICS = ("time_", "samples_per_s", "device_hours")  # wall-clock figures differ between any two runs

@@ -7,14 +7,14 @@ import math
 import pytest
 import torch
 
-from alignment.grpo_config import GRPOConfig
+from alignment.grpo.config import GRPOConfig
 from alignment.grpo_run import train_grpo
-from alignment.grpo_trainer import GRPOTrainer
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.parallel_grading import ParallelGrader
-from alignment.rollout import Rollout
-from alignment.task import Task
-from tests.test_grpo_loop import TASK, hash_reward, tiny_config
+from alignment.grpo.learner import GRPOLearner
+from alignment.grpo.sampler import GRPOSampler
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import Rollout
+from alignment.data.task import Task
+from tests.test_grpo_loop import TASK, grpo_parts, hash_reward, tiny_config
 
 
 class BadRewardOnCall:
@@ -39,49 +39,57 @@ def test_a_bad_reward_stops_the_run_naming_the_step(tiny_model_dir, tmp_path, va
 
 
 @pytest.fixture
-def trainer(tiny_model, tokenizer) -> GRPOTrainer:
+def parts(tiny_model, tokenizer) -> tuple[GRPOSampler, GRPOLearner]:
     policy = copy.deepcopy(tiny_model)
     config = GRPOConfig(rollout_batch_size=4, group_size=2, train_batch_size=4, gradient_accumulation_steps=2,
                         sampling_max_tokens=6, sampling_min_tokens=2, loss_type="grpo_clip")
-    engine = HFRolloutEngine(policy, tokenizer, progress=False)
-    return GRPOTrainer(config, policy, tokenizer, engine, TASK, ParallelGrader(hash_reward, 1))
+    return grpo_parts(config, policy, tokenizer, HFRolloutEngine(policy, tokenizer, progress=False))
 
 
-def batch_of(trainer: GRPOTrainer, rollouts: list[Rollout]):
+@pytest.fixture
+def learner(parts) -> GRPOLearner:
+    return parts[1]
+
+
+def rollouts_of(parts: tuple[GRPOSampler, GRPOLearner]) -> list[Rollout]:
+    return parts[0].generate([0, 1], parts[1].step)
+
+
+def batch_of(learner: GRPOLearner, rollouts: list[Rollout]):
     scores = [hash_reward(r.text, "") for r in rollouts]
-    return trainer.make_batch([0, 1], rollouts, scores)
+    return learner.make_batch([0, 1], rollouts, scores)
 
 
-def test_nan_log_probs_stop_before_the_optimizer_touches_the_weights(trainer):
-    batch = batch_of(trainer, trainer.generate([0, 1]))
-    trainer.policy.model.norm.weight.data[0] = math.nan  # every log-prob of the batch becomes NaN
-    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+def test_nan_log_probs_stop_before_the_optimizer_touches_the_weights(parts, learner):
+    batch = batch_of(learner, rollouts_of(parts))
+    learner.policy.model.norm.weight.data[0] = math.nan  # every log-prob of the batch becomes NaN
+    before = {k: v.clone() for k, v in learner.policy.state_dict().items()}
     # the loss may stay finite (the forward tape replays the head's logits from before the poke); the gradient cannot
     with pytest.raises(FloatingPointError, match=r"GRPO step 1: loss \S+ and gradient norm nan .*weights were not updated"):
-        trainer.learn(batch)
-    after = trainer.policy.state_dict()
+        learner.update(batch)
+    after = learner.policy.state_dict()
     assert all(torch.equal(before[k], after[k]) or k == "model.norm.weight" for k in before)
     assert torch.equal(before["model.norm.weight"][1:], after["model.norm.weight"][1:])
-    assert all(p.grad is None for p in trainer.policy.parameters())  # nothing left over for a later step
+    assert all(p.grad is None for p in learner.policy.parameters())  # nothing left over for a later step
 
 
-def test_inf_old_log_probs_stop_the_step(trainer):
-    batch = batch_of(trainer, trainer.generate([0, 1]))
+def test_inf_old_log_probs_stop_the_step(parts, learner):
+    batch = batch_of(learner, rollouts_of(parts))
     batch.old_log_probs = torch.full(batch.labels.shape, -math.inf)  # GRPO-Clip's ratio becomes inf
-    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    before = {k: v.clone() for k, v in learner.policy.state_dict().items()}
     with pytest.raises(FloatingPointError, match="GRPO step 1: .*not updated"):
-        trainer.optimizer_step(batch)
-    assert all(torch.equal(before[k], v) for k, v in trainer.policy.state_dict().items())
+        learner.optimizer_step(batch)
+    assert all(torch.equal(before[k], v) for k, v in learner.policy.state_dict().items())
 
 
-def test_a_zero_token_response_inside_a_batch_trains_like_the_rest(trainer):
-    rollouts = trainer.generate([0, 1])
+def test_a_zero_token_response_inside_a_batch_trains_like_the_rest(parts, learner):
+    rollouts = rollouts_of(parts)
     rollouts[1] = Rollout(rollouts[1].prompt_index, "", [], [], "stop")  # e.g. an engine that stopped at once
-    batch = batch_of(trainer, rollouts)
+    batch = batch_of(learner, rollouts)
     assert not batch.response_mask[1].any() and batch.response_mask[0].any()
-    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
-    [row] = trainer.learn(batch)
+    before = {k: v.clone() for k, v in learner.policy.state_dict().items()}
+    [row] = learner.update(batch)
     assert math.isfinite(row["loss"]) and row["grad_norm"] > 0 and math.isfinite(row["token_entropy"])
-    after = trainer.policy.state_dict()
+    after = learner.policy.state_dict()
     assert all(after[k].isfinite().all() for k in after)
     assert any(not torch.equal(before[k], after[k]) for k in before)

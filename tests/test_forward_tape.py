@@ -9,19 +9,19 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaForCausalLM
 
-import alignment.shared_prompt as shared_prompt
-from alignment.forward_tape import ForwardTape, has_dropout
-from alignment.grpo_config import GRPOConfig
+import alignment.grpo.shared_prompt as shared_prompt
+from alignment.rollout.forward_tape import ForwardTape, has_dropout
+from alignment.grpo.config import GRPOConfig
 from alignment.grpo_run import train_grpo
-from alignment.grpo_trainer import GRPOTrainer, rollout_forward_tape
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.lm_rollout import TransformerLMRolloutEngine
+from alignment.grpo.learner import rollout_forward_tape
+from alignment.run.setup import build_engine, load_policy
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.lm_engine import TransformerLMRolloutEngine
 from alignment.logprobs import output_head
-from alignment.parallel_grading import ParallelGrader
-from alignment.rollout import SamplingConfig
-from alignment.rollout_batch import collate
-from alignment.transformer_lm import TransformerLM, config_from_llama, from_llama_state_dict
-from tests.test_grpo_loop import TASK, tiny_config
+from alignment.rollout.interface import SamplingConfig
+from alignment.grpo.batch import collate
+from alignment.models.transformer_lm import TransformerLM, config_from_llama, from_llama_state_dict
+from tests.test_grpo_loop import TASK, grpo_parts, tiny_config
 
 # the last holds the padding token (<|im_end|>, also the embedding's padding_idx), which gets no gradient
 PROMPTS = ["Name a river.", "What is two plus two? Answer briefly, please.", "Hi there<|im_end|> and more"]
@@ -177,20 +177,17 @@ def test_tape_only_where_replay_is_exact(tiny_model, tokenizer):
 
 def test_rollouts_changed_after_sampling_are_recomputed(tiny_model_dir, tmp_path):
     """The trainer replays only the rollouts the sampler recorded; edited ones train on a recomputed forward."""
-    from alignment.grpo_run import build_engine, load_policy
-
     config = tiny_config(tiny_model_dir, tmp_path, loss_type="grpo_clip", reuse_rollout_forward="on")
     policy, tokenizer = load_policy(config, "cpu", torch.float32)
-    trainer = GRPOTrainer(config, policy, tokenizer, build_engine(config, policy, tokenizer, "cpu", "cpu"), TASK,
-                          ParallelGrader(TASK.reward_fn, 1))
+    sampler, learner = grpo_parts(config, policy, tokenizer, build_engine(config, policy, tokenizer, "cpu", "cpu"))
     questions = [0, 1]
-    rollouts = trainer.generate(questions)
-    assert trainer.make_batch(questions, rollouts, trainer.grade(questions, rollouts)).slots is not None
+    rollouts = sampler.generate(questions, learner.step)
+    assert learner.make_batch(questions, rollouts, sampler.grade(questions, rollouts)).slots is not None
     rollouts[0] = replace(rollouts[0], token_ids=rollouts[0].token_ids[:1], logprobs=rollouts[0].logprobs[:1])
     rollouts[1] = replace(rollouts[1], token_ids=[rollouts[1].token_ids[0] + 1, *rollouts[1].token_ids[1:]])
-    batch = trainer.make_batch(questions, rollouts, trainer.grade(questions, rollouts))
+    batch = learner.make_batch(questions, rollouts, sampler.grade(questions, rollouts))
     assert batch.slots is None  # the second row's first token is not the one sampled
-    [row] = trainer.learn(batch)
+    [row] = learner.update(batch)
     assert math.isfinite(row["loss"]) and row["grad_norm"] > 0
 
 

@@ -8,11 +8,11 @@ import torch
 from alignment.evaluation import GradedRollout
 from alignment.generation_log import generation_summary, log_generations, response_entropies
 from alignment.grader import r1_zero_reward_fn
-from alignment.hf_rollout import HFRolloutEngine
+from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.logprobs import compute_entropy
-from alignment.parallel_grading import ParallelGrader
-from alignment.rollout import SamplingConfig
-from alignment.task import Task
+from alignment.grading.parallel import ParallelGrader
+from alignment.rollout.interface import SamplingConfig
+from alignment.data.task import Task
 
 
 def record(reward: float, fmt: float, tokens: int) -> GradedRollout:

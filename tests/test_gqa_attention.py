@@ -5,11 +5,11 @@ import copy
 
 import torch
 
-from alignment.gqa_attention import NAME, use_gqa_attention
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.models import load_model_and_tokenizer
-from alignment.rollout import SamplingConfig
-from alignment.shared_prompt import shared_prompt_log_probs
+from alignment.models.gqa_attention import NAME, use_gqa_attention
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.models.loading import load_model_and_tokenizer
+from alignment.rollout.interface import SamplingConfig
+from alignment.grpo.shared_prompt import shared_prompt_log_probs
 
 
 def twins(model):

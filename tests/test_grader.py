@@ -5,8 +5,8 @@ import time
 import pytest
 
 from alignment.grader import grade_answer, question_only_reward_fn, r1_zero_reward_fn
-from alignment.math_answers import gsm8k_ground_truth, last_boxed
-from alignment.symbolic import symbolically_equal
+from alignment.grading.answers import gsm8k_ground_truth, last_boxed
+from alignment.grading.symbolic import symbolically_equal
 
 
 def r1(answer: str) -> str:

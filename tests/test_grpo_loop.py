@@ -9,13 +9,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from alignment.grpo_config import GRPOConfig, validate
-from alignment.grpo_run import train_grpo
-from alignment.grpo_trainer import GRPOTrainer, score
-from alignment.task import Task
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.parallel_grading import ParallelGrader
-from alignment.rollout_batch import collate
+from alignment.grpo.config import GRPOConfig, validate
+from alignment.grpo_run import sampler_and_learner, train_grpo
+from alignment.grpo.learner import GRPOLearner
+from alignment.grpo.sampler import GRPOSampler, rollout_sampling
+from alignment.grpo.scoring import score
+from alignment.data.task import Task
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.grading.parallel import ParallelGrader
+from alignment.grpo.batch import collate
 
 
 def hash_reward(response: str, truth: str) -> dict[str, float]:
@@ -38,6 +40,11 @@ def tiny_config(model_dir, tmp_path, **overrides) -> GRPOConfig:
     return replace(base, **overrides)
 
 
+def grpo_parts(config: GRPOConfig, policy, tokenizer, engine, task: Task = TASK) -> tuple[GRPOSampler, GRPOLearner]:
+    """The sampler (grading in this process) and the learner of a GRPO run over `engine`, as train_grpo builds them."""
+    return sampler_and_learner(config, policy, tokenizer, engine, task, ParallelGrader(task.reward_fn, 1))
+
+
 LOSSES = ["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]
 
 
@@ -46,7 +53,7 @@ LOSSES = ["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]
 def test_one_step_for_every_loss(tiny_model_dir, tmp_path, loss_type, off_policy):
     extra = {"epochs_per_rollout_batch": 2, "train_batch_size": 2, "gradient_accumulation_steps": 1} if off_policy else {}
     config = tiny_config(tiny_model_dir, tmp_path, loss_type=loss_type, kl_reference=True, kl_prev=True, **extra)
-    from alignment.models import load_model_and_tokenizer
+    from alignment.models.loading import load_model_and_tokenizer
 
     initial = load_model_and_tokenizer(str(tiny_model_dir))[0].state_dict()
     rows = train_grpo(config, TASK, TASK)
@@ -69,9 +76,9 @@ def test_old_log_probs_carry_no_gradient(tiny_model, tokenizer):
     engine = HFRolloutEngine(tiny_model, tokenizer, progress=False)
     config = GRPOConfig(rollout_batch_size=4, group_size=2, train_batch_size=4, gradient_accumulation_steps=2,
                         sampling_max_tokens=8, kl_reference=False)  # a random model rarely stops: keep rollouts short
-    trainer = GRPOTrainer(config, tiny_model, tokenizer, engine, TASK, ParallelGrader(hash_reward, 1))
-    rollouts = engine.generate(QUESTIONS[:2], 2, trainer.sampling(0))
-    batch = collate(trainer.prompt_ids[:2], rollouts, torch.ones(4), torch.ones(4), tokenizer.pad_token_id)
+    learner = GRPOLearner(config, tiny_model, tokenizer, TASK)
+    rollouts = engine.generate(QUESTIONS[:2], 2, rollout_sampling(config, 0))
+    batch = collate(learner.prompt_ids[:2], rollouts, torch.ones(4), torch.ones(4), tokenizer.pad_token_id)
     old = score(tiny_model, batch, 2)
     assert not old.requires_grad and old.shape == batch.labels.shape
     assert (old[batch.response_mask] < 0).all()

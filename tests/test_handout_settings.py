@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from alignment.grpo_config import GRPOConfig
-from alignment.sweep import load_preset
+from alignment.grpo.config import GRPOConfig
+from alignment.experiments.sweep import load_preset
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # The handout's starter block (CS336 A5, "GRPO train loop"): setting -> (value, the handout's line for it)
@@ -48,7 +48,7 @@ def test_starter_file_and_defaults_are_the_handouts(name):
 def test_vllm_gets_the_handouts_share_of_a_gpu_of_its_own():
     """gpu_memory_utilization: float = 0.85 is for vLLM on its own GPU, as the handout runs it; on a GPU shared with
     the policy the memory plan sizes it (tests/test_memory_plan.py), so the setting defaults to None."""
-    from alignment.memory_plan import OWN_GPU_SHARE
+    from alignment.run.memory_plan import OWN_GPU_SHARE
 
     assert OWN_GPU_SHARE == 0.85 and GRPOConfig().gpu_memory_utilization is None
 

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.rollout_common import sample_tokens, sampling_log_probs
-from alignment.rollout import SamplingConfig
-from alignment import rollout_backends
-from alignment.rollout_backends import resolve_backend, vllm_usable
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.decoding import sample_tokens, sampling_log_probs
+from alignment.rollout.interface import SamplingConfig
+from alignment.rollout import backends as rollout_backends
+from alignment.rollout.backends import resolve_backend, vllm_usable
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy", "1 2 3 4"]
 

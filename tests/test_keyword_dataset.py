@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from alignment.keyword_dataset import (
+from alignment.data.keyword_dataset import (
     TRAIN_FILE,
     VALIDATION_FILE,
     build_keyword_dataset,
@@ -13,8 +13,8 @@ from alignment.keyword_dataset import (
     load_keyword_dataset,
     write_keyword_dataset,
 )
-from alignment.keywords import TEMPLATES, keyword_inclusion_reward_fn
-from alignment.rollout import Rollout, SamplingConfig
+from alignment.data.keywords import TEMPLATES, keyword_inclusion_reward_fn
+from alignment.rollout.interface import Rollout, SamplingConfig
 
 WORDS = ["apple", "river", "lantern", "compass", "garden", "bridge", "mirror", "candle"]
 SAMPLING = SamplingConfig(max_tokens=8, stop=(), seed=0)

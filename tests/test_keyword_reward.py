@@ -2,7 +2,7 @@
 
 import pytest
 
-from alignment.keywords import keyword_inclusion_reward_fn
+from alignment.data.keywords import keyword_inclusion_reward_fn
 
 
 def reward(response: str, keywords: list[str]) -> float:

@@ -11,14 +11,14 @@ import pytest
 
 from typer.testing import CliRunner
 
-from alignment.kissing_discovery import Candidate, Discovery, DiscoverySettings, extract_program, sample_parent
-from alignment.kissing_report import write_report
-from alignment.kissing_verifier import evaluate_program, verify_points
-from alignment.llm_client import ChatReply, LocalChatModel, TokenUsage
-from alignment.models import SMOLLM2, load_tokenizer
-from alignment.openai_server import OpenAIServer
-from alignment.rollout_backends import make_rollout_engine
-from alignment.sandbox import SandboxLimits
+from alignment.kissing.discovery import Candidate, Discovery, DiscoverySettings, extract_program, sample_parent
+from alignment.kissing.report import write_report
+from alignment.kissing.verifier import evaluate_program, verify_points
+from alignment.kissing.llm_client import ChatReply, LocalChatModel, TokenUsage
+from alignment.models.loading import SMOLLM2, load_tokenizer
+from alignment.kissing.openai_server import OpenAIServer
+from alignment.rollout.backends import make_rollout_engine
+from alignment.kissing.sandbox import SandboxLimits
 from scripts import discover_kissing
 
 LIMITS = SandboxLimits(timeout_s=10.0, memory_bytes=1024**3)

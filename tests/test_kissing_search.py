@@ -4,9 +4,9 @@ import itertools
 
 import numpy as np
 
-from alignment.kissing_search import (IndependentSetSearch, ball, code_seed, conflict_graph, constant_weight_code,
+from alignment.kissing.search import (IndependentSetSearch, ball, code_seed, conflict_graph, constant_weight_code,
                                       distance_conflict_graph, johnson_bound, program_source, search_shell, shell)
-from alignment.kissing_verifier import evaluate_program, verify_points
+from alignment.kissing.verifier import evaluate_program, verify_points
 
 
 def test_shell_counts_match_the_theta_series():

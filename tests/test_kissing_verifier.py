@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alignment.kissing_verifier import closest_pair, evaluate_program, verify_points
-from alignment.sandbox import SandboxLimits, run_untrusted
+from alignment.kissing.verifier import closest_pair, evaluate_program, verify_points
+from alignment.kissing.sandbox import SandboxLimits, run_untrusted
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = SandboxLimits(timeout_s=5.0, memory_bytes=1024**3)
@@ -74,7 +74,7 @@ def test_chunked_scan_agrees_with_brute_force(monkeypatch):
     d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
     d[np.tril_indices(700)] = 10**9
     i, j = np.unravel_index(np.argmin(d), d.shape)
-    monkeypatch.setattr("alignment.kissing_verifier.CHUNK_ENTRIES", 700 * 37)  # many uneven chunks
+    monkeypatch.setattr("alignment.kissing.verifier.CHUNK_ENTRIES", 700 * 37)  # many uneven chunks
     assert closest_pair(x) == (int(d[i, j]), int(i), int(j))
 
 

@@ -36,7 +36,7 @@ def test_k1_and_k3_estimate_the_true_kl_from_samples():
 
 
 def test_rollout_mismatch_by_hand():
-    from alignment.grpo_trainer import rollout_mismatch
+    from alignment.rollout_correction import rollout_mismatch
 
     found = rollout_mismatch(torch.tensor([0.1, -0.2, 0.0]))  # trainer minus engine, per response token
     assert found["rollout_logprob_diff_mean"] == pytest.approx(0.1)

@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.llm_client import ChatError, LocalChatModel, OpenAIChatClient
-from alignment.openai_server import ChatHandler, OpenAIServer
-from alignment.rollout import SamplingConfig
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.kissing.llm_client import ChatError, LocalChatModel, OpenAIChatClient
+from alignment.kissing.openai_server import ChatHandler, OpenAIServer
+from alignment.rollout.interface import SamplingConfig
 
 SAMPLING = SamplingConfig(temperature=1.0, max_tokens=6, stop=(), seed=0)
 MESSAGES = [{"role": "user", "content": "Say hi."}]

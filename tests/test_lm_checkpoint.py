@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from alignment.lm_checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_transformer_lm, save_transformer_lm
-from alignment.transformer_lm import TransformerConfig, TransformerLM
+from alignment.models.lm_checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_transformer_lm, save_transformer_lm
+from alignment.models.transformer_lm import TransformerConfig, TransformerLM
 
 TEXTS = ["The capital of France is", "Write a short story about a dragon who loves tea."]
 

@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.rollout_common import sampling_log_probs
-from alignment.lm_checkpoint import load_transformer_lm
-from alignment.lm_rollout import TransformerLMRolloutEngine
-from alignment.lm_sampler import sample
-from alignment.rollout import SamplingConfig
-from alignment.rollout_backends import make_rollout_engine, resolve_backend
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.decoding import sampling_log_probs
+from alignment.models.lm_checkpoint import load_transformer_lm
+from alignment.rollout.lm_engine import TransformerLMRolloutEngine
+from alignment.rollout.lm_sampler import sample
+from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.backends import make_rollout_engine, resolve_backend
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy", "1 2 3 4"]
 

@@ -1,4 +1,4 @@
-"""LoRA (alignment/lora.py) on a tiny model: adapters only in the optimizer and the checkpoint, the KL reference is
+"""LoRA (alignment/models/lora.py) on a tiny model: adapters only in the optimizer and the checkpoint, the KL reference is
 the base model without a second copy, the forward tape replays peft's layers exactly, and a GRPO run through the
 real command line resumes to the same end and leaves policy/ (merged, for eval_zero_shot) and policy/adapter/
 (loaded by peft.PeftModel.from_pretrained)."""
@@ -13,18 +13,18 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
-from alignment.forward_tape import ForwardTape, has_dropout
-from alignment.grpo_config import GRPOConfig, validate
+from alignment.rollout.forward_tape import ForwardTape, has_dropout
+from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo_run import train_grpo
-from alignment.hf_rollout import HFRolloutEngine
+from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.logprobs import output_head
-from alignment.lora import LoRASettings, merged_state_dict, reference_model, trainable_parameters
-from alignment.models import load_model_and_tokenizer
-from alignment.policy_folder import load_policy_weights, save_policy
-from alignment.rollout import SamplingConfig
-from alignment.rollout_batch import collate
-from alignment.shared_prompt import shared_prompt_log_probs
-from alignment.task import Task
+from alignment.models.lora import LoRASettings, merged_state_dict, reference_model, trainable_parameters
+from alignment.models.loading import load_model_and_tokenizer
+from alignment.models.policy_folder import load_policy_weights, save_policy
+from alignment.rollout.interface import SamplingConfig
+from alignment.grpo.batch import collate
+from alignment.grpo.shared_prompt import shared_prompt_log_probs
+from alignment.data.task import Task
 from scripts import eval_zero_shot
 
 runner = CliRunner()

@@ -124,7 +124,7 @@ def test_tis_on_grpo_clip_uses_old_log_probs_as_pi_train():
 
 @pytest.mark.parametrize("overrides", [dict(tis_cap=0.0), dict(tis_cap=2.0, sampling_temperature=0.7), dict(tis_cap=2.0, sampling_top_p=0.9)])
 def test_tis_cap_is_checked_before_a_run(overrides):
-    from alignment.grpo_config import GRPOConfig, validate
+    from alignment.grpo.config import GRPOConfig, validate
 
     with pytest.raises(ValueError, match=r"--tis-cap .* needs --sampling-temperature 1 and --sampling-top-p 1"):
         validate(GRPOConfig(**overrides))

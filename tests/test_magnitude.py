@@ -2,7 +2,7 @@
 
 import pytest
 
-from alignment.magnitude import too_big_for_sympy
+from alignment.grading.magnitude import too_big_for_sympy
 
 TOO_BIG = [
     "9^{9^{9^{9^{9}}}}",

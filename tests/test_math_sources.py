@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from alignment.data import MIRROR_ENV, load_math_examples, spread_subset
-from alignment.data_splits import run_data
+from alignment.data.math_datasets import MIRROR_ENV, load_math_examples, spread_subset
+from alignment.data.splits import run_data
 from alignment.grpo_run import train_grpo
 from alignment.prompts import load_prompt
 from tests.test_grpo_loop import tiny_config

@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from alignment.memory_plan import GiB, Machine, ModelShape, Workload, activation_bytes, plan, remedies, report
+from alignment.run.memory_plan import GiB, Machine, ModelShape, Workload, activation_bytes, plan, remedies, report
 
 QWEN_MATH_15B = ModelShape(hidden=1536, layers=28, heads=12, kv_heads=2, head_dim=128, intermediate=8960, vocab=151936,
                            tied_embeddings=True, qkv_bias=True)
@@ -156,7 +156,7 @@ def test_a_gpu_run_that_cannot_fit_is_refused_before_any_model_loads(qwen_config
     weights: the plan must stop the run first, naming the flags, since loading would fail otherwise."""
     from types import SimpleNamespace
 
-    from alignment.grpo_config import GRPOConfig
+    from alignment.grpo.config import GRPOConfig
     from alignment.grpo_run import train_grpo
 
     tokenizer.save_pretrained(qwen_config_dir)
@@ -242,8 +242,8 @@ def test_plan_processes_flag(qwen_config_dir):
 def test_a_gpu_run_under_torchrun_plans_for_its_processes(qwen_config_dir, tokenizer, monkeypatch, capsys):
     from types import SimpleNamespace
 
-    from alignment.grpo_config import GRPOConfig
-    from alignment.grpo_run import check_gpu_memory
+    from alignment.grpo.config import GRPOConfig
+    from alignment.run.setup import check_gpu_memory
 
     tokenizer.save_pretrained(qwen_config_dir)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=24 * GiB))

@@ -1,6 +1,6 @@
 import torch
 
-from alignment.models import SMOLLM2, load_model_and_tokenizer, smollm2_dir
+from alignment.models.loading import SMOLLM2, load_model_and_tokenizer, smollm2_dir
 
 
 def test_smollm2_loads_offline_and_continues_sensibly():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from alignment.advantages import estimate_advantages, overlong_penalty, reinforce_pp_advantages, rloo_advantages
-from alignment.grpo_config import GRPOConfig, validate
+from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo_step import aggregate_token_loss, grpo_microbatch_train_step
 from alignment.losses import compute_cispo_loss, compute_grpo_clip_loss, compute_gspo_loss, sequence_log_ratio
 from alignment.rollout_correction import rollout_correction_weights
@@ -197,8 +197,8 @@ def test_a_masked_token_leaves_the_loss_but_not_the_denominator():
 
 
 def test_old_length_normalization_settings_still_load(tmp_path):
-    from alignment.cli import read_config_file
-    from alignment.settings import SETTINGS_FILE, read_run_settings
+    from alignment.config.cli import read_config_file
+    from alignment.config.settings import SETTINGS_FILE, read_run_settings
 
     old = tmp_path / "old.toml"
     old.write_text('length_normalization = "masked_normalize"\nnormalize_constant = 512.0\n')
@@ -218,9 +218,9 @@ def test_old_length_normalization_settings_still_load(tmp_path):
 def test_a_checkpoint_from_before_these_settings_resumes(tiny_model_dir, tmp_path):
     """An earlier version's checkpoint names length_normalization and lacks every setting added since: it is the same
     configuration as today's defaults with loss_aggregation in its place."""
-    from alignment.checkpoint import STATE, load_checkpoint
+    from alignment.run.checkpoint import STATE, load_checkpoint
     from alignment.grpo_run import train_grpo
-    from alignment.models import load_model_and_tokenizer
+    from alignment.models.loading import load_model_and_tokenizer
     from tests.test_grpo_loop import TASK, tiny_config
 
     config = tiny_config(tiny_model_dir, tmp_path, kl_reference=False, kl_prev=False)
@@ -278,7 +278,7 @@ def one_agreeing_question(response: str, truth: str) -> dict[str, float]:
 
 def test_dynamic_sampling_drops_agreeing_groups_and_resumes_exactly(tiny_model_dir, tmp_path):
     from alignment.grpo_run import train_grpo
-    from alignment.task import Task
+    from alignment.data.task import Task
     from tests.test_grpo_loop import TASK, tiny_config
 
     task = Task(TASK.questions, TASK.truths, TASK.template, one_agreeing_question)

@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from alignment.packed_sft import ALPACA_TEMPLATE
+from alignment.data.packed_sft import ALPACA_TEMPLATE
 from tests.adapters import get_packed_sft_dataset, run_iterate_batches
 
 RECORDS = [{"prompt": f"Say {w} twice.", "response": f"{w} {w}"} for w in ("red", "green", "blue", "tea", "sky")]

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from alignment.atomic import atomic_write_jsonl
+from alignment.utils.atomic import atomic_write_jsonl
 from alignment.grader import r1_zero_reward_fn
-from alignment.parallel_grading import ParallelGrader
+from alignment.grading.parallel import ParallelGrader
 
 
 def test_parallel_grades_equal_sequential_grades():

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from alignment.plotting import plot_runs, read_rows
+from alignment.experiments.plotting import plot_runs, read_rows
 
 
 def write_run(folder: Path, rewards: list[float]) -> Path:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from alignment.data_splits import run_data
-from alignment.grpo_config import GRPOConfig
-from alignment.grpo_run import keyword_run_tasks
+from alignment.data.splits import run_data
+from alignment.grpo.config import GRPOConfig
+from alignment.run.setup import keyword_run_tasks
 from alignment.prompts import load_prompt
-from alignment.sft_config import EIConfig, SFTConfig
+from alignment.supervised.config import EIConfig, SFTConfig
 from alignment.sft_run import load_training_examples, sft_validation
-from alignment.sweep import load_preset
+from alignment.experiments.sweep import load_preset
 from tests.conftest import SHARED_DATA
 from tests.hub_copies import write_course_math
 

@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-from alignment.checkpoint import fingerprint
-from alignment.ray_config import RayGRPOConfig, validate_ray
-from alignment.settings import write_run_settings
+from alignment.run.checkpoint import fingerprint
+from alignment.ray.config import RayGRPOConfig, validate_ray
+from alignment.config.settings import write_run_settings
 from scripts import train_grpo_ray as script
 
 BASE = RayGRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=4)

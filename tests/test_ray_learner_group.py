@@ -1,4 +1,4 @@
-"""The learner as 2 Ray actors sharing the policy (FSDP2 over gloo, alignment/ray_learner_group.py) gives the update of
+"""The learner as 2 Ray actors sharing the policy (FSDP2 over gloo, alignment/ray/learner_group.py) gives the update of
 1 Learner, and saves and restores its shards. (A whole run with it: test_ray_strategies.py's replay-buffer test.)
 
 Tolerance: on a fixed batch (12 rollouts, 2 AdamW steps at lr 1e-3 of 3 microbatches each, so that rank 1 runs an
@@ -16,15 +16,15 @@ from dataclasses import replace
 import pytest
 import torch
 
-from alignment.grpo_trainer import rollout_sampling
-from alignment.hf_rollout import HFRolloutEngine
-from alignment.ray_learner_group import LearnerGroup
-from alignment.models import load_model_and_tokenizer
+from alignment.grpo.sampler import rollout_sampling
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.ray.learner_group import LearnerGroup
+from alignment.models.loading import load_model_and_tokenizer
 from alignment.prompts import format_prompt
-from alignment.ray_actors import Learner
-from alignment.ray_cluster import ActorFailure
-from alignment.ray_env import ray
-from alignment.ray_strategies import train_grpo_ray
+from alignment.ray.actors import Learner
+from alignment.ray.cluster import ActorFailure
+from alignment.ray.env import ray
+from alignment.ray.driver import train_grpo_ray
 from tests.test_ray_strategies import TASK, check_rows, config_for, logged
 
 QUESTIONS = [0, 1, 2, 3]

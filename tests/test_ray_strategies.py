@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from alignment.models import load_model_and_tokenizer
-from alignment.ray_actors import weights_digest
-from alignment.ray_cluster import ActorFailure
-from alignment.ray_config import RayGRPOConfig
-from alignment.ray_env import ray
-from alignment.ray_strategies import train_grpo_ray
-from alignment.task import Task
+from alignment.models.loading import load_model_and_tokenizer
+from alignment.ray.actors import weights_digest
+from alignment.ray.cluster import ActorFailure
+from alignment.ray.config import RayGRPOConfig
+from alignment.ray.env import ray
+from alignment.ray.driver import train_grpo_ray
+from alignment.data.task import Task
 from tests.test_grpo_loop import QUESTIONS
 
 PHASES = {"time_rollout_s", "time_grading_s", "time_train_s", "time_weight_sync_s", "time_step_s"}

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from alignment.replay_buffer import Group, ReplayBuffer, staleness
-from alignment.rollout import Rollout
+from alignment.ray.replay_buffer import Group, ReplayBuffer, staleness
+from alignment.rollout.interface import Rollout
 
 
 def group(question: int, version: int) -> Group:

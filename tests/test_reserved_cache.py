@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from alignment.reserved_cache import ReservedCache
+from alignment.rollout.reserved_cache import ReservedCache
 
 
 def decode_logits(model, cache, steps: int = 6) -> list[torch.Tensor]:

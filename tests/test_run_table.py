@@ -1,11 +1,11 @@
-"""alignment.run_table: metrics.jsonl files and both shapes of wandb CSV export read as runs of rows."""
+"""alignment.experiments.run_table: metrics.jsonl files and both shapes of wandb CSV export read as runs of rows."""
 
 import json
 import math
 
 import pytest
 
-from alignment.run_table import final_rewards, final_rewards_table, load_runs, read_metrics_jsonl, read_wandb_export
+from alignment.experiments.run_table import final_rewards, final_rewards_table, load_runs, read_metrics_jsonl, read_wandb_export
 
 PANEL = (  # a chart panel's export: Step, then "<run> - <metric>" with smoothing companions, blanks where a run has no point
     '"Step","clip - eval_reward","clip - eval_reward__MIN","clip - eval_reward__MAX","no_clip - eval_reward"\n'

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from alignment.data import MathExample
+from alignment.data.math_datasets import MathExample
 from alignment.grader import r1_zero_reward_fn
 from alignment.prompts import format_prompt, load_prompt
-from alignment.sft_data import gsm8k_trace, load_sft_examples, strip_calculator_annotations
+from alignment.data.sft_examples import gsm8k_trace, load_sft_examples, strip_calculator_annotations
 
 NATALIA = {
     "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "

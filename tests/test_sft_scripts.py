@@ -9,12 +9,12 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from alignment import sft_trainer
-from alignment.checkpoint import complete_step
+from alignment.supervised import trainer as sft_trainer
+from alignment.run.checkpoint import complete_step
 from alignment.expert_iteration import correct_examples
 from alignment.prompts import format_prompt, load_prompt
-from alignment.rollout import Rollout
-from alignment.sft_config import EIConfig, SFTConfig, flag
+from alignment.rollout.interface import Rollout
+from alignment.supervised.config import EIConfig, SFTConfig, flag
 from alignment.sft_run import train_sft
 from scripts import expert_iteration, train_sft as train_sft_script
 

@@ -21,7 +21,7 @@ import pytest
 from safetensors.torch import load_file
 
 from alignment.expert_iteration import expert_iteration
-from alignment.sft_config import EIConfig, SFTConfig
+from alignment.supervised.config import EIConfig, SFTConfig
 from alignment.sft_run import train_sft
 from tests.sharded_sft_worker import sft_config, write_data
 

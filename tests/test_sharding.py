@@ -20,8 +20,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from alignment.sharded_checkpoint import _SafeReader
-from alignment.sharding import ShardGroup, my_microbatches, my_slice
+from alignment.distributed.sharded_checkpoint import _SafeReader
+from alignment.distributed.sharding import ShardGroup, my_microbatches, my_slice
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]  # a free port each

@@ -6,12 +6,12 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-import alignment.shared_prompt as shared_prompt
+import alignment.grpo.shared_prompt as shared_prompt
 from alignment.logprobs import get_response_log_probs
-from alignment.rollout import Rollout
-from alignment.rollout_batch import collate
-from alignment.shared_prompt import can_share_prompts, packing_pays, shared_prompt_log_probs
-from alignment.transformer_lm import TransformerLM, config_from_llama, from_llama_state_dict
+from alignment.rollout.interface import Rollout
+from alignment.grpo.batch import collate
+from alignment.grpo.shared_prompt import can_share_prompts, packing_pays, shared_prompt_log_probs
+from alignment.models.transformer_lm import TransformerLM, config_from_llama, from_llama_state_dict
 
 
 def rollout(prompt_index: int, tokens: list[int]) -> Rollout:

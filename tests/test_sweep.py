@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from alignment.checkpoint import MARKER, STATE
-from alignment.sweep import load_preset, results_table, run_state, toml_value, write_run_config
+from alignment.run.checkpoint import MARKER, STATE
+from alignment.experiments.sweep import load_preset, results_table, run_state, toml_value, write_run_config
 from scripts import sweep as script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,7 +218,7 @@ def test_bad_flags_and_preset_are_reported(tmp_path):
 @pytest.mark.parametrize("backend,build,gpus", [("vllm", "cpu", 2), ("auto", "cuda", 2), ("auto", None, 1),
                                                 ("auto", "cpu", 1), ("hf", "cuda", 1), ("transformer_lm", "cuda", 1)])
 def test_a_run_gets_a_rollout_gpu_when_vllm_generates(monkeypatch, backend, build, gpus):
-    import alignment.sweep
+    import alignment.experiments.sweep
 
-    monkeypatch.setattr(alignment.sweep, "vllm_build", lambda: build)  # which vLLM wheel a GPU machine has installed
-    assert alignment.sweep.gpus_needed({"backend": backend}) == gpus
+    monkeypatch.setattr(alignment.experiments.sweep, "vllm_build", lambda: build)  # which vLLM wheel a GPU machine has installed
+    assert alignment.experiments.sweep.gpus_needed({"backend": backend}) == gpus

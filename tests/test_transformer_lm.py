@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from alignment.models import SMOLLM2, resolve_model
-from alignment.transformer_lm import config_from_llama, from_llama_state_dict
+from alignment.models.loading import SMOLLM2, resolve_model
+from alignment.models.transformer_lm import config_from_llama, from_llama_state_dict
 
 PROMPTS = ["The capital of France is", "1 2 3 4 5", "Write a short story about a dragon who loves tea."]
 

@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from alignment.grpo_config import validate
+from alignment.grpo.config import validate
 from alignment.grpo_run import train_grpo
-from alignment.lm_checkpoint import load_transformer_lm
-from alignment.transformer_lm import TransformerLM
+from alignment.models.lm_checkpoint import load_transformer_lm
+from alignment.models.transformer_lm import TransformerLM
 from tests.test_grpo_loop import TASK, tiny_config
 
 

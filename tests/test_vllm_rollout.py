@@ -9,8 +9,8 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from typer.testing import CliRunner
 
-from alignment.rollout import SamplingConfig
-from alignment.rollout_backends import resolve_backend, vllm_build, vllm_usable
+from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.backends import resolve_backend, vllm_build, vllm_usable
 
 BUILD = vllm_build()
 DEVICE = "cuda:0" if BUILD == "cuda" else "cpu"
@@ -39,7 +39,7 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    from alignment.vllm_rollout import VLLMRolloutEngine
+    from alignment.rollout.vllm_engine import VLLMRolloutEngine
 
     return VLLMRolloutEngine(str(tiny_model_dir), DEVICE, torch.float32, seed=0, gpu_memory_utilization=0.3,
                              cpu_kv_cache_bytes=64 << 20)
@@ -112,7 +112,7 @@ def test_weight_updates_change_generations_and_restore_them(engine, policy):
 
 
 def test_auto_picks_vllm_where_its_build_runs_and_a_wrong_device_is_refused():
-    from alignment.vllm_rollout import VLLMRolloutEngine
+    from alignment.rollout.vllm_engine import VLLMRolloutEngine
 
     assert resolve_backend("auto", DEVICE) == "vllm"
     if BUILD != "cpu":
@@ -186,7 +186,7 @@ def test_eval_and_best_of_n_scripts_with_vllm(tiny_model_dir, tmp_path):
 
 @pytest.fixture(scope="module")
 def cluster():
-    from alignment.ray_env import ray
+    from alignment.ray.env import ray
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
     yield ray
@@ -195,9 +195,9 @@ def cluster():
 
 @pytest.mark.slow  # a minute: Ray, then a learner and a generator that builds its own engine
 def test_ray_generator_holding_vllm_receives_the_learners_weights(cluster, tiny_model_dir):
-    from alignment.ray_actors import Generator, Learner, spawn
-    from alignment.ray_config import RayGRPOConfig
-    from alignment.weight_sync import WeightSync
+    from alignment.ray.actors import Generator, Learner, spawn
+    from alignment.ray.config import RayGRPOConfig
+    from alignment.ray.weight_sync import WeightSync
     from tests.test_ray_strategies import TASK  # its reward ships by value to the actors
 
     ray = cluster
@@ -231,7 +231,7 @@ def test_collective_transports_are_refused_for_a_vllm_generator(transport):
     """Measured here: gloo's group fails to form in an actor whose vLLM engine already holds the process's
     torch.distributed group ("the new group's world size should be less or equal to the world size set by
     init_process_group"); nccl forms the same kind of group (and needs two GPUs)."""
-    from alignment.ray_config import RayGRPOConfig, validate_ray
+    from alignment.ray.config import RayGRPOConfig, validate_ray
 
     config = RayGRPOConfig(backend="vllm", strategy="disaggregated-one-behind", weight_sync=transport)
     with pytest.raises(ValueError, match=f"--weight-sync {transport} cannot reach a vLLM generator"):
@@ -241,7 +241,7 @@ def test_collective_transports_are_refused_for_a_vllm_generator(transport):
 def test_lora_grpo_on_vllm_samples_the_merged_adapters(tiny_model_dir, tmp_path):
     """Two LoRA steps with vLLM rollouts: the engine gets the merged weights after each update (its log-probs
     agree with the trainer's at step 2) and the run ends with the merged policy/ and its adapter/."""
-    from alignment.grpo_config import GRPOConfig
+    from alignment.grpo.config import GRPOConfig
     from alignment.grpo_run import train_grpo
     from tests.test_grpo_loop import TASK
 
@@ -264,9 +264,9 @@ def test_lora_grpo_on_vllm_samples_the_merged_adapters(tiny_model_dir, tmp_path)
 def test_a_vllm_engine_serving_lora_samples_the_adapted_policy(tiny_model_dir, tokenizer):
     """The adapters alone (what a LoRA learner's weight sync sends) become the engine's next adapter version, and
     its log-probs are the adapted policy's; a second version replaces the first."""
-    from alignment.lora import LoRASettings, sync_state_dict
-    from alignment.models import load_model_and_tokenizer
-    from alignment.vllm_rollout import VLLMRolloutEngine
+    from alignment.models.lora import LoRASettings, sync_state_dict
+    from alignment.models.loading import load_model_and_tokenizer
+    from alignment.rollout.vllm_engine import VLLMRolloutEngine
 
     lora = LoRASettings(lora_rank=8, lora_alpha=16.0)
     torch.manual_seed(0)

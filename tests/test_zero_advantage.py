@@ -5,44 +5,44 @@ import math
 import pytest
 import torch
 
-from alignment.grpo_run import build_engine, load_policy
-from alignment.grpo_trainer import GRPOTrainer
-from alignment.parallel_grading import ParallelGrader
-from tests.test_grpo_loop import LOSSES, TASK, tiny_config
+from alignment.run.setup import build_engine, load_policy
+from alignment.grpo.learner import GRPOLearner
+from alignment.grpo.sampler import GRPOSampler
+from tests.test_grpo_loop import LOSSES, grpo_parts, tiny_config
 
 QUESTIONS = [0, 1, 2, 3]  # 4 groups of 2 rows; microbatches of 4 rows, two groups each
 
 
-def trainer_for(tiny_model_dir, tmp_path, skip: bool, **overrides) -> GRPOTrainer:
+def trainer_for(tiny_model_dir, tmp_path, skip: bool, **overrides) -> tuple[GRPOSampler, GRPOLearner]:
     config = tiny_config(tiny_model_dir, tmp_path / f"skip_{skip}", skip_zero_advantage=skip, kl_reference=False,
                          rollout_batch_size=8, train_batch_size=8, **overrides)
     torch.manual_seed(config.seed)
     policy, tokenizer = load_policy(config, "cpu", torch.float32)
     engine = build_engine(config, policy, tokenizer, "cpu", "cpu")
-    return GRPOTrainer(config, policy, tokenizer, engine, TASK, ParallelGrader(TASK.reward_fn, 1))
+    return grpo_parts(config, policy, tokenizer, engine)
 
 
-def step(trainer: GRPOTrainer, weights: list[float], in_loss: list[bool] | None = None) -> dict[str, float]:
+def step(parts: tuple[GRPOSampler, GRPOLearner], weights: list[float], in_loss: list[bool] | None = None) -> dict[str, float]:
     """One rollout batch whose loss weights (the advantages, or the rewards for no_baseline) are `weights`, and
     whose rows in the loss (as --mask-truncated would set them) are `in_loss`."""
-    rollouts = trainer.generate(QUESTIONS)
-    batch = trainer.make_batch(QUESTIONS, rollouts, trainer.grade(QUESTIONS, rollouts))
+    sampler, learner = parts
+    rollouts = sampler.generate(QUESTIONS, learner.step)
+    batch = learner.make_batch(QUESTIONS, rollouts, sampler.grade(QUESTIONS, rollouts))
     if in_loss is not None:
         batch.in_loss = torch.tensor(in_loss)[:, None]
     column = torch.tensor(weights)[:, None]
     # the other of the two a loss does not read is non-zero: the skip must look at the one the loss weighs by
-    if trainer.config.loss_type == "no_baseline":
+    if learner.config.loss_type == "no_baseline":
         batch.raw_rewards, batch.advantages = column, torch.ones_like(column)
     else:
         batch.raw_rewards, batch.advantages = torch.ones_like(column), column
-    [row] = trainer.learn(batch)
-    trainer.step_index += 1
+    [row] = learner.update(batch)
     return row
 
 
-def assert_same_steps(on: GRPOTrainer, off: GRPOTrainer, steps: list[list[float]],
+def assert_same_steps(on: tuple[GRPOSampler, GRPOLearner], off: tuple[GRPOSampler, GRPOLearner], steps: list[list[float]],
                       in_loss: list[bool] | None = None) -> list[dict[str, float]]:
-    rows, initial = [], [p.detach().clone() for p in off.policy.parameters()]
+    rows, initial = [], [p.detach().clone() for p in off[1].policy.parameters()]
     for weights in steps:
         a, b = step(on, weights, in_loss), step(off, weights, in_loss)
         for key in ("loss", "grad_norm", "token_entropy", "clip_fraction", "tis_weight_mean", "rollout_masked_fraction"):
@@ -54,7 +54,7 @@ def assert_same_steps(on: GRPOTrainer, off: GRPOTrainer, steps: list[list[float]
         assert a["rollout_logprob_diff_mean"] == pytest.approx(b["rollout_logprob_diff_mean"], abs=1e-5)
         assert b["rows_without_backward"] == 0
         rows.append(a)
-    for (name, p), q, start in zip(on.policy.named_parameters(), off.policy.parameters(), initial, strict=True):
+    for (name, p), q, start in zip(on[1].policy.named_parameters(), off[1].policy.parameters(), initial, strict=True):
         # Adam turns rounding in a near-zero gradient entry into up to a learning rate's step (1e-3): compare the
         # updates, the same to a hundred-thousandth on average and nowhere off by a tenth of the learning rate
         update, difference = (q - start).abs(), (p - q).abs()
@@ -70,7 +70,7 @@ def test_rows_of_zero_weight_change_nothing_but_the_work(tiny_model_dir, tmp_pat
     with nothing to learn.)"""
     on, off = (trainer_for(tiny_model_dir, tmp_path, skip, loss_type=loss_type, reuse_rollout_forward=reuse)
                for skip in (True, False))
-    assert (on.tape is not None) == (reuse == "on")
+    assert (on[1].tape is not None) == (reuse == "on")
     weights = [[0, 0, 0.5, -0.5, 0.7, 0, -1, 1], [0, 0, 0, 0, 1.5, -1.5, 0.2, -0.2]]
     rows = assert_same_steps(on, off, weights)
     assert [r["rows_without_backward"] for r in rows] == [3 / 8, 4 / 8]

@@ -1,0 +1,134 @@
+"""Figures of GRPO runs from metrics.jsonl files or wandb CSV exports: several runs per figure."""
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from alignment.experiments.run_table import read_metrics_jsonl, read_wandb_export  # noqa: E402
+
+PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
+CURVES = {  # file name -> (y label, metric keys)
+    "token_entropy": ("token entropy (nats)", ["token_entropy"]),
+    "grad_norm": ("gradient norm (before clipping)", ["grad_norm"]),
+    "response_length": ("response tokens", ["response_length_mean", "response_length_max"]),
+    "kl": ("KL estimate", ["kl_ref_k1", "kl_ref_k3", "kl_prev_k1", "kl_prev_k3"]),
+    "clip_fraction": ("clipped token fraction", ["clip_fraction"]),
+    "train_reward": ("train reward", ["train_reward", "train_format_reward"]),
+    "eval_format_reward": ("validation format reward", ["eval_format_reward"]),
+}
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Rows of a metrics.jsonl, or of a wandb CSV export of one run (`_step`/`Step` read as grpo_step)."""
+    if path.suffix != ".csv":
+        return read_metrics_jsonl(path)
+    runs = read_wandb_export(path)
+    if len(runs) > 1:
+        raise ValueError(f"{path} holds {len(runs)} runs ({', '.join(runs)}); read it with alignment.experiments.run_table.load_runs")
+    return next(iter(runs.values()), [])
+
+
+def series(rows: list[dict], key: str, x: str = "grpo_step") -> tuple[list[float], list[float]]:
+    points = [(row[x], row[key]) for row in rows if key in row and x in row]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def line_figure(runs: dict[str, list[dict]], keys: list[str], ylabel: str, path: Path, x: str = "grpo_step",
+                styles: dict[str, dict[str, Any]] | None = None, xlabel: str = "GRPO step") -> bool:
+    """One line per run and key; `styles` gives a run's line keyword arguments (colour per arm, dashes per
+    seed), used where a figure has one key per run."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = False
+    for label, rows in runs.items():
+        style = (styles or {}).get(label, {}) if len(keys) == 1 else {}
+        for key in keys:
+            xs, ys = series(rows, key, x)
+            if xs:
+                name = label if len(keys) == 1 else f"{label}: {key}"
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=name, **style)
+                drawn = True
+    if drawn:
+        ax.set_xlabel("wall time (s)" if x == "time_elapsed_s" else xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return drawn
+
+
+def phase_figure(label: str, rows: list[dict], path: Path) -> bool:
+    """Stacked seconds per phase for each GRPO step (the first optimizer-step row of each)."""
+    by_step: dict[float, dict] = {}
+    for row in rows:
+        if any(f"time_{p}_s" in row for p in PHASES):
+            by_step.setdefault(row["grpo_step"], row)
+    if not by_step:
+        return False
+    steps = sorted(by_step)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bottom = [0.0] * len(steps)
+    for phase in PHASES:
+        values = [by_step[s].get(f"time_{phase}_s", 0.0) for s in steps]
+        ax.bar(steps, values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"time per phase: {label}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_runs(paths: list[Path], labels: list[str], output_dir: Path,
+              styles: dict[str, dict[str, Any]] | None = None, phases: bool = True) -> list[Path]:
+    if labels and len(labels) != len(paths):
+        raise ValueError(f"got {len(labels)} labels for {len(paths)} runs (--label)")
+    labels = labels or [p.parent.name or p.stem for p in paths]
+    return plot_rows({label: read_rows(path) for label, path in zip(labels, paths)}, output_dir, styles, phases)
+
+
+def plot_rows(runs: dict[str, list[dict]], output_dir: Path, styles: dict[str, dict[str, Any]] | None = None,
+              phases: bool = True) -> list[Path]:
+    """Every figure some run has data for, one line per run; `phases` adds one time-per-phase figure per run."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    figures = {
+        "eval_reward_vs_step": (["eval_reward"], "validation reward", "grpo_step"),
+        "eval_reward_vs_time": (["eval_reward"], "validation reward", "time_elapsed_s"),
+    } | {name: (keys, ylabel, "grpo_step") for name, (ylabel, keys) in CURVES.items()}
+    for name, (keys, ylabel, x) in figures.items():
+        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x, styles):
+            written.append(output_dir / f"{name}.png")
+    for label, rows in runs.items() if phases else ():
+        path = output_dir / f"phase_times_{label.replace('/', '_')}.png"
+        if phase_figure(label, rows, path):
+            written.append(path)
+    return written
+
+
+SFT_FIGURES = {  # an SFT or EI run's figures: file name -> (y label, metric keys)
+    "eval_rewards": ("held-out reward", ["eval_format_reward", "eval_answer_reward"]),
+    "eval_token_entropy": ("held-out response entropy (nats/token)", ["eval_token_entropy"]),
+    "eval_response_length": ("held-out response tokens", ["eval_response_length", "eval_response_length_correct", "eval_response_length_incorrect"]),
+    "train_loss": ("SFT loss (NLL per response token)", ["loss"]),
+    "train_token_entropy": ("training response entropy (nats/token)", ["token_entropy"]),
+    "kept_fraction": ("correct rollouts kept", ["kept_fraction"]),
+    "rollout_entropy": ("EI rollout entropy estimate (nats/token)", ["rollout_entropy_estimate"]),
+}
+
+
+def plot_sft_run(output_dir: Path) -> list[Path]:
+    """The PNG figures of an SFT or expert-iteration run (SFT_FIGURES) in output_dir/plots; returns those drawn."""
+    rows = read_rows(output_dir / "metrics.jsonl")
+    (output_dir / "plots").mkdir(exist_ok=True)
+    paths = [output_dir / "plots" / f"{name}.png" for name in SFT_FIGURES]
+    return [path for path, (ylabel, keys) in zip(paths, SFT_FIGURES.values())
+            if line_figure({output_dir.name: rows}, keys, ylabel, path, xlabel="step")]

@@ -1,0 +1,116 @@
+"""What a GRPO update optimizes, resolved once from the settings: the reward shaping, the advantage estimator, the
+policy-gradient loss with its clip range, the rollout correction and the loss aggregation.
+
+The learner (alignment/grpo/learner.py) calls `rewards`, `advantages`, `row_weights` and `microbatch_loss` and
+nothing else of the objective's settings, so a new objective enters here (and in alignment/losses.py,
+alignment/advantages.py, alignment/grpo_step.py), not as a branch in the loop. Every default is decided here:
+the aggregation's constant (Dr. GRPO's, --sampling-max-tokens unless --normalize-constant), the clip range's
+two sides, whether the loss needs the old policy's log-probs.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from alignment.advantages import AdvantageEstimator, estimate_advantages, overlong_penalty
+from alignment.grpo.batch import RolloutBatch
+from alignment.grpo.config import GRPOConfig
+from alignment.rollout_correction import RolloutCorrection
+from alignment.grpo_step import LossAggregation, grpo_microbatch_train_step
+from alignment.losses import RATIO_LOSSES, LossType
+from alignment.rollout.interface import Rollout
+
+
+@dataclass(frozen=True)
+class Objective:
+    loss_type: LossType
+    clip_low: float
+    clip_high: float
+    aggregation: LossAggregation
+    constant: float | None  # the constant aggregation's divisor; None for the others
+    estimator: AdvantageEstimator
+    advantage_eps: float
+    use_std_normalization: bool
+    group_size: int
+    correction: RolloutCorrection
+    correction_cap: float | None  # None: no rollout correction
+    max_tokens: int  # the rollouts' token limit (for the overlong penalty)
+    overlong_buffer: int | None
+    overlong_penalty: float
+    gradient_accumulation_steps: int
+
+    @classmethod
+    def from_settings(cls, c: GRPOConfig) -> "Objective":
+        return cls(
+            loss_type=c.loss_type,  # type: ignore[arg-type]
+            clip_low=c.clip_low,
+            clip_high=c.clip_high,
+            aggregation=c.loss_aggregation,
+            constant=(c.normalize_constant or c.sampling_max_tokens) if c.loss_aggregation == "constant" else None,
+            estimator=c.advantage_estimator,
+            advantage_eps=c.advantage_eps,
+            use_std_normalization=c.use_std_normalization,
+            group_size=c.group_size,
+            correction=c.rollout_correction,
+            correction_cap=c.tis_cap,
+            max_tokens=c.sampling_max_tokens,
+            overlong_buffer=c.overlong_buffer,
+            overlong_penalty=c.overlong_penalty,
+            gradient_accumulation_steps=c.gradient_accumulation_steps,
+        )
+
+    @property
+    def needs_old_log_probs(self) -> bool:
+        """Whether the loss takes a ratio against the policy that sampled (GRPO-Clip, GSPO, CISPO, ...)."""
+        return self.loss_type in RATIO_LOSSES
+
+    @property
+    def corrects_rollouts(self) -> bool:
+        return self.correction_cap is not None
+
+    def rewards(self, rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]], step: int) -> torch.Tensor:
+        """(n,) the rewards advantages are made of: the task's, plus DAPO's overlong penalty with --overlong-buffer.
+        A NaN or inf reward is a FloatingPointError naming GRPO step `step` and the rollout, before any update."""
+        raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
+        if not raw.isfinite().all():
+            bad = int((~raw.isfinite()).nonzero()[0])
+            raise FloatingPointError(f"GRPO step {step}: the reward of rollout {bad} is {raw[bad].item()} "
+                                     f"(response {rollouts[bad].text[:80]!r}); no update was made")
+        return raw if self.overlong_buffer is None else raw + self.length_penalties(rollouts)
+
+    def length_penalties(self, rollouts: Sequence[Rollout]) -> torch.Tensor:
+        """(n,) DAPO's soft overlong punishment of each rollout (--overlong-buffer; zeros without it)."""
+        lengths = torch.tensor([len(r.token_ids) for r in rollouts])
+        if self.overlong_buffer is None:
+            return torch.zeros(len(rollouts))
+        return overlong_penalty(lengths, self.max_tokens, self.overlong_buffer, self.overlong_penalty)
+
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        """(n,) -> (n,) by the advantage estimator, over groups of `group_size` consecutive rewards."""
+        return estimate_advantages(rewards, self.group_size, self.estimator, self.advantage_eps,
+                                   self.use_std_normalization)
+
+    def row_weights(self, batch: RolloutBatch) -> torch.Tensor:
+        """(batch,) what multiplies every token term of a row's loss: its advantage, or its reward for no_baseline.
+        A row whose weight is exactly 0 adds exactly 0 to the gradient under every loss here."""
+        weight = batch.raw_rewards if self.loss_type == "no_baseline" else batch.advantages
+        return weight.flatten()
+
+    def microbatch_loss(self, log_probs: torch.Tensor, loss_mask: torch.Tensor, micro: RolloutBatch,
+                        old_log_probs: torch.Tensor | None, batch_rows: int, batch_tokens: int
+                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """This microbatch's share of the optimizer step's loss, backpropagated (alignment/grpo_step.py).
+
+        log_probs, loss_mask, old_log_probs: (rows, seq) on the policy's device; `batch_rows` / `batch_tokens`
+        count the whole optimizer step's rows and response tokens in the loss (the aggregation's denominators).
+        """
+        device = log_probs.device
+        return grpo_microbatch_train_step(
+            log_probs, loss_mask, self.gradient_accumulation_steps, self.loss_type,
+            raw_rewards=micro.raw_rewards.to(device), advantages=micro.advantages.to(device),
+            old_log_probs=old_log_probs, cliprange=self.clip_low, normalize_constant=self.constant,
+            rollout_log_probs=micro.rollout_log_probs.to(device), tis_cap=self.correction_cap,
+            cliprange_high=self.clip_high, loss_aggregation=self.aggregation, rollout_correction=self.correction,
+            batch_rows=batch_rows, batch_tokens=batch_tokens,
+        )

@@ -1,0 +1,208 @@
+"""The actors of GRPO on Ray: plain classes that `spawn` makes remote, each wrapping library code.
+
+- Generator: a rollout engine and the version of the weights it samples with.
+- Scorer (alignment.ray.scorer, a light process): grades the generated texts.
+- Learner: a GRPOLearner (alignment/grpo/learner.py: batches, rewards, old/reference log-probs, optimizer
+  steps) and checkpoints; or several sharing the policy with FSDP2 (alignment/ray/learner_group.py).
+- ColocatedWorker: a Generator and a Learner sharing one policy on one device; in-process backends (hf,
+  transformer_lm) sample from the policy itself, so syncing is free.
+"""
+
+import hashlib
+import random
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from alignment.data.task import Task
+from alignment.distributed.sharding import full_tensors
+from alignment.evaluation import evaluate_task
+from alignment.grading.parallel import ParallelGrader
+from alignment.grpo.learner import GRPOLearner
+from alignment.grpo.sampler import rollout_sampling
+from alignment.models.lora import sync_state_dict
+from alignment.prompts import format_prompt
+from alignment.ray.config import RayGRPOConfig
+from alignment.ray.env import ray
+from alignment.ray.weight_sync import Placement
+from alignment.rollout.backends import make_rollout_engine, resolve_backend
+from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
+from alignment.run.checkpoint import load_checkpoint, save_checkpoint
+from alignment.run.memory_plan import OWN_GPU_SHARE
+from alignment.run.setup import PhaseTimer, build_engine, load_policy, model_dtype
+
+
+@dataclass
+class Generated:
+    rollouts: list[Rollout]  # group_size per question, prompt-major
+    version: int  # policy version of the weights that sampled them
+    seconds: float
+
+
+@dataclass
+class Learned:
+    rows: list[dict[str, float]]  # one per optimizer step
+    checksum: int  # token_checksum of the response tokens the optimizer steps saw
+    version: int  # the learner's policy version after this update
+    seconds: dict[str, float]  # old_logprob and train phases
+
+
+def token_checksum(token_lists: Iterable[Sequence[int]]) -> int:
+    """CRC32 of the token ids in order, for checking that what was sent is what was trained on."""
+    crc = 0
+    for tokens in token_lists:
+        crc = zlib.crc32(np.asarray(tokens, dtype=np.int64).tobytes(), crc)
+    return crc
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter and buffer, bit for bit, in state-dict order (a sharded model's gathered whole: a
+    collective, every rank calls it)."""
+    digest = hashlib.sha256()
+    for name, tensor in full_tensors(model.state_dict()).items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+class _Actor:
+    name = "actor"
+
+    def ping(self) -> str:
+        return self.name
+
+    def placement(self) -> Placement:
+        gpus = ray.get_gpu_ids()
+        if gpus and torch.cuda.is_available():
+            return Placement(self.name, "cuda", f"{ray.get_runtime_context().get_node_id()}/{gpus[0]}")
+        return Placement(self.name, "cpu")
+
+
+class Generator(_Actor):
+    name = "Generator"
+
+    def __init__(self, config: RayGRPOConfig, task: Task, validation: Task, device: str, threads: int) -> None:
+        torch.set_num_threads(threads)
+        dtype = model_dtype(config, device)
+        if resolve_backend(config.backend) == "vllm":  # type: ignore[arg-type]
+            share = config.gpu_memory_utilization or OWN_GPU_SHARE  # a generator actor has its GPU to itself
+            engine = make_rollout_engine(config.model, "vllm", device, dtype, share, config.seed, lora=config)
+            self._attach(config, task, validation, None, engine)  # vLLM keeps its own copy of the weights
+        else:  # hf or transformer_lm: an in-process engine over this actor's own copy of the policy
+            model, tokenizer = load_policy(config, device, dtype)
+            self._attach(config, task, validation, model.eval(), build_engine(config, model, tokenizer, device, device))
+
+    def _attach(self, config: RayGRPOConfig, task: Task, validation: Task, model: torch.nn.Module | None,
+                engine: RolloutEngine) -> None:
+        if hasattr(engine, "progress"):
+            engine.progress = False  # the driver shows progress; bars from actors would interleave with it
+        self.config, self.task, self.validation, self.model, self.engine = config, task, validation, model, engine
+        self.weights_version = 0
+        self.eval_grader = ParallelGrader(validation.reward_fn, 1)
+
+    def generate(self, questions: Sequence[int], step: int) -> tuple[Generated, list[tuple[int, str]]]:
+        """The rollouts, and (prompt index, text) pairs for the scorer (call with num_returns=2)."""
+        start = time.perf_counter()
+        if self.model is not None:
+            self.model.eval()  # a colocated learner leaves it in train mode
+        prompts = [format_prompt(self.task.template, self.task.questions[q]) for q in questions]
+        rollouts = self.engine.generate(prompts, self.config.group_size, rollout_sampling(self.config, step))
+        generated = Generated(rollouts, self.weights_version, time.perf_counter() - start)
+        return generated, [(r.prompt_index, r.text) for r in rollouts]
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
+        start = time.perf_counter()
+        self.engine.load_policy_weights(state_dict)
+        self.weights_version = version
+        return time.perf_counter() - start
+
+    def validate(self, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        if self.model is not None:
+            self.model.eval()
+        return evaluate_task(self.engine, self.validation, self.eval_grader, sampling)
+
+    def digest(self) -> str:
+        if self.model is None:
+            raise ValueError("weights digests need the hf backend (vLLM keeps its weights to itself)")
+        return weights_digest(self.model)
+
+
+class Learner(_Actor):
+    name = "Learner"
+
+    def __init__(self, config: RayGRPOConfig, task: Task, device: str, threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.config, self.task, self.device = config, task, device
+        self.build()
+
+    def build(self, group: dist.ProcessGroup | None = None) -> None:
+        """Load the policy, sharded over `group` when given (a rank of alignment/ray/learner_group.py), and its learner."""
+        config, device = self.config, self.device
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        policy, tokenizer = load_policy(config, device, model_dtype(config, device), shard=group is not None, group=group)
+        self.learner = GRPOLearner(config.learner_config(), policy, tokenizer, self.task)
+
+    def learn(self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]) -> Learned:
+        """One GRPO update on these groups (prompt-major, group_size rollouts per question)."""
+        timer = PhaseTimer()
+        batch = self.learner.make_batch(questions, rollouts, scores)
+        checksum = token_checksum(batch.labels[i][batch.response_mask[i]].tolist() for i in range(len(batch)))
+        rows = self.learner.update(batch, timer)
+        return Learned(rows, checksum, self.learner.step, timer.seconds)
+
+    def weights(self, on_cpu: bool) -> dict[str, torch.Tensor]:
+        """The weights a generator loads (under LoRA the adapters only: generators hold the same frozen base). A sharded
+        learner's ranks all gather them whole (a collective); rank 0 returns them, the others nothing."""
+        whole = full_tensors(sync_state_dict(self.learner.policy))
+        if self.learner.shards is not None and not self.learner.shards.main:
+            return {}
+        return {k: v.detach().cpu() if on_cpu else v.detach() for k, v in whole.items()}
+
+    def digest(self) -> str:
+        return weights_digest(self.learner.policy)
+
+    def save(self, folder: Path, driver_state: dict[str, Any]) -> int:
+        """Checkpoint the policy, optimizer and RNGs with the driver's state; returns the step saved."""
+        learner = self.learner
+        save_checkpoint(folder, self.config, learner.policy, learner.tokenizer, learner.optimizer,
+                        driver_state | {"step": learner.step})
+        return learner.step
+
+    def restore(self, folder: Path) -> dict[str, Any]:
+        """Load a checkpoint; returns the driver's part of it (step, elapsed time, replay buffer)."""
+        state = load_checkpoint(folder, self.config, self.learner.policy, self.learner.optimizer)
+        self.learner.step = state["step"]
+        return state
+
+
+class ColocatedWorker(Generator, Learner):
+    name = "ColocatedWorker"
+
+    def __init__(self, config: RayGRPOConfig, task: Task, validation: Task, device: str, threads: int) -> None:
+        Learner.__init__(self, config, task, device, threads)
+        policy, tokenizer = self.learner.policy, self.learner.tokenizer
+        engine = build_engine(config, policy, tokenizer, device, device)  # hf, transformer_lm: the policy itself
+        self._attach(config, task, validation, policy, engine)
+
+    def sync_engine(self) -> float:
+        """Hand the updated policy to the rollout engine (a no-op for hf, which samples from the policy)."""
+        return self.load_weights(self.learner.policy.state_dict(), self.learner.step)
+
+    def restore(self, folder: Path) -> dict[str, Any]:
+        state = Learner.restore(self, folder)
+        self.sync_engine()
+        return state
+
+
+def spawn(cls: type, cpus: float, gpus: float, *args: Any) -> Any:
+    """A remote instance of `cls` holding these resources; never restarted (a death ends the run)."""
+    remote = ray.remote(enable_tensor_transport=True, max_restarts=0)(cls)
+    return remote.options(num_cpus=cpus, num_gpus=gpus).remote(*args)

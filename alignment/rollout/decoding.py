@@ -1,0 +1,237 @@
+"""What the in-process rollout backends (hf, transformer_lm) share: the token-by-token decoding loop with its
+sampling, stop and bookkeeping rules, batching prompts into whole groups, and policy weight loads.
+
+A backend supplies only its model calls: the first next-token logits of every row, and a function that
+takes the chosen tokens of the rows still running and returns their next logits. It makes them inside
+`sampling_linears`, which also records them when the learner will replay them (alignment/rollout/forward_tape.py).
+"""
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from alignment.utils.faults import fault_point
+from alignment.rollout.forward_tape import ForwardTape, module_forwards
+from alignment.rollout.interface import Rollout, SamplingConfig
+
+STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
+FEW_ROWS = 64  # up to this many rows, a CPU linear layer multiplies as W @ x^T
+
+
+def few_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear(x, weight, bias), as (W @ x^T)^T when x has few rows on the CPU.  (..., in) -> (..., out)
+
+    MKL's sgemm copies its larger operand into a blocked layout on every call: for x @ W^T that is the weight
+    matrix, for W @ x^T the few rows of x. At SmolLM2-135M's decode shapes (32 rows) a step's linear layers took
+    173 ms instead of 190 (bench/cpu_kernels.py), and the demo's rollouts 6.11 s instead of 7.50 (medians,
+    alternating). The result is made contiguous again (a copy of only rows x out): attention refuses its fused
+    CPU kernel for a transposed query, which cost more than the products saved.
+    """
+    rows = x.numel() // x.shape[-1]
+    if x.device.type != "cpu" or rows > FEW_ROWS:
+        return F.linear(x, weight, bias)
+    y = torch.mm(weight, x.reshape(rows, x.shape[-1]).t()).t().contiguous()
+    return (y if bias is None else y + bias).view(*x.shape[:-1], weight.shape[0])
+
+
+@contextmanager
+def sampling_linears(model: nn.Module, tape: ForwardTape | None) -> Iterator[None]:
+    """Inside, the model's linear layers compute as few_rows_linear and, given a tape, record their outputs."""
+
+    def forward(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        y = few_rows_linear(x, layer.weight, layer.bias)
+        if tape is not None:
+            tape.record(layer, y)
+        return y
+
+    with module_forwards(model, {nn.Linear: forward}):
+        yield
+
+
+def default_memory_budget(device: torch.device) -> int:
+    """Bytes the sampler may spend on cache and logits: 60% of free GPU memory, or 4 GiB on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0] * 0.6)
+    return 4 * 1024**3
+
+
+def sampling_log_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Log-probs of the distribution tokens are drawn from: softmax(logits / T) cut to the top-p nucleus.
+
+    logits: (batch, vocab) -> (batch, vocab) float32, -inf outside the nucleus. Temperature 0 means greedy
+    and reports the plain softmax.
+    """
+    logits = logits.float()
+    if temperature > 0 and temperature != 1:
+        logits = logits / temperature
+    log_probs = torch.log_softmax(logits, dim=-1)
+    if temperature == 0 or top_p >= 1.0:
+        return log_probs
+    sorted_lp, order = log_probs.sort(dim=-1, descending=True)
+    mass_before = sorted_lp.exp().cumsum(dim=-1) - sorted_lp.exp()
+    outside = torch.zeros_like(log_probs, dtype=torch.bool).scatter(-1, order, mass_before > top_p)
+    return torch.log_softmax(log_probs.masked_fill(outside, float("-inf")), dim=-1)
+
+
+def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None, block: int = 128) -> torch.Tensor:
+    """One draw per row of (batch, vocab) probabilities, by inverting the CDF at a uniform point.
+
+    Equivalent in distribution to torch.multinomial(probs, 1), which on CPU draws a random number for every
+    vocabulary entry (26 ms per step for 32 rows of 49k); this draws one per row. The CDF is kept in float64 so
+    that rounding cannot shift mass across a 150k-entry vocabulary, and found in two levels: running totals of
+    `block`-entry blocks pick the block, a running sum inside that block alone picks the token. A running sum
+    over the whole vocabulary is a sequential float64 pass (6.2 ms for 32 x 49k; the two levels take 1.05 ms).
+    Zero-probability tokens are never drawn. (batch, vocab) -> (batch,)
+    """
+    rows, vocab = probs.shape
+    padded = probs if vocab % block == 0 else F.pad(probs, (0, (-vocab) % block))  # zero padding is never drawn
+    blocks = padded.view(rows, -1, block)
+    totals = blocks.sum(dim=-1, dtype=torch.float64)  # (rows, n_blocks)
+    ends = totals.cumsum(dim=-1)
+    point = torch.rand((rows, 1), generator=generator, device=probs.device, dtype=torch.float64) * ends[:, -1:]
+    which = torch.searchsorted(ends, point, right=True).clamp(max=ends.shape[1] - 1)  # (rows, 1)
+    chosen = blocks.gather(1, which[:, :, None].expand(-1, -1, block)).squeeze(1)  # (rows, block)
+    inside = chosen.double().cumsum(dim=-1) + (ends.gather(1, which) - totals.gather(1, which))
+    # the two levels sum in different orders; a point within rounding of the block's end stays on its last token
+    last = block - 1 - (chosen > 0).flip(-1).int().argmax(dim=-1, keepdim=True)
+    token = which * block + torch.minimum(torch.searchsorted(inside, point, right=True), last)
+    return token.squeeze(-1)
+
+
+def stop_hits(tokenizer: PreTrainedTokenizerBase, sequences: list[list[int]], stop: tuple[str, ...]) -> list[bool]:
+    """Whether each token sequence's decoded tail contains one of the stop strings."""
+    tail = max(len(s) for s in stop) + STOP_TAIL_TOKENS
+    texts = tokenizer.batch_decode([seq[-tail:] for seq in sequences], skip_special_tokens=True)
+    return [any(s in text for s in stop) for text in texts]
+
+
+def finish_rollout(
+    tokenizer: PreTrainedTokenizerBase,
+    eos_ids: Sequence[int],
+    prompt_index: int,
+    tokens: list[int],
+    logprobs: list[float],
+    finish: str,
+    sampling: SamplingConfig,
+) -> Rollout:
+    """The Rollout of one sampled sequence: text without a final EOS, cut after (or at) the first stop string."""
+    ends_with_eos = finish == "stop" and tokens[-1] in eos_ids
+    text = tokenizer.decode(tokens[:-1] if ends_with_eos else tokens, skip_special_tokens=True)
+    hits = [(text.find(s), s) for s in sampling.stop if s in text]
+    if hits and finish == "stop":
+        at, s = min(hits)
+        text = text[: at + len(s)] if sampling.include_stop_str_in_output else text[:at]
+    return Rollout(prompt_index, text, tokens, logprobs, finish)  # type: ignore[arg-type]
+
+
+Advance = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+def decode(
+    logits: torch.Tensor,
+    advance: Advance,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_indices: Sequence[int],
+    eos_ids: Sequence[int],
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    bar: tqdm | None = None,
+) -> list[Rollout]:
+    """Sample every row to its end; row j continues prompt prompt_indices[j].
+
+    logits: (rows, vocab), each row's first next-token logits. advance(chosen, kept) is called after each
+    step with the tokens just chosen for the rows still running, (live,), and, when some rows have just
+    finished, the (live,) indices of those that go on among the previous step's rows (None when all do);
+    it drops the others from the model state and returns the running rows' next logits, (live, vocab), a
+    tensor of its own (decode masks EOS in it in place).
+    A row stops at an EOS token, a stop string or max_tokens; neither EOS nor a stop string counts before
+    min_tokens, and EOS gets no probability there. `bar` counts finished sequences.
+    """
+    eos = torch.tensor(list(eos_ids), dtype=torch.long, device=logits.device)
+    rows = logits.shape[0]
+    live = list(range(rows))  # position in the batch -> row
+    tokens: list[list[int]] = [[] for _ in range(rows)]
+    logprobs: list[list[float]] = [[] for _ in range(rows)]
+    finish = ["length"] * rows
+    for step in range(sampling.max_tokens):
+        if step < sampling.min_tokens:
+            logits = logits.index_fill_(-1, eos, float("-inf"))
+        log_probs = sampling_log_probs(logits, sampling.temperature, sampling.top_p)
+        chosen = log_probs.argmax(dim=-1) if sampling.temperature == 0 else sample_tokens(log_probs.exp(), generator)
+        chosen_lp = log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+        done = torch.isin(chosen, eos).tolist()
+        for row, token, lp in zip(live, chosen.tolist(), chosen_lp.tolist()):
+            tokens[row].append(token)
+            logprobs[row].append(lp)
+        if step == 0:
+            fault_point("rollout")
+        if sampling.stop and step + 1 >= sampling.min_tokens:
+            hits = stop_hits(tokenizer, [tokens[row] for row in live], sampling.stop)
+            done = [d or h for d, h in zip(done, hits)]
+        for position, row in enumerate(live):
+            if done[position]:
+                finish[row] = "stop"
+        keep = [position for position, d in enumerate(done) if not d]
+        last = not keep or step + 1 == sampling.max_tokens
+        if bar is not None:
+            bar.set_postfix(step=step + 1, live=len(keep), refresh=False)
+            bar.update(len(live) if last else len(live) - len(keep))  # redraws at most every mininterval
+        if last:
+            break
+        kept = None
+        if len(keep) < len(live):
+            kept = torch.tensor(keep, device=chosen.device)
+            chosen, live = chosen[kept], [live[position] for position in keep]
+        logits = advance(chosen, kept)
+    eos_list = eos.tolist()
+    return [
+        finish_rollout(tokenizer, eos_list, prompt_indices[row], tokens[row], logprobs[row], finish[row], sampling)
+        for row in range(rows)
+    ]
+
+
+def generate_in_groups(
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    n: int,
+    sampling: SamplingConfig,
+    device: torch.device,
+    rows_that_fit: Callable[[int], int],
+    run: Callable[[list[list[int]], torch.Generator | None, tqdm], list[Rollout]],
+    progress: bool,
+) -> list[Rollout]:
+    """The RolloutEngine.generate contract over a backend's `run(prompt_ids, generator, bar)`, which samples n
+    rollouts of each of a few tokenized prompts: prompts go in batches of whole groups that `rows_that_fit`
+    (sequence length -> rows) allows, and come back prompt-major with indices into `prompts`."""
+    if n < 1:
+        raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
+    prompt_ids = tokenizer(list(prompts))["input_ids"]
+    generator = None if sampling.seed is None else torch.Generator(device=device).manual_seed(sampling.seed)
+    rows = rows_that_fit(max(len(p) for p in prompt_ids) + sampling.max_tokens)
+    per_batch = max(1, rows // n)  # whole groups per batch (at least one, even past the budget)
+    rollouts: list[Rollout] = []
+    with tqdm(total=len(prompts) * n, desc="generating", unit="seq", disable=not progress, leave=False) as bar:
+        for start in range(0, len(prompts), per_batch):
+            batch = run(prompt_ids[start : start + per_batch], generator, bar)
+            rollouts += [dataclasses.replace(r, prompt_index=start + r.prompt_index) for r in batch]
+    return rollouts
+
+
+def load_unless_shared(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+    """Load `state_dict` into `model`, unless the model already holds exactly these tensors (a colocated policy).
+
+    It may leave out what does not train (frozen parameters, buffers): a LoRA policy's sync carries only its adapters."""
+    own = model.state_dict()
+    if own.keys() == state_dict.keys() and all(own[k].data_ptr() == state_dict[k].data_ptr() for k in own):
+        return
+    frozen = {name for name, t in model.state_dict(keep_vars=True).items() if not t.requires_grad}  # tied names too
+    unknown, missing = sorted(state_dict.keys() - own.keys()), sorted(own.keys() - state_dict.keys() - frozen)
+    if unknown or missing:
+        raise ValueError(f"weights do not fit the rollout model (missing {missing[:3]}, unknown {unknown[:3]})")
+    model.load_state_dict(state_dict, strict=False)

@@ -1,0 +1,108 @@
+"""Rollouts with a transformers model: batched sampling over a KV cache, written out so it is exact.
+
+Prompts are left-padded so every row's next token sits in the last column; finished rows leave the batch
+(and the cache) at once, so a batch costs as much as its live rows.
+"""
+
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from alignment.rollout.forward_tape import ForwardTape
+from alignment.rollout.reserved_cache import ReservedCache
+from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.decoding import decode, default_memory_budget, generate_in_groups, load_unless_shared, sampling_linears
+
+
+def kv_cache_bytes_per_token(model: PreTrainedModel) -> int:
+    """Bytes of key/value cache one token occupies across all layers."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+
+
+class HFRolloutEngine:
+    """The rollout interface over a transformers causal LM (shared with the policy when colocated)."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        memory_budget_bytes: int | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.memory_budget_bytes = memory_budget_bytes
+        self.progress = progress
+        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(tokenizer.eos_token_id)
+        self.eos_ids = torch.tensor(sorted(eos_ids), dtype=torch.long)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
+        self.tape: ForwardTape | None = None  # set by ForwardTape.recording: say which tokens each call feeds
+
+    def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        load_unless_shared(self.model, state_dict)
+
+    def batch_size_for(self, sequence_tokens: int) -> int:
+        """Rows per batch such that their KV cache and logits fit the memory budget."""
+        budget = self.memory_budget_bytes or default_memory_budget(self.model.device)
+        per_row = sequence_tokens * kv_cache_bytes_per_token(self.model) + 4 * 4 * self.model.config.vocab_size
+        return max(1, budget // per_row)
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+        return generate_in_groups(
+            self.tokenizer, prompts, n, sampling, self.model.device, self.batch_size_for,
+            lambda prompt_ids, generator, bar: self._generate_batch(prompt_ids, n, sampling, generator, bar), self.progress,
+        )
+
+    @torch.inference_mode()
+    def _generate_batch(
+        self, prompts: list[list[int]], n: int, sampling: SamplingConfig, generator: torch.Generator | None, bar: tqdm
+    ) -> list[Rollout]:
+        """n samples of each prompt; each prompt is prefilled once and its cache copied to its n rows."""
+        device = self.model.device
+        width = max(len(ids) for ids in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            attention[row, width - len(ids) :] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache, tape = ReservedCache(sampling.max_tokens), self.tape  # room for every new token: no per-step copy
+
+        def advance(chosen: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
+            nonlocal attention, position
+            if kept is not None:
+                cache.batch_select_indices(kept)
+                attention, position = attention[kept], position[kept]
+            if tape is not None:
+                tape.add_response_tokens(chosen, kept)
+            attention = torch.cat([attention, attention.new_ones((len(chosen), 1))], dim=-1)
+            out = self.model(
+                input_ids=chosen.unsqueeze(-1), attention_mask=attention, position_ids=position.unsqueeze(-1),
+                past_key_values=cache, use_cache=True,
+            )
+            position = position + 1
+            return out.logits[:, -1]
+
+        prompt_indices = [i for i in range(len(prompts)) for _ in range(n)]
+        with sampling_linears(self.model, tape):
+            if tape is not None:
+                tape.add_prompts(input_ids, attention.bool(), n, sampling.max_tokens)
+            logits = self.model(
+                input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                past_key_values=cache, use_cache=True, logits_to_keep=1,
+            ).logits[:, -1]
+            cache.batch_repeat_interleave(n)
+            attention, position = attention.repeat_interleave(n, dim=0), positions[:, -1].repeat_interleave(n) + 1
+            return decode(
+                logits.repeat_interleave(n, dim=0), advance, self.tokenizer, prompt_indices, self.eos_ids.tolist(),
+                sampling, generator, bar,
+            )

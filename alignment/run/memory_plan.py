@@ -1,0 +1,368 @@
+"""GPU memory of a GRPO run, planned from the model's shape before anything loads.
+
+Per device, in bytes: the policy's weights, gradients and AdamW states (each in the policy's dtype, as torch's
+AdamW keeps them), the KL reference copy when kept, the activations one microbatch saves for backward at the
+longest sequence (with or without gradient checkpointing), the log-prob head's float32 work over the response
+tokens, and the rollout engine: vLLM's share of its GPU (weights, KV cache, its own overhead) or the hf backend's
+KV cache. A GPU that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU, KV cache freed) while
+the policy trains, and the policy's gradients are freed while vLLM generates, so each phase is checked alone.
+
+A learner sharded over N processes, one GPU each (torchrun, alignment/distributed/sharding.py), keeps 1/N of the weights, of
+their gradients, of the AdamW states and of a reference copy on each GPU. What each process holds whole stays:
+its activations and the head's float32 work, the root's parameters (embeddings, final norm, head) and their
+gradient for the whole forward and backward, two decoder layers' weights (the one computing and the next,
+prefetched) and one layer's gradient before its reduce-scatter; while it samples (hf, its share of the prompts,
+as the only sampler under torchrun), the whole model gathered and its share's KV cache.
+
+All but `model_shape` (which reads a config.json) are pure functions of numbers: `scripts/train_grpo.py
+--plan-memory 1x24` prints a plan for a machine that is not there (`--plan-processes 2` for a learner sharded
+over 2 of its GPUs), and a GPU run checks its plan before loading (under torchrun, for its process count).
+Estimates, not measurements: allocator fragmentation and short-lived temporaries beyond the head's are not counted.
+"""
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+GiB = 2**30
+CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context and library workspaces: outside torch's allocator, on every GPU used
+VLLM_OVERHEAD_BYTES = 2 * GiB  # vLLM's activation peak (sampling included) and CUDA graphs, besides weights and KV
+VLLM_ASLEEP_BYTES = GiB // 2  # what a level-1 sleeping engine keeps on its GPU (graph pools, buffers)
+OWN_GPU_SHARE = 0.85  # the handouts' gpu_memory_utilization for vLLM on a GPU of its own
+ASSUMED_PROMPT_TOKENS = 512  # longest prompt when the data is not read (r1_zero + a long MATH problem)
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+Rollout = Literal["vllm", "hf"]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What memory depends on in a Llama / Qwen2-style decoder (read from config.json)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool
+    qkv_bias: bool  # Qwen2 has biases on q, k and v
+
+    @classmethod
+    def from_config(cls, config: Any) -> "ModelShape":
+        """From a transformers config (or anything with its attribute names)."""
+        heads = config.num_attention_heads
+        return cls(
+            hidden=config.hidden_size, layers=config.num_hidden_layers, heads=heads,
+            kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+            intermediate=config.intermediate_size, vocab=config.vocab_size,
+            tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+            qkv_bias=getattr(config, "model_type", "") == "qwen2" or bool(getattr(config, "attention_bias", False)),
+        )
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    def parameters(self) -> int:
+        return self.layers * self.layer_parameters() + self.root_parameters()
+
+    def layer_parameters(self) -> int:
+        """One decoder layer: attention, gate/up/down and two RMSNorm weights."""
+        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        attention = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
+        return attention + 3 * h * self.intermediate + 2 * h
+
+    def root_parameters(self) -> int:
+        """What is not in a decoder layer: the embeddings (and an untied head) and the final norm."""
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2) + self.hidden
+
+    def lora_parameters(self, rank: int, targets: list[str]) -> int:
+        """Adapter parameters of rank `rank` (A: rank x in, B: out x rank) on the named decoder projections."""
+        h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
+        sizes = {"q_proj": h + q, "k_proj": h + kv, "v_proj": h + kv, "o_proj": q + h,
+                 "gate_proj": h + i, "up_proj": h + i, "down_proj": i + h}  # in + out features
+        chosen = sizes if "all-linear" in targets else {name: sizes[name] for name in targets if name in sizes}
+        return self.layers * rank * sum(chosen.values())
+
+    def kv_cache_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.layers * self.kv_dim * dtype_bytes
+
+    def saved_bytes_per_token_per_layer(self, dtype_bytes: int) -> int:
+        """What one decoder layer keeps for backward, per token (transformers' Llama / Qwen2 with SDPA).
+
+        Each RMSNorm keeps its float32 input and its normalized output (4h + b·h); attention keeps q, k, v and
+        its output for SDPA and o_proj's input (b·(3·q_dim + 2·kv_dim)); the SwiGLU MLP keeps gate and up, SiLU(gate)
+        and their product (4·b·I). Projections' inputs are those same tensors. b is the dtype's bytes.
+        """
+        b, h = dtype_bytes, self.hidden
+        norms = 2 * (4 * h + b * h)
+        attention = b * (3 * self.q_dim + 2 * self.kv_dim)
+        return norms + attention + 4 * b * self.intermediate
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The settings memory depends on."""
+
+    dtype_bytes: int  # policy dtype: weights, gradients and AdamW states alike
+    micro_batch: int  # sequences per microbatch
+    prompt_tokens: int  # longest prompt
+    response_tokens: int  # sampling_max_tokens
+    rollout_batch: int
+    group_size: int
+    gradient_checkpointing: bool
+    kl_reference: bool
+    rollout: Rollout
+    gpu_memory_utilization: float | None = None  # vLLM's share; None: OWN_GPU_SHARE on its own GPU, else planned
+    trainable_fraction: float = 1.0  # of the parameters (LoRA trains a few; full fine-tuning all)
+    processes: int = 1  # a learner sharded over this many processes, one GPU each (torchrun); rollouts then by hf
+
+    @property
+    def sequence_tokens(self) -> int:
+        return self.prompt_tokens + self.response_tokens
+
+
+@dataclass(frozen=True)
+class Machine:
+    gpus: int
+    gib: float
+
+    @classmethod
+    def parse(cls, text: str) -> "Machine":
+        """`1x24`, `2x80`: GPU count x GiB each."""
+        count, sep, size = text.lower().partition("x")
+        try:
+            machine = cls(int(count), float(size))
+        except ValueError:
+            raise ValueError(f"--plan-memory {text!r}: expected GPUSxGIB, e.g. 1x24 or 2x80") from None
+        if not sep or machine.gpus < 1 or machine.gib <= 0:
+            raise ValueError(f"--plan-memory {text!r}: expected GPUSxGIB with at least 1 GPU, e.g. 1x24 or 2x80")
+        return machine
+
+    @property
+    def bytes_per_gpu(self) -> int:
+        return int(self.gib * GiB)
+
+
+def activation_bytes(shape: ModelShape, work: Workload) -> int:
+    """Saved activations of one microbatch at the longest sequence, plus the log-prob head's peak.
+
+    Without checkpointing every layer keeps `saved_bytes_per_token_per_layer`; with it, each layer keeps its input
+    and one layer's activations are recomputed at a time. The head runs on response tokens only: the logits (b·V)
+    and three float32 vocab-wide tensors at once (the float copy, shifted logits, probabilities; 12·V).
+    """
+    tokens = work.micro_batch * work.sequence_tokens
+    per_layer = shape.saved_bytes_per_token_per_layer(work.dtype_bytes)
+    if work.gradient_checkpointing:
+        layers = tokens * (shape.layers * work.dtype_bytes * shape.hidden + per_layer)
+    else:
+        layers = tokens * shape.layers * per_layer
+    head = work.micro_batch * work.response_tokens * shape.vocab * (work.dtype_bytes + 12)
+    return layers + head
+
+
+def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:
+    """The learner's parts on one GPU: weights, gradients, AdamW states, reference copy (each process's shard of
+    them when sharded) and activations; sharded, also what it gathers whole to train."""
+    params = shape.parameters()
+    trainable = math.ceil(params * work.trainable_fraction)
+
+    def shard(count: int) -> int:
+        return math.ceil(count / work.processes) * work.dtype_bytes
+
+    parts = {
+        "weights": shard(params),
+        "gradients": shard(trainable),
+        "optimizer": 2 * shard(trainable),  # AdamW's exp_avg and exp_avg_sq
+        "reference": shard(params) if work.kl_reference else 0,
+        "activations": activation_bytes(shape, work),
+    }
+    if work.processes > 1:
+        parts["gathered to train"] = gathered_bytes(shape, work)
+    return parts
+
+
+def gathered_bytes(shape: ModelShape, work: Workload) -> int:
+    """What a sharded learner holds whole while it trains: the root's parameters and their gradient, two decoder
+    layers' weights and one layer's gradient (see the module docstring)."""
+    return (2 * shape.root_parameters() + 3 * shape.layer_parameters()) * work.dtype_bytes
+
+
+def vllm_needs(shape: ModelShape, work: Workload) -> int:
+    """The least vLLM can generate with: weights, overhead, and KV cache for one group at full length."""
+    kv = work.group_size * work.sequence_tokens * shape.kv_cache_bytes_per_token(work.dtype_bytes)
+    return shape.parameters() * work.dtype_bytes + VLLM_OVERHEAD_BYTES + kv
+
+
+def hf_kv_bytes(shape: ModelShape, work: Workload) -> int:
+    """The hf backend's KV cache: every rollout of the batch at full length (sharded: of this rank's share of the
+    prompts, the first ranks taking one more when they do not divide)."""
+    prompts = math.ceil(work.rollout_batch / work.group_size / work.processes)
+    return prompts * work.group_size * work.sequence_tokens * shape.kv_cache_bytes_per_token(work.dtype_bytes)
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    name: str
+    capacity: int  # usable bytes: the GPU less the CUDA context
+    parts: dict[str, int]  # what lives there, by name
+    peak: int  # the largest phase
+    fits: bool  # the peak is within capacity, and vLLM (if there) has at least what it needs
+
+
+def device(name: str, capacity: int, parts: dict[str, int], peak: int, enough_for_vllm: bool = True) -> DevicePlan:
+    return DevicePlan(name, capacity, parts, peak, enough_for_vllm and peak <= capacity)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    devices: list[DevicePlan]
+    vllm_share: float | None  # gpu_memory_utilization to give vLLM, when vLLM is used
+    notes: list[str]
+
+    @property
+    def fits(self) -> bool:
+        return all(d.fits for d in self.devices)
+
+
+def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
+    """Where everything goes on `machine` and whether it fits (a GPU of its own for vLLM when there are two; a
+    sharded learner on `work.processes` of them)."""
+    total = machine.bytes_per_gpu
+    usable = total - CUDA_CONTEXT_BYTES
+    learner = policy_bytes(shape, work)
+    resident = learner["weights"] + learner["optimizer"] + learner["reference"]  # held through every phase
+    training = resident + learner["gradients"] + learner["activations"]
+    notes: list[str] = []
+    if work.processes > 1:
+        if machine.gpus < work.processes:
+            raise ValueError(f"a learner sharded over {work.processes} processes needs {work.processes} GPUs, "
+                             f"one each; the machine has {machine.gpus}")
+        # rollouts (the whole model gathered, this rank's KV cache) and training alternate, gradients freed between
+        parts = learner | {"gathered to sample": shape.parameters() * work.dtype_bytes, "hf KV cache": hf_kv_bytes(shape, work)}
+        sampling = resident + parts["gathered to sample"] + parts["hf KV cache"]
+        peak = max(sampling, training + learner["gathered to train"])
+        return MemoryPlan([device(f"each of {work.processes} GPUs", usable, parts, peak)], None, notes)
+    if work.rollout == "hf":
+        kv = hf_kv_bytes(shape, work)
+        if machine.gpus >= 2:
+            sampler = {"sampler weights": learner["weights"], "hf KV cache": kv}
+            return MemoryPlan([device("cuda:0", usable, learner, training),
+                               device("cuda:1", usable, sampler, sum(sampler.values()))], None, notes)
+        parts = learner | {"hf KV cache": kv}  # rollouts and training alternate; gradients are freed in between
+        return MemoryPlan([device("cuda:0", usable, parts, resident + max(kv, training - resident))], None, notes)
+    needs = vllm_needs(shape, work)
+    if machine.gpus >= 2:
+        share = work.gpu_memory_utilization or OWN_GPU_SHARE
+        engine = {"vLLM share": int(share * total), "(vLLM needs at least)": needs}
+        return MemoryPlan([device("cuda:0", usable, learner, training),
+                           device("cuda:1", usable, engine, int(share * total), int(share * total) >= needs)], share, notes)
+    # one GPU: vLLM sleeps while the policy trains, and gets what the resident policy leaves while it generates
+    share = work.gpu_memory_utilization
+    if share is None:
+        share = max(0.0, math.floor(100 * (usable - resident) / total) / 100)
+        notes.append(f"vLLM's share planned: --gpu-memory-utilization {share:.2f}")
+    vllm = int(share * total)
+    if vllm < needs:
+        notes.append(f"vLLM's share ({vllm / GiB:.1f} GiB) is below what it needs ({needs / GiB:.1f} GiB: weights, "
+                     "overhead, KV cache for one group)")
+    parts = learner | {"vLLM awake": vllm, "vLLM asleep": VLLM_ASLEEP_BYTES, "(vLLM needs at least)": needs}
+    generating, training_phase = resident + vllm, training + VLLM_ASLEEP_BYTES
+    notes.append(f"generating: {generating / GiB:.1f} GiB (weights, AdamW states, reference, vLLM awake); "
+                 f"training: {training_phase / GiB:.1f} GiB (those, gradients, activations, vLLM asleep)")
+    peak = max(generating, training_phase)
+    return MemoryPlan([device("cuda:0", usable, parts, peak, vllm >= needs)], share, notes)
+
+
+def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
+    """Flags that would make a plan that does not fit fit: each alone where one suffices, else together."""
+    options: list[tuple[str, dict[str, Any], int]] = []  # (what to say, Workload changes, GPUs)
+    if not work.gradient_checkpointing:
+        options.append(("--gradient-checkpointing", {"gradient_checkpointing": True}, machine.gpus))
+    if work.kl_reference:
+        options.append(("--no-kl-reference", {"kl_reference": False}, machine.gpus))
+    if work.micro_batch > 1:
+        options.append(("a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
+                        {"micro_batch": 1}, machine.gpus))
+    if machine.gpus == 1 and work.gpu_memory_utilization is not None:
+        options.append(("no --gpu-memory-utilization (vLLM's share planned)", {"gpu_memory_utilization": None}, 1))
+    if machine.gpus == 1:
+        options.append(("a second GPU (vLLM on it, as the handouts run)", {}, 2))
+    if work.processes < machine.gpus and work.trainable_fraction == 1:  # LoRA runs in one process
+        options.append((f"a learner sharded over all {machine.gpus} GPUs (torchrun --nproc-per-node {machine.gpus}, "
+                        "rollouts by hf)", {"processes": machine.gpus, "rollout": "hf", "gpu_memory_utilization": None},
+                        machine.gpus))
+
+    def fits(changes: dict[str, Any], gpus: int) -> bool:
+        return plan(shape, replace(work, **changes), replace(machine, gpus=gpus)).fits
+
+    alone = [text for text, changes, gpus in options if fits(changes, gpus)]
+    if alone:
+        return alone
+    changes, gpus = {}, machine.gpus
+    for i, (_, more, more_gpus) in enumerate(options):  # apply them in order, cumulatively, until it fits
+        changes, gpus = changes | more, max(gpus, more_gpus)
+        if fits(changes, gpus):
+            return [" + ".join(text for text, _, _ in options[: i + 1])]
+    return []
+
+
+def describe(result: MemoryPlan, machine: Machine, work: Workload, shape: ModelShape) -> str:
+    """The plan as lines of text: each device's parts and peak against its capacity."""
+    lines = [f"memory plan: {machine.gpus} x {machine.gib:g} GiB; policy {shape.parameters() / 1e9:.2f}B parameters, "
+             f"microbatch {work.micro_batch} x {work.sequence_tokens} tokens "
+             f"({work.prompt_tokens} prompt + {work.response_tokens} response), "
+             f"gradient checkpointing {'on' if work.gradient_checkpointing else 'off'}, rollouts by {work.rollout}"
+             + (f", learner sharded over {work.processes} processes" if work.processes > 1 else "")]
+    for device in result.devices:
+        lines.append(f"  {device.name}: peak {device.peak / GiB:.1f} of {device.capacity / GiB:.1f} GiB usable "
+                     f"({'fits' if device.fits else 'does NOT fit'})")
+        lines += [f"    {name:<22}{size / GiB:8.2f} GiB" for name, size in device.parts.items() if size]
+    return "\n".join(lines + [f"  {note}" for note in result.notes])
+
+
+def model_shape(model: str) -> ModelShape:
+    """The shape from the model's config.json alone (a local folder, a hub id, or `smollm2-135m`): no weights."""
+    from transformers import AutoConfig
+
+    from alignment.models.loading import resolve_model
+
+    return ModelShape.from_config(AutoConfig.from_pretrained(resolve_model(model)))
+
+
+def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int = ASSUMED_PROMPT_TOKENS,
+                  processes: int = 1) -> Workload:
+    """A GRPOConfig's settings as a Workload (on a GPU the policy defaults to bfloat16), for a learner sharded over
+    `processes` (which samples with hf). With LoRA only the adapters have gradients and AdamW states, and the KL
+    reference is the model with its adapters off: no copy."""
+    lora = config.lora_rank > 0
+    return Workload(
+        dtype_bytes=DTYPE_BYTES[config.dtype or "bfloat16"], micro_batch=config.micro_train_batch_size,
+        prompt_tokens=prompt_tokens, response_tokens=config.sampling_max_tokens,
+        rollout_batch=config.rollout_batch_size, group_size=config.group_size,
+        gradient_checkpointing=config.gradient_checkpointing, kl_reference=config.kl_reference and not lora,
+        rollout="hf" if config.backend in ("hf", "transformer_lm") or processes > 1 else "vllm",
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        trainable_fraction=shape.lora_parameters(config.lora_rank, config.lora_target_modules) / shape.parameters()
+        if lora else 1.0,
+        processes=processes,
+    )
+
+
+def report(shape: ModelShape, work: Workload, machine: Machine) -> tuple[MemoryPlan, str]:
+    """The plan and its text; when it does not fit, the text ends with the flags that would make it fit."""
+    result = plan(shape, work, machine)
+    text = describe(result, machine, work, shape)
+    if not result.fits:
+        fixes = remedies(shape, work, machine)
+        text += ("\ndoes not fit; it would with " + " or ".join(fixes) if fixes else
+                 "\ndoes not fit, and no change of microbatch, checkpointing, reference or vLLM share makes it: "
+                 "a larger GPU is needed")
+    return result, text
