@@ -1,0 +1,97 @@
+"""Run folders written before the package was laid out by subsystem still resume, and end exactly as runs of this
+version do: the flat package of commit c955495 (read from git history) starts a GRPO run and an SFT run, is killed
+with kill -9 in its second step, and this version continues each with --resume."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from alignment.grpo_run import train_grpo
+from scripts import train_sft as train_sft_script
+from tests.test_grpo_loop import TASK, tiny_config
+from tests.test_sft_scripts import data, sft_flags  # noqa: F401  (data: a fixture)
+
+BEFORE_THE_MOVE = "c955495"  # the last commit of the flat alignment/ (82 modules in one folder)
+REPO = Path(__file__).resolve().parents[1]
+
+OLD_GRPO = """
+import sys, zlib
+from pathlib import Path
+from alignment.grpo_config import GRPOConfig
+from alignment.grpo_run import train_grpo
+from alignment.task import Task
+
+def hash_reward(response, truth):
+    r = (zlib.crc32(response.encode()) % 5) / 4
+    return {"format_reward": 1.0, "answer_reward": r, "reward": r}
+
+task = Task(["What is 1 + 1?", "Name a fruit.", "Count to three.", "Say hello."], ["2", "apple", "3", "hello"],
+            "Q: {question}\\nA:", hash_reward)
+settings = {k: Path(v) if k == "output_dir" else v for k, v in __import__("json").loads(sys.argv[1]).items()}
+train_grpo(GRPOConfig(**settings), task, task)
+"""
+
+
+@pytest.fixture(scope="module")
+def old_code(tmp_path_factory) -> Path:
+    """The pre-move package, prompts and scripts, extracted from git history."""
+    found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{BEFORE_THE_MOVE}^{{commit}}"],
+                           capture_output=True)
+    if found.returncode:
+        pytest.skip(f"this clone has no commit {BEFORE_THE_MOVE} (a shallow clone): the old code cannot be read")
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE_THE_MOVE, "alignment", "prompts", "scripts",
+                              "data/keywords.txt"], capture_output=True, check=True).stdout
+    root = tmp_path_factory.mktemp("before-the-move")
+    tarfile.open(fileobj=io.BytesIO(archive)).extractall(root, filter="data")
+    return root
+
+
+def run_old(old_code: Path, args: list[str], fault: str) -> subprocess.CompletedProcess:
+    """Python from `old_code` (its alignment/ first on the path), killed at ALIGNMENT_FAULT=`fault`."""
+    env = os.environ | {"ALIGNMENT_FAULT": fault, "PYTHONPATH": str(old_code)}
+    return subprocess.run([sys.executable, *args], cwd=old_code, env=env, capture_output=True, text=True, timeout=600)
+
+
+def metric_rows(folder: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not k.startswith("time_")} for row in rows]
+
+
+def test_a_grpo_run_of_the_flat_package_resumes_here(old_code, tiny_model_dir, tmp_path):
+    config = tiny_config(tiny_model_dir, tmp_path / "old", n_grpo_steps=2, loss_type="grpo_clip")
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in config.to_json().items()}
+    killed = run_old(old_code, ["-c", OLD_GRPO, json.dumps(settings)], "optimizer_step:2")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert (config.output_dir / "checkpoint" / "COMPLETE").read_text() == "1"
+    train_grpo(config, TASK, TASK, resume=True)
+    straight = replace(config, output_dir=tmp_path / "new" / "run")
+    train_grpo(straight, TASK, TASK)
+    assert metric_rows(config.output_dir) == metric_rows(straight.output_dir)
+    resumed, uninterrupted = (load_file(c.output_dir / "policy" / "model.safetensors") for c in (config, straight))
+    assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
+
+
+def test_an_sft_run_of_the_flat_package_resumes_here(old_code, tiny_model_dir, data, tmp_path):  # noqa: F811
+    data = data | {"model": tiny_model_dir}
+    old, new = tmp_path / "old", tmp_path / "new"
+    killed = run_old(old_code, ["scripts/train_sft.py", *sft_flags(data, old)], "checkpoint_write:2")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert (old / "checkpoint" / "COMPLETE").read_text() == "1"
+    runner = CliRunner()
+    resumed = runner.invoke(train_sft_script.app, ["--resume", str(old)])
+    assert resumed.exit_code == 0, resumed.output
+    straight = runner.invoke(train_sft_script.app, sft_flags(data, new))
+    assert straight.exit_code == 0, straight.output
+    assert metric_rows(old) == metric_rows(new)
+    a, b = (load_file(folder / "policy" / "model.safetensors") for folder in (old, new))
+    assert all(torch.equal(a[k], b[k]) for k in b)
