@@ -24,13 +24,13 @@ from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl  # noqa
 from alignment.evaluation import GradedRollout, generate_and_grade  # noqa: E402
 from alignment.grading.parallel import ParallelGrader  # noqa: E402
 from alignment.pass_at_k import best_at_k, pass_at_k  # noqa: E402
-from alignment.config.settings import setting, to_json  # noqa: E402
+from alignment.config.settings import override, setting, to_json  # noqa: E402
 
 
 
 @dataclass
 class BestOfNConfig(generation.GenerationConfig):
-    output_dir: Path = setting(Path("outputs/best_of_n"), "Where the result files and the plot go.")
+    output_dir: Path = override(generation.GenerationConfig, "output_dir", Path("outputs/best_of_n"))
     n_max: int = setting(16, "Samples generated per problem (one generation call).")
     ns: list[int] = setting([1, 4, 8, 16], "N values to report (repeatable); each must be <= --n-max.")
 

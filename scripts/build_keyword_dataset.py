@@ -22,13 +22,13 @@ from alignment.models.loading import load_tokenizer
 from alignment.prompts import chat_template
 from alignment.rollout.interface import Backend, SamplingConfig
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
-from alignment.config.settings import setting, to_json
+from alignment.config.settings import OutputSettings, override, setting, to_json
 
 
 @dataclass
-class KeywordDatasetConfig:
+class KeywordDatasetConfig(OutputSettings):
     model: str = setting("smollm2-135m", "Model that writes the answers: a local HF folder (a run's policy/ too), one of our TransformerLM folders, a hub id, or `smollm2-135m`.")
-    output_dir: Path = setting(Path("outputs/keyword_dataset"), "Where train.jsonl and validation.jsonl go.")
+    output_dir: Path = override(OutputSettings, "output_dir", Path("outputs/keyword_dataset"))
     keywords_file: Path = setting(DEFAULT_KEYWORDS, "One keyword per line (letters only).")
     keyword_counts: list[int] = setting([1, 2, 3], "Keywords per prompt (repeatable): 1 for single-word prompts, more for several.")
     prompts_per_count: int = setting(128, "Distinct prompts for each keyword count (fewer if fewer template x keyword combinations exist).")
@@ -36,10 +36,8 @@ class KeywordDatasetConfig:
     temperature: float = setting(0.8, "Sampling temperature (0 = greedy).")
     top_p: float = setting(1.0, "Nucleus sampling mass.")
     max_tokens: int = setting(60, "Maximum new tokens per response.")
-    seed: int = setting(0, "Seed for prompts, sampling and the split.")
     backend: Backend = setting("auto", "Generation backend; auto: vllm where its installed build runs on the device, else hf; transformer_lm: our own model.")
     device: str | None = setting(None, "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")
-    overwrite: bool = setting(False, "Replace a dataset already in --output-dir.")
 
 
 def run(config: KeywordDatasetConfig) -> dict:

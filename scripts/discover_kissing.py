@@ -32,11 +32,11 @@ from alignment.kissing.verifier import DIMENSION, evaluate_program
 from alignment.kissing.llm_client import ChatError, ChatModel, LocalChatModel, OpenAIChatClient
 from alignment.rollout.interface import SamplingConfig
 from alignment.kissing.sandbox import SandboxLimits
-from alignment.config.settings import setting, to_json, write_run_settings
+from alignment.config.settings import OutputSettings, override, setting, to_json, write_run_settings
 
 
 @dataclass
-class DiscoverConfig:
+class DiscoverConfig(OutputSettings):
     mode: Literal["best_of_n", "refine", "evolve"] = setting("evolve", "best_of_n, refine (verifier message fed back) or evolve (program database).")
     backend: Literal["openai", "local"] = setting("local", "openai: an OpenAI-compatible endpoint (--base-url); local: --model on the project's rollout engine.")
     model: str = setting("smollm2-135m", "Model name at the endpoint, or for local: a local HF folder, hub id or `smollm2-135m`.")
@@ -58,10 +58,8 @@ class DiscoverConfig:
     parent_temperature: float = setting(10.0, "evolve: parents are drawn with weight exp((score - best) / T); 0 takes the best.")
     inspirations: int = setting(2, "evolve: best other programs shown beside the parent.")
     prompt_program_chars: int = setting(6000, "Programs longer than this are shown in prompts with their middle cut.")
-    seed: int = setting(0, "Seed for sampling, parent choice and the search code.")
-    output_dir: Path = setting(Path("outputs/kissing"), "Where program.py, conversation_log.json and report.md go.")
+    output_dir: Path = override(OutputSettings, "output_dir", Path("outputs/kissing"))
     program_out: Path | None = setting(None, "Also write the best program here at the end, e.g. data/kissing_number/program.py.")
-    overwrite: bool = setting(False, "Start over in an --output-dir that holds a run.")
 
     RESUMABLE: ClassVar[frozenset[str]] = frozenset({
         "iterations", "budget_s", "output_dir", "program_out", "base_url", "api_key_env", "request_timeout_s",

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from alignment.config.cli import bad_flag
-from alignment.config.settings import setting
+from alignment.config.settings import OutputSettings, override, setting
 from alignment.data.math_datasets import MathExample, load_math_examples, spread_subset
 from alignment.grader import REWARD_FNS, RewardFn
 from alignment.prompts import Prompt, load_prompt
@@ -18,7 +18,7 @@ RESULT_FILES = ("generations.jsonl", "summary.json")
 
 
 @dataclass
-class GenerationConfig:
+class GenerationConfig(OutputSettings):
     """Settings of scripts/eval_zero_shot.py (and the base of scripts/best_of_n.py's); each is a flag."""
 
     dataset: str = setting("gsm8k", "`math` (MATH's 5,000 test problems), `math500`, `gsm8k` (its test split), ..., a .jsonl file, a local dataset folder or a hub id; its test or validation split.")
@@ -30,13 +30,11 @@ class GenerationConfig:
     max_tokens: int = setting(1024, "Maximum new tokens per response.")
     min_tokens: int = setting(0, "EOS and stop strings are ignored before this many new tokens.")
     stop: list[str] = setting(["</answer>"], "Stop string (repeatable); it is kept in the output.")
-    seed: int = setting(0, "Sampling seed.")
-    output_dir: Path = setting(Path("outputs/eval"), "Where the result files go.")
+    output_dir: Path = override(OutputSettings, "output_dir", Path("outputs/eval"))
     backend: Backend = setting("auto", "Generation backend; auto: vllm where its installed build runs on the device, else hf; transformer_lm: our own model and sampler.")
     device: str | None = setting(None, "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")
     gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of GPU memory to use.")
     grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8).")
-    overwrite: bool = setting(False, "Replace results already in --output-dir.")
 
 
 @dataclass
