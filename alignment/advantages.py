@@ -35,7 +35,9 @@ def rloo_advantages(raw_rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     """RLOO (arXiv 2402.14740): r_i - (1 / (G - 1)) sum_{j != i} r_j, the mean of the group's other samples as
     baseline; equal to G / (G - 1) * (r_i - group mean). Needs group_size >= 2. (n,) -> (n,)."""
     if group_size < 2 or raw_rewards.numel() % group_size != 0:
-        raise ValueError(f"RLOO needs group_size >= 2 dividing the number of rewards ({raw_rewards.numel()}), got {group_size}")
+        raise ValueError(
+            f"RLOO needs group_size >= 2 dividing the number of rewards ({raw_rewards.numel()}), got {group_size}"
+        )
     grouped = raw_rewards.float().view(-1, group_size)
     others = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
     return (grouped - others).reshape(-1)
@@ -54,7 +56,10 @@ AdvantageEstimator = Literal["group_norm", "rloo", "reinforce_pp"]
 
 
 def estimate_advantages(
-    raw_rewards: torch.Tensor, group_size: int, estimator: AdvantageEstimator, advantage_eps: float,
+    raw_rewards: torch.Tensor,
+    group_size: int,
+    estimator: AdvantageEstimator,
+    advantage_eps: float,
     normalize_by_std: bool,
 ) -> torch.Tensor:
     """Dispatch: group_norm (GRPO; `normalize_by_std` applies to it alone), rloo, reinforce_pp. (n,) -> (n,)."""

@@ -11,12 +11,14 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from alignment.logprobs import get_response_log_probs
 from alignment.data.packed_sft import alpaca_text
+from alignment.logprobs import get_response_log_probs
 from alignment.sft import tokenize_prompt_and_output
 
 
-def response_log_probs(model: nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: str, responses: list[str]) -> torch.Tensor:
+def response_log_probs(
+    model: nn.Module, tokenizer: PreTrainedTokenizerBase, prompt: str, responses: list[str]
+) -> torch.Tensor:
     """log p(response | prompt) summed over the response tokens, for each response. -> (len(responses),)"""
     batch = tokenize_prompt_and_output([prompt] * len(responses), responses, tokenizer)
     device = next(model.parameters()).device
@@ -25,16 +27,26 @@ def response_log_probs(model: nn.Module, tokenizer: PreTrainedTokenizerBase, pro
     return (log_probs * mask).sum(dim=-1)
 
 
-def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
-             ref_rejected: torch.Tensor, beta: float) -> torch.Tensor:
+def dpo_loss(
+    policy_chosen: torch.Tensor,
+    policy_rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
     """The DPO loss from sequence log-probs (any matching shapes); elementwise."""
     margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
     return -F.logsigmoid(beta * margin)
 
 
 def compute_per_instance_dpo_loss(
-    lm: nn.Module, lm_ref: nn.Module, tokenizer: PreTrainedTokenizerBase, beta: float,
-    prompt: str, response_chosen: str, response_rejected: str,
+    lm: nn.Module,
+    lm_ref: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    beta: float,
+    prompt: str,
+    response_chosen: str,
+    response_rejected: str,
 ) -> torch.Tensor:
     """The DPO loss of one pair, differentiable in `lm` (the reference is scored without gradients). -> scalar"""
     if tokenizer.eos_token is None:

@@ -88,15 +88,19 @@ def summarize(records: Sequence[GradedRollout], timings: dict[str, float]) -> di
     }
 
 
-def evaluate_task(engine: RolloutEngine, task: Task, grader: ParallelGrader,
-                  sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def evaluate_task(
+    engine: RolloutEngine, task: Task, grader: ParallelGrader, sampling: SamplingConfig
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Mean reward, format reward and answer reward of one sample per validation question (`eval_reward`,
     `eval_format_reward`, `eval_answer_reward`), and a few example rollouts. An in-process engine samples the
     policy as it is: put it in eval mode first."""
     records, _ = generate_and_grade(engine, task.questions, task.truths, task.template, grader, sampling)
-    examples = [{"prompt": r.prompt, "response": r.response, "truth": r.ground_truth, "reward": r.reward}
-                for r in records[:3]]
+    examples = [
+        {"prompt": r.prompt, "response": r.response, "truth": r.ground_truth, "reward": r.reward} for r in records[:3]
+    ]
     n = len(records)
-    return {"eval_reward": sum(r.reward for r in records) / n,
-            "eval_format_reward": sum(r.format_reward for r in records) / n,
-            "eval_answer_reward": sum(r.answer_reward for r in records) / n}, examples
+    return {
+        "eval_reward": sum(r.reward for r in records) / n,
+        "eval_format_reward": sum(r.format_reward for r in records) / n,
+        "eval_answer_reward": sum(r.answer_reward for r in records) / n,
+    }, examples

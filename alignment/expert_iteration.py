@@ -24,9 +24,15 @@ from alignment.supervised.config import EIConfig, validate
 from alignment.supervised.session import SFTRun, open_run, sft_steps, stop_strings
 
 
-def correct_examples(prompts: list[str], truths: list[str], rollouts: list[Rollout], scores: list[dict[str, float]]) -> list[SFTExample]:
+def correct_examples(
+    prompts: list[str], truths: list[str], rollouts: list[Rollout], scores: list[dict[str, float]]
+) -> list[SFTExample]:
     """The rollouts graded correct (reward 1), as SFT examples on the prompts that produced them."""
-    return [SFTExample(prompts[r.prompt_index], r.text, truths[r.prompt_index]) for r, s in zip(rollouts, scores) if s["reward"] == 1.0]
+    return [
+        SFTExample(prompts[r.prompt_index], r.text, truths[r.prompt_index])
+        for r, s in zip(rollouts, scores)
+        if s["reward"] == 1.0
+    ]
 
 
 def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[str]) -> dict[str, Any]:
@@ -34,8 +40,10 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[st
     template = run.validation.template
     prompts = [format_prompt(template, q) for q in questions]
     sampling = SamplingConfig(
-        temperature=config.sampling_temperature, max_tokens=config.sampling_max_tokens,
-        min_tokens=min(config.sampling_min_tokens, config.sampling_max_tokens), stop=stop_strings(config.prompt),
+        temperature=config.sampling_temperature,
+        max_tokens=config.sampling_max_tokens,
+        min_tokens=min(config.sampling_min_tokens, config.sampling_max_tokens),
+        stop=stop_strings(config.prompt),
         seed=config.seed * 1_000_003 + run.step,  # a function of the step alone, so a resumed run samples the same
     )
     run.trainer.policy.eval()
@@ -44,7 +52,9 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[st
     scores = run.grader([r.text for r in rollouts], [truths[r.prompt_index] for r in rollouts])
     kept = correct_examples(prompts, truths, rollouts, scores)
     row: dict[str, Any] = {
-        "n_rollouts": len(rollouts), "n_kept": len(kept), "kept_fraction": len(kept) / len(rollouts),
+        "n_rollouts": len(rollouts),
+        "n_kept": len(kept),
+        "kept_fraction": len(kept) / len(rollouts),
         "rollout_format_reward": statistics.fmean(s.get("format_reward", 0.0) for s in scores),
         "rollout_response_length": statistics.fmean(len(r.token_ids) for r in rollouts),
         # -log p of the sampled tokens: an unbiased per-token entropy estimate at temperature 1, top_p 1
@@ -52,8 +62,11 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[st
     }
     if kept:
         steps = sft_steps(run, kept, config.sft_epochs, config.seed + run.step)
-        row |= {"sft_steps": len(steps), "loss": statistics.fmean(s["loss"] for s in steps),
-                "token_entropy": statistics.fmean(s["token_entropy"] for s in steps)}
+        row |= {
+            "sft_steps": len(steps),
+            "loss": statistics.fmean(s["loss"] for s in steps),
+            "token_entropy": statistics.fmean(s["token_entropy"] for s in steps),
+        }
     return row
 
 
@@ -67,13 +80,23 @@ def expert_iteration(config: EIConfig, resume: bool = False) -> list[dict[str, A
 
 def _expert_iteration(config: EIConfig, resume: bool, group: ShardGroup | None) -> list[dict[str, Any]]:
     check_output_dir(config, resume)
-    data = run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
-                    config.allow_validation_overlap)
+    data = run_data(
+        config.dataset,
+        config.dataset_split,
+        config.validation_dataset,
+        config.n_eval_examples,
+        config.allow_validation_overlap,
+    )
     for note in data.notes:
         tqdm.write(note)
     pool, template = data.train, load_prompt(config.prompt)
-    run = open_run(config, resume, [SFTExample(format_prompt(template, e.question), "") for e in pool],
-                   math_task(data.validation, config.prompt), group)
+    run = open_run(
+        config,
+        resume,
+        [SFTExample(format_prompt(template, e.question), "") for e in pool],
+        math_task(data.validation, config.prompt),
+        group,
+    )
     order = PromptOrder(len(pool), config.seed, run.state.get("order_position", 0))
     rows: list[dict[str, Any]] = []
     try:

@@ -11,43 +11,59 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from alignment.data.task import Task
+from alignment.distributed.sharding import gathered, shard_group
 from alignment.evaluation import GradedRollout, generate_and_grade
+from alignment.grading.parallel import ParallelGrader
 from alignment.logprobs import get_response_log_probs
 from alignment.masked import masked_mean
-from alignment.grading.parallel import ParallelGrader
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
 from alignment.sft import tokenize_prompt_and_output
-from alignment.distributed.sharding import gathered, shard_group
-from alignment.data.task import Task
 
 
 def response_entropies(
-    policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], responses: Sequence[str], batch_size: int = 8
+    policy: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    batch_size: int = 8,
 ) -> list[float]:
     """Mean next-token entropy (nats) over each response's tokens; NaN for an empty response.
 
-    A policy sharded over processes (alignment/distributed/sharding.py): each rank scores its share with the weights gathered
-    whole (no collective per call, so shares may differ in size), and every rank gets all of them.
+    A policy sharded over processes (alignment/distributed/sharding.py): each rank scores its share with the weights
+    gathered whole (no collective per call, so shares may differ in size), and every rank gets all of them.
     """
     group = shard_group(policy)
     if group is None:
         return _entropies(policy, tokenizer, prompts, responses, batch_size)
     with gathered(policy):  # entered outside inference mode: FSDP's gathered buffers stay ordinary tensors
-        return group.split_work(len(prompts), lambda share: _entropies(
-            policy, tokenizer, prompts[share], responses[share], batch_size))
+        return group.split_work(
+            len(prompts), lambda share: _entropies(policy, tokenizer, prompts[share], responses[share], batch_size)
+        )
 
 
 @torch.inference_mode()
 def _entropies(
-    policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], responses: Sequence[str], batch_size: int
+    policy: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    batch_size: int,
 ) -> list[float]:
     device = next(policy.parameters()).device
     means: list[float] = []
     for start in range(0, len(prompts), batch_size):
-        batch = tokenize_prompt_and_output(prompts[start : start + batch_size], responses[start : start + batch_size], tokenizer)
+        batch = tokenize_prompt_and_output(
+            prompts[start : start + batch_size], responses[start : start + batch_size], tokenizer
+        )
         mask = batch["response_mask"].to(device)
-        out = get_response_log_probs(policy, batch["input_ids"].to(device), batch["labels"].to(device),
-                                     return_token_entropy=True, response_mask=mask)
+        out = get_response_log_probs(
+            policy,
+            batch["input_ids"].to(device),
+            batch["labels"].to(device),
+            return_token_entropy=True,
+            response_mask=mask,
+        )
         means += masked_mean(out["token_entropy"], mask, dim=1).tolist()
     return means
 
@@ -85,8 +101,16 @@ def log_generations(
     records, _ = generate_and_grade(engine, task.questions, task.truths, task.template, grader, sampling)
     entropies = response_entropies(policy, tokenizer, [r.prompt for r in records], [r.response for r in records])
     rows = [
-        {"prompt": r.prompt, "response": r.response, "ground_truth": r.ground_truth, "format_reward": r.format_reward,
-         "answer_reward": r.answer_reward, "reward": r.reward, "token_entropy": h, "num_tokens": r.num_tokens}
+        {
+            "prompt": r.prompt,
+            "response": r.response,
+            "ground_truth": r.ground_truth,
+            "format_reward": r.format_reward,
+            "answer_reward": r.answer_reward,
+            "reward": r.reward,
+            "token_entropy": h,
+            "num_tokens": r.num_tokens,
+        }
         for r, h in zip(records, entropies)
     ]
     return generation_summary(records, entropies), rows

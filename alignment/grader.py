@@ -9,8 +9,8 @@ warm fork).
 
 from collections.abc import Callable, Sequence
 
-from alignment.grading.magnitude import too_big_for_sympy
 from alignment.grading.answers import clean_answer, last_boxed, parse_number
+from alignment.grading.magnitude import too_big_for_sympy
 from alignment.grading.symbolic import symbolically_equal
 
 RewardFn = Callable[..., dict[str, float]]
@@ -47,7 +47,9 @@ def _reward(format_ok: bool, answer_ok: bool) -> dict[str, float]:
     return {"format_reward": float(format_ok), "answer_reward": float(answer_ok), "reward": float(answer_ok)}
 
 
-def r1_zero_reward_fn(response: str, ground_truth: GroundTruth, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, float]:
+def r1_zero_reward_fn(
+    response: str, ground_truth: GroundTruth, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> dict[str, float]:
     """Reward for the r1_zero format `... </think> <answer> ANSWER </answer>`.
 
     Format needs the literal `</think> <answer>` and a closing `</answer>`; the answer is the text of the last

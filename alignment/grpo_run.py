@@ -17,6 +17,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from alignment.config.settings import write_run_settings
 from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup
 from alignment.evaluation import evaluate_task
@@ -29,15 +30,25 @@ from alignment.prompts import chat_template, format_prompt
 from alignment.rollout.interface import RolloutEngine
 from alignment.run.checkpoint import export_policy, load_checkpoint, save_checkpoint
 from alignment.run.metrics_log import MetricsLog
-from alignment.run.setup import (PhaseTimer, build_engine, check_gpu_memory, devices, keyword_run_tasks, learner_group,
-                                 load_policy, make_grader, math_tasks, model_dtype)
+from alignment.run.setup import (
+    PhaseTimer,
+    build_engine,
+    check_gpu_memory,
+    devices,
+    keyword_run_tasks,
+    learner_group,
+    load_policy,
+    make_grader,
+    math_tasks,
+    model_dtype,
+)
 from alignment.run.training_settings import check_output_dir
-from alignment.config.settings import write_run_settings
 from alignment.utils.atomic import check_writable_dir
 
 
-def train_grpo(config: GRPOConfig, task: Task | None = None, validation: Task | None = None,
-               resume: bool = False) -> list[dict]:
+def train_grpo(
+    config: GRPOConfig, task: Task | None = None, validation: Task | None = None, resume: bool = False
+) -> list[dict]:
     """Run (or resume) GRPO; returns the metrics rows of this invocation. Tasks default to the settings' data."""
     validate(config)
     with learner_group(config) as group:
@@ -56,8 +67,9 @@ def grpo_step(sampler: GRPOSampler, learner: GRPOLearner, engine: RolloutEngine)
     return [{"grpo_step": learner.step} | shared | row for row in rows]
 
 
-def sampler_and_learner(config: GRPOConfig, policy: torch.nn.Module, tokenizer, engine: RolloutEngine, task: Task,
-                        grader: ParallelGrader) -> tuple[GRPOSampler, GRPOLearner]:
+def sampler_and_learner(
+    config: GRPOConfig, policy: torch.nn.Module, tokenizer, engine: RolloutEngine, task: Task, grader: ParallelGrader
+) -> tuple[GRPOSampler, GRPOLearner]:
     """The run's sampler over `engine` and its learner of `policy`, sharing the forward tape when the learner may
     replay the sampler's forward (--reuse-rollout-forward)."""
     longest_prompt = max(len(tokenizer(format_prompt(task.template, q))["input_ids"]) for q in task.questions)
@@ -65,8 +77,9 @@ def sampler_and_learner(config: GRPOConfig, policy: torch.nn.Module, tokenizer, 
     return GRPOSampler(config, engine, task, grader, tape), GRPOLearner(config, policy, tokenizer, task, tape)
 
 
-def _train(config: GRPOConfig, task: Task | None, validation: Task | None, resume: bool,
-           group: ShardGroup | None) -> list[dict]:
+def _train(
+    config: GRPOConfig, task: Task | None, validation: Task | None, resume: bool, group: ShardGroup | None
+) -> list[dict]:
     main = group is None or group.main
     check_writable_dir(check_output_dir(config, resume))
     if task is None or validation is None:  # data errors surface before any model loads
@@ -98,8 +111,9 @@ def _train(config: GRPOConfig, task: Task | None, validation: Task | None, resum
         if main:
             write_run_settings(config)  # the resumable settings this continuation changed
     started = time.perf_counter() - elapsed
-    log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, learner.step,
-                     enabled=main)
+    log = MetricsLog(
+        config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, learner.step, enabled=main
+    )
 
     def validate_now() -> float:
         policy.eval()
@@ -122,13 +136,25 @@ def _train(config: GRPOConfig, task: Task | None, validation: Task | None, resum
                 if step % config.eval_every == 0 or step == config.n_grpo_steps:
                     eval_reward = validate_now()
                 if step % config.checkpoint_every == 0 or step == config.n_grpo_steps:
-                    save_checkpoint(config.output_dir, config, policy, tokenizer, learner.optimizer, {
-                        "step": step, "order_position": sampler.order.position,
-                        "elapsed_s": time.perf_counter() - started,
-                    })
+                    save_checkpoint(
+                        config.output_dir,
+                        config,
+                        policy,
+                        tokenizer,
+                        learner.optimizer,
+                        {
+                            "step": step,
+                            "order_position": sampler.order.position,
+                            "elapsed_s": time.perf_counter() - started,
+                        },
+                    )
                 last = step_rows[-1]
-                bar.set_postfix(reward=f"{last['train_reward']:.2f}", eval=f"{eval_reward:.2f}",
-                                rollout=f"{last.get('time_rollout_s', 0):.1f}s", train=f"{last.get('time_train_s', 0):.1f}s")
+                bar.set_postfix(
+                    reward=f"{last['train_reward']:.2f}",
+                    eval=f"{eval_reward:.2f}",
+                    rollout=f"{last.get('time_rollout_s', 0):.1f}s",
+                    train=f"{last.get('time_train_s', 0):.1f}s",
+                )
                 bar.update(1)
         if main:
             export_policy(config.output_dir)

@@ -75,8 +75,14 @@ def grpo_microbatch_train_step(
     seq) are the engine's log-probs of the same tokens.
     """
     token_loss, loss_meta = compute_policy_gradient_loss(
-        policy_log_probs, loss_type, raw_rewards, advantages, old_log_probs, cliprange,
-        cliprange_high=cliprange_high, response_mask=response_mask,
+        policy_log_probs,
+        loss_type,
+        raw_rewards,
+        advantages,
+        old_log_probs,
+        cliprange,
+        cliprange_high=cliprange_high,
+        response_mask=response_mask,
     )
     weights = None
     if tis_cap is not None:

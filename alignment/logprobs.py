@@ -104,4 +104,7 @@ def get_response_log_probs(
     if not return_token_entropy:
         return {"log_probs": zeros.masked_scatter(response_mask, log_probs_of_labels(logits, labels[response_mask]))}
     log_probs, entropy = label_log_probs_and_entropy(logits, labels[response_mask])
-    return {"log_probs": zeros.masked_scatter(response_mask, log_probs), "token_entropy": zeros.masked_scatter(response_mask, entropy)}
+    return {
+        "log_probs": zeros.masked_scatter(response_mask, log_probs),
+        "token_entropy": zeros.masked_scatter(response_mask, entropy),
+    }

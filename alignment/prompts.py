@@ -40,4 +40,6 @@ def chat_template(tokenizer) -> str:
     """The model's chat turn around `{question}`, or the bare question for models without a chat template."""
     if not tokenizer.chat_template:
         return "{question}\n"
-    return tokenizer.apply_chat_template([{"role": "user", "content": "{question}"}], add_generation_prompt=True, tokenize=False)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": "{question}"}], add_generation_prompt=True, tokenize=False
+    )

@@ -33,11 +33,18 @@ def sft_validation(config: SFTConfig, examples: Sequence[SFTExample]) -> Task:
         raise ValueError(f"--validation-dataset: {err}") from None
     questions = [prompt_question(load_prompt(config.prompt), e.prompt) for e in examples]
     known = [q for q in questions if q is not None]
-    note = check_overlap(known, [e.question for e in validation], config.dataset, config.validation_dataset,
-                         config.allow_validation_overlap)
+    note = check_overlap(
+        known,
+        [e.question for e in validation],
+        config.dataset,
+        config.validation_dataset,
+        config.allow_validation_overlap,
+    )
     unknown = f" ({len(questions) - len(known)} training prompts are not in the --prompt template, so not compared)"
-    tqdm.write(f"validating on {len(validation)} questions of {config.validation_dataset}; {note}"
-               + (unknown if len(known) < len(questions) else ""))
+    tqdm.write(
+        f"validating on {len(validation)} questions of {config.validation_dataset}; {note}"
+        + (unknown if len(known) < len(questions) else "")
+    )
     return math_task(validation, config.prompt)
 
 
@@ -55,7 +62,9 @@ def load_training_examples(config: SFTConfig) -> tuple[list[SFTExample], dict[st
     """The examples to train on and how many were loaded / kept; every data error names its flag."""
     template = load_prompt(config.prompt)
     try:
-        examples = load_sft_examples(config.dataset, config.data_format, template, config.dataset_split, config.n_examples)
+        examples = load_sft_examples(
+            config.dataset, config.data_format, template, config.dataset_split, config.n_examples
+        )
     except (FileNotFoundError, ValueError) as err:
         raise ValueError(f"--dataset: {err}") from None
     counts = {"n_examples_loaded": len(examples)}
@@ -63,8 +72,10 @@ def load_training_examples(config: SFTConfig) -> tuple[list[SFTExample], dict[st
         examples = filter_correct(examples, REWARD_FNS[config.prompt], config.grader_workers)
         counts["n_examples_kept"] = len(examples)
         if not examples:
-            raise ValueError(f"--filter-correct kept none of the {counts['n_examples_loaded']} examples of {config.dataset}: "
-                             "the grader scored no response correct")
+            raise ValueError(
+                f"--filter-correct kept none of the {counts['n_examples_loaded']} examples of {config.dataset}: "
+                "the grader scored no response correct"
+            )
     return examples, counts
 
 
@@ -79,8 +90,14 @@ def train_sft(config: SFTConfig, resume: bool = False) -> list[dict[str, Any]]:
 def _train_sft(config: SFTConfig, resume: bool, group: ShardGroup | None) -> list[dict[str, Any]]:
     check_output_dir(config, resume)
     examples, counts = load_training_examples(config)
-    tqdm.write(f"training on {len(examples)} examples" + (f" (kept {counts['n_examples_kept']} of {counts['n_examples_loaded']} "
-               "graded correct)" if config.filter_correct else ""))
+    tqdm.write(
+        f"training on {len(examples)} examples"
+        + (
+            f" (kept {counts['n_examples_kept']} of {counts['n_examples_loaded']} graded correct)"
+            if config.filter_correct
+            else ""
+        )
+    )
     run = open_run(config, resume, examples, sft_validation(config, examples), group)
     n_steps = n_optimizer_steps(len(examples), config.epochs, config.batch_size)
     rows: list[dict[str, Any]] = []
@@ -103,7 +120,9 @@ def _train_sft(config: SFTConfig, resume: bool, group: ShardGroup | None) -> lis
             if run.step % config.checkpoint_every == 0 or run.step == n_steps:
                 run.checkpoint({"order_position": position})
 
-        sft_steps(run, examples, config.epochs, config.seed, position=run.state.get("order_position", 0), on_step=after_step)
+        sft_steps(
+            run, examples, config.epochs, config.seed, position=run.state.get("order_position", 0), on_step=after_step
+        )
         bar.close()
         run.finish()
     finally:

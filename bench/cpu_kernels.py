@@ -2,7 +2,8 @@
 
     uv run python bench/cpu_kernels.py [--long]
 
-1. attention: transformers' masked sdpa (key/value heads copied out to every query head) vs alignment.models.gqa_attention
+1. attention: transformers' masked sdpa (key/value heads copied out to every query head) vs
+alignment.models.gqa_attention
    (enable_gqa), one layer at the SmolLM2-135M decode shape: 32 rows, 9 query / 3 key-value heads, 77 cached tokens.
 2. log-probs + entropy of 1024 response tokens over SmolLM2's 49152-token vocabulary, forward and backward:
    log_probs_of_labels + compute_entropy vs label_log_probs_and_entropy, seconds and peak resident memory.
@@ -37,14 +38,14 @@ import torch.nn.functional as F
 import typer
 from transformers import DynamicCache
 
-import alignment.rollout.hf_engine as engine_module
 import alignment.grpo.shared_prompt as shared_prompt
-from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.models.loading import SMOLLM2, load_model_and_tokenizer
-from alignment.rollout.reserved_cache import ReservedCache
-from alignment.rollout.interface import SamplingConfig
-from alignment.rollout.decoding import few_rows_linear, sample_tokens
+import alignment.rollout.hf_engine as engine_module
 from alignment.grpo.shared_prompt import packing_pays, shared_prompt_log_probs
+from alignment.models.loading import SMOLLM2, load_model_and_tokenizer
+from alignment.rollout.decoding import few_rows_linear, sample_tokens
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.reserved_cache import ReservedCache
 
 CHILD = """
 import resource, statistics, sys, time
@@ -82,7 +83,9 @@ else:
 
 
 def child(case: str) -> list[str]:
-    return subprocess.run([sys.executable, "-c", CHILD, case], capture_output=True, text=True, check=True).stdout.split()
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, case], capture_output=True, text=True, check=True
+    ).stdout.split()
 
 
 def attention_us(grouped: bool, repeats: int = 300) -> float:
@@ -195,7 +198,9 @@ def decode_linears_ms() -> dict[str, float]:
 def weight_gradients_s() -> dict[str, float]:
     torch.manual_seed(0)
     layers = [(shape, 344) for shape, count in LAYER_SHAPES for _ in range(30 * count)] + [(HEAD, 256)]
-    parts = [[(torch.randn(tokens, shape[0]), torch.randn(tokens, shape[1])) for _ in range(4)] for shape, tokens in layers]
+    parts = [
+        [(torch.randn(tokens, shape[0]), torch.randn(tokens, shape[1])) for _ in range(4)] for shape, tokens in layers
+    ]
 
     def new_then_add() -> None:
         for microbatches in parts:
@@ -234,26 +239,51 @@ def embedding_gradient_ms() -> dict[str, float]:
 
 
 def main(long: bool = False) -> None:
-    print(f"attention, one layer, one decode step: sdpa with repeat_kv {attention_us(False):.0f} us, "
-          f"sdpa_gqa {attention_us(True):.0f} us")
+    print(
+        f"attention, one layer, one decode step: sdpa with repeat_kv {attention_us(False):.0f} us, "
+        f"sdpa_gqa {attention_us(True):.0f} us"
+    )
     (sep_s, sep_mib), (fused_s, fused_mib) = child("separate"), child("fused")
-    print(f"log-probs + entropy, 1024 x 49152, forward + backward: separate {float(sep_s):.3f} s (+{sep_mib} MiB peak), "
-          f"fused {float(fused_s):.3f} s (+{fused_mib} MiB peak)")
-    print(f"allocate + fill 64 MiB: glibc defaults {child('default')[0]} ms, retain_freed_memory {child('retain')[0]} ms")
-    print(f"sample 32 rows of 49152: one-level float64 CDF {sampling_ms(False):.2f} ms, two-level {sampling_ms(True):.2f} ms")
+    print(
+        f"log-probs + entropy, 1024 x 49152, forward + backward: separate {float(sep_s):.3f} s (+{sep_mib} MiB peak), "
+        f"fused {float(fused_s):.3f} s (+{fused_mib} MiB peak)"
+    )
+    print(
+        f"allocate + fill 64 MiB: glibc defaults {child('default')[0]} ms, retain_freed_memory {child('retain')[0]} ms"
+    )
+    print(
+        f"sample 32 rows of 49152: one-level float64 CDF {sampling_ms(False):.2f} ms, two-level "
+        f"{sampling_ms(True):.2f} ms"
+    )
     cached, packed = shared_prompt_s()
-    print(f"demo microbatch, forward + backward: prompt pass + cached suffix pass {cached:.3f} s, packed {packed:.3f} s")
+    print(
+        f"demo microbatch, forward + backward: prompt pass + cached suffix pass {cached:.3f} s, packed {packed:.3f} s"
+    )
     decode = decode_linears_ms()
-    print(f"one decode step's linear layers, 32 rows: x @ W^T {decode['x @ W^T']:.1f} ms, W @ x^T {decode['W @ x^T']:.1f} ms")
+    print(
+        "one decode step's linear layers, 32 rows: "
+        f"x @ W^T {decode['x @ W^T']:.1f} ms, W @ x^T {decode['W @ x^T']:.1f} ms"
+    )
     grads = weight_gradients_s()
-    print(f"weight gradients of 4 microbatches: new + add {grads['new + add']:.2f} s, addmm_ in place {grads['addmm_ in place']:.2f} s")
+    print(
+        "weight gradients of 4 microbatches: "
+        f"new + add {grads['new + add']:.2f} s, addmm_ in place {grads['addmm_ in place']:.2f} s"
+    )
     embedding = embedding_gradient_ms()
-    print(f"embedding gradient of 4 microbatches: dense {embedding['dense']:.0f} ms, index_add_ in place {embedding['index_add_ in place']:.0f} ms")
+    print(
+        f"embedding gradient of 4 microbatches: dense {embedding['dense']:.0f} ms, index_add_ in place "
+        f"{embedding['index_add_ in place']:.0f} ms"
+    )
     if long:
         dynamic, reserved = long_decode_s("dynamic"), long_decode_s("reserved")
-        print(f"hf backend, 8 x 1024 tokens: DynamicCache {dynamic:.1f} s ({8192 / dynamic:.1f} tokens/s), "
-              f"ReservedCache {reserved:.1f} s ({8192 / reserved:.1f} tokens/s)")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python {platform.python_version()}")
+        print(
+            f"hf backend, 8 x 1024 tokens: DynamicCache {dynamic:.1f} s ({8192 / dynamic:.1f} tokens/s), "
+            f"ReservedCache {reserved:.1f} s ({8192 / reserved:.1f} tokens/s)"
+        )
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python "
+        f"{platform.python_version()}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The demo's GRPO step with the learner replaying the rollout's forward (alignment/rollout/forward_tape.py) and without.
+"""The demo's GRPO step with the learner replaying the rollout's forward (alignment/rollout/forward_tape.py) and
+without.
 
     uv run python bench/forward_tape.py [--steps 10]
 
@@ -18,8 +19,8 @@ from pathlib import Path
 import torch
 import typer
 
-from alignment.grpo.config import GRPOConfig
 from alignment.grading.parallel import ParallelGrader
+from alignment.grpo.config import GRPOConfig
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import GRPOSampler
 from alignment.grpo_run import sampler_and_learner
@@ -29,10 +30,26 @@ from alignment.run.setup import PhaseTimer, build_engine, keyword_run_tasks, loa
 
 def demo_parts(output_dir: Path) -> tuple[GRPOSampler, GRPOLearner]:
     config = GRPOConfig(
-        model="smollm2-135m", task="keywords", keywords_per_prompt=2, n_train_prompts=256, n_eval_examples=8,
-        learning_rate=3e-5, rollout_batch_size=32, group_size=4, train_batch_size=32, gradient_accumulation_steps=4,
-        sampling_min_tokens=32, sampling_max_tokens=32, loss_type="grpo_clip", kl_reference=False, kl_prev=False,
-        backend="hf", grader_workers=1, dtype="float32", output_dir=output_dir, reuse_rollout_forward="on",
+        model="smollm2-135m",
+        task="keywords",
+        keywords_per_prompt=2,
+        n_train_prompts=256,
+        n_eval_examples=8,
+        learning_rate=3e-5,
+        rollout_batch_size=32,
+        group_size=4,
+        train_batch_size=32,
+        gradient_accumulation_steps=4,
+        sampling_min_tokens=32,
+        sampling_max_tokens=32,
+        loss_type="grpo_clip",
+        kl_reference=False,
+        kl_prev=False,
+        backend="hf",
+        grader_workers=1,
+        dtype="float32",
+        output_dir=output_dir,
+        reuse_rollout_forward="on",
     )
     torch.manual_seed(config.seed)
     policy, tokenizer = load_policy(config, "cpu", torch.float32)
@@ -67,7 +84,10 @@ def main(steps: int = 10) -> None:
         print(f"{way}: median rollout {rollout_s:.2f}s, train {train_s:.2f}s, both {rollout_s + train_s:.2f}s")
     size = tape.capacity * tape.bytes_per_slot()
     print(f"tape: {tape.capacity} slots x {tape.bytes_per_slot() / 2**10:.0f} KiB = {size / 2**30:.2f} GiB")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python {platform.python_version()}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python "
+        f"{platform.python_version()}"
+    )
 
 
 if __name__ == "__main__":

@@ -21,10 +21,27 @@ from alignment.grading.parallel import ParallelGrader
 from alignment.grading.symbolic import symbolically_equal
 
 ADVERSARIAL = [
-    "9^{9^{9^{9^{9}}}}", "\\frac{" * 5000, "10^{10^{10}}", "1" * 1_000_000, "9^{9^{9^{9}}}", "9^{9^{9}}", "2^{10^{7}}",
-    "10^" + "1" * 100, "(" * 20000 + ")" * 20000, "\\sqrt{" * 3000 + "}" * 3000, "1e99999999", "10000!!",
-    "(10^{6})!", "\\binom{10^{9}}{10^{8}}", "{9^9}^{9^{9}}", "(x+1)^{5000}", "(1+\\sqrt{2})^{1000}",
-    "e^{e^{e^{e^{e}}}}", "\\pi^{\\pi^{\\pi^{\\pi}}}", "\\sin(10^{100})", "\\sum_{k=1}^{10^{9}} k",
+    "9^{9^{9^{9^{9}}}}",
+    "\\frac{" * 5000,
+    "10^{10^{10}}",
+    "1" * 1_000_000,
+    "9^{9^{9^{9}}}",
+    "9^{9^{9}}",
+    "2^{10^{7}}",
+    "10^" + "1" * 100,
+    "(" * 20000 + ")" * 20000,
+    "\\sqrt{" * 3000 + "}" * 3000,
+    "1e99999999",
+    "10000!!",
+    "(10^{6})!",
+    "\\binom{10^{9}}{10^{8}}",
+    "{9^9}^{9^{9}}",
+    "(x+1)^{5000}",
+    "(1+\\sqrt{2})^{1000}",
+    "e^{e^{e^{e^{e}}}}",
+    "\\pi^{\\pi^{\\pi^{\\pi}}}",
+    "\\sin(10^{100})",
+    "\\sum_{k=1}^{10^{9}} k",
 ]
 
 
@@ -42,12 +59,19 @@ def adversarial() -> None:
         reward, r1_s = timed(r1_zero_reward_fn, f"x </think> <answer>{answer}</answer>", "72")
         verdict, grade_s = timed(grade_answer, answer, "x+1")
         worst = max(worst, r1_s, grade_s)
-        print(f"adversarial {answer[:24]!r:30} reward {reward['reward']:.0f} in {r1_s:.3f}s; vs x+1 {verdict} in {grade_s:.3f}s")
+        print(
+            f"adversarial {answer[:24]!r:30} reward {reward['reward']:.0f} in {r1_s:.3f}s; vs x+1 {verdict} in "
+            f"{grade_s:.3f}s"
+        )
     print(f"worst adversarial call: {worst:.3f}s")
     for deadline in (0.5, 2.0):
-        killed, kill_s = timed(symbolically_equal, "7", "10^{10^{10}}", timeout_s=deadline)  # sympy itself, past the guard
+        killed, kill_s = timed(
+            symbolically_equal, "7", "10^{10^{10}}", timeout_s=deadline
+        )  # sympy itself, past the guard
         equal, next_s = timed(symbolically_equal, "x^2+2x+1", "(x+1)^2")
-        print(f"sympy deadline {deadline}s: {killed} in {kill_s:.3f}s; next check {equal} in {next_s:.3f}s (a fresh fork)")
+        print(
+            f"sympy deadline {deadline}s: {killed} in {kill_s:.3f}s; next check {equal} in {next_s:.3f}s (a fresh fork)"
+        )
 
 
 def mixed_responses(examples: list, n: int) -> list[tuple[str, str]]:
@@ -68,9 +92,15 @@ def main(data: Path = Path("../shared/data/gsm8k/test.jsonl"), n: int = 1000, wo
     examples = load_math_examples(str(data), kind="gsm8k")
     raw_finals = [e.solution.rsplit("####", 1)[1].strip() for e in examples]
     start = time.perf_counter()
-    correct = sum(r1_zero_reward_fn(f"x </think> <answer>{raw}</answer>", e.answer)["reward"] for raw, e in zip(raw_finals, examples))
+    correct = sum(
+        r1_zero_reward_fn(f"x </think> <answer>{raw}</answer>", e.answer)["reward"]
+        for raw, e in zip(raw_finals, examples)
+    )
     gold_s = time.perf_counter() - start
-    print(f"gold answers graded correct: {correct:.0f}/{len(examples)} ({100 * correct / len(examples):.1f}%) in {gold_s:.2f}s")
+    print(
+        f"gold answers graded correct: {correct:.0f}/{len(examples)} ({100 * correct / len(examples):.1f}%) in "
+        f"{gold_s:.2f}s"
+    )
 
     gold = [(f"x </think> <answer>{raw}</answer>", e.answer) for raw, e in zip(raw_finals, examples)][:n]
     r1_zero_reward_fn(*mixed_responses(examples, 1)[0])  # start the symbolic worker outside the timing
@@ -78,14 +108,18 @@ def main(data: Path = Path("../shared/data/gsm8k/test.jsonl"), n: int = 1000, wo
         start = time.perf_counter()
         rewards = [r1_zero_reward_fn(response, truth)["reward"] for response, truth in pairs]
         seconds = time.perf_counter() - start
-        print(f"{name}: {len(pairs)} responses in {seconds:.2f}s ({1000 * seconds / len(pairs):.2f} ms each), mean reward {sum(rewards) / len(rewards):.3f}")
+        print(
+            f"{name}: {len(pairs)} responses in {seconds:.2f}s ({1000 * seconds / len(pairs):.2f} ms each), mean "
+            f"reward {sum(rewards) / len(rewards):.3f}"
+        )
     mixed = mixed_responses(examples, n)
     with ParallelGrader(r1_zero_reward_fn, workers) as grader:
         grader([r for r, _ in mixed], [t for _, t in mixed])  # start the workers outside the timing
         start = time.perf_counter()
         scores = grader([r for r, _ in mixed], [t for _, t in mixed])
         seconds = time.perf_counter() - start
-    print(f"mixed, {workers} worker processes: {n} responses in {seconds:.2f}s, mean reward {sum(s['reward'] for s in scores) / n:.3f}")
+    mean = sum(s["reward"] for s in scores) / n
+    print(f"mixed, {workers} worker processes: {n} responses in {seconds:.2f}s, mean reward {mean:.3f}")
     adversarial()
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
 

@@ -25,11 +25,28 @@ PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
 def main(steps: int = 6, output: Path | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = GRPOConfig(
-            model="smollm2-135m", task="keywords", keywords_per_prompt=2, n_train_prompts=256, n_eval_examples=8,
-            n_grpo_steps=steps, learning_rate=3e-5, rollout_batch_size=32, group_size=4, train_batch_size=32,
-            gradient_accumulation_steps=4, sampling_min_tokens=32, sampling_max_tokens=32, loss_type="grpo_clip",
-            eval_every=10_000, eval_max_tokens=4, checkpoint_every=10_000, kl_reference=False, kl_prev=False,
-            backend="hf", grader_workers=1, output_dir=Path(output or tmp),
+            model="smollm2-135m",
+            task="keywords",
+            keywords_per_prompt=2,
+            n_train_prompts=256,
+            n_eval_examples=8,
+            n_grpo_steps=steps,
+            learning_rate=3e-5,
+            rollout_batch_size=32,
+            group_size=4,
+            train_batch_size=32,
+            gradient_accumulation_steps=4,
+            sampling_min_tokens=32,
+            sampling_max_tokens=32,
+            loss_type="grpo_clip",
+            eval_every=10_000,
+            eval_max_tokens=4,
+            checkpoint_every=10_000,
+            kl_reference=False,
+            kl_prev=False,
+            backend="hf",
+            grader_workers=1,
+            output_dir=Path(output or tmp),
         )
         rows = train_grpo(config)
     for row in rows:

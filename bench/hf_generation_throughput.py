@@ -22,8 +22,14 @@ from alignment.rollout.hf_engine import HFRolloutEngine, kv_cache_bytes_per_toke
 from alignment.rollout.interface import SamplingConfig
 
 QWEN25_MATH_15B = dict(
-    hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-    intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=4096,
+    hidden_size=1536,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    intermediate_size=8960,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
 )
 
 
@@ -81,14 +87,23 @@ def main(
     batch = min(rows, prompts)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     mean_kv = batch * (prompt_tokens + new_tokens / 2) * kv_cache_bytes_per_token(model)
-    print(f"{prompts} prompts x {new_tokens} new tokens (batch {batch}): {generated} tokens in {seconds:.1f}s = {generated / seconds:,.0f} tokens/s")
+    print(
+        f"{prompts} prompts x {new_tokens} new tokens (batch {batch}): {generated} tokens in {seconds:.1f}s = "
+        f"{generated / seconds:,.0f} tokens/s"
+    )
     print(f"weights {weight_bytes / 2**30:.2f} GiB; mean KV cache {mean_kv / 2**30:.2f} GiB; torch {torch.__version__}")
     if dev.type != "cuda":
         return
     bandwidth = measured_bandwidth(dev)
     bound = batch / ((weight_bytes + mean_kv) / bandwidth)
-    print(f"device: {torch.cuda.get_device_name(dev)}; peak memory {torch.cuda.max_memory_allocated(dev) / 2**30:.1f} GiB")
-    print(f"measured copy bandwidth {bandwidth / 1e12:.2f} TB/s -> bound {bound:,.0f} tokens/s; achieved {100 * generated / seconds / bound:.1f}% of it")
+    print(
+        f"device: {torch.cuda.get_device_name(dev)}; peak memory {torch.cuda.max_memory_allocated(dev) / 2**30:.1f} GiB"
+    )
+    achieved = 100 * generated / seconds / bound
+    print(
+        f"measured copy bandwidth {bandwidth / 1e12:.2f} TB/s -> bound {bound:,.0f} tokens/s; "
+        f"achieved {achieved:.1f}% of it"
+    )
 
 
 if __name__ == "__main__":

@@ -27,8 +27,15 @@ import time
 import numpy as np
 import typer
 
-from alignment.kissing.search import (IndependentSetSearch, ball, code_seed, code_seeded_search, conflict_graph,
-                                      distance_conflict_graph, shell)
+from alignment.kissing.search import (
+    IndependentSetSearch,
+    ball,
+    code_seed,
+    code_seeded_search,
+    conflict_graph,
+    distance_conflict_graph,
+    shell,
+)
 from alignment.kissing.verifier import verify_points
 
 Q = 11  # the field F_11; the projective line has Q + 1 = 12 points, infinity numbered Q
@@ -36,11 +43,13 @@ Q = 11  # the field F_11; the projective line has Q + 1 = 12 points, infinity nu
 
 def mobius(a: int, b: int, c: int, d: int) -> tuple[int, ...]:
     """x -> (ax + b) / (cx + d) on the projective line over F_11, as a permutation of range(12)."""
+
     def image(x: int) -> int:
         if x == Q:
             return Q if c == 0 else a * pow(c, -1, Q) % Q
         denominator = (c * x + d) % Q
         return Q if denominator == 0 else (a * x + b) * pow(denominator, -1, Q) % Q
+
     return tuple(image(x) for x in range(Q + 1))
 
 
@@ -99,8 +108,9 @@ def max_weight_independent_set(weights: list[int], neighbours: list[int], budget
             return False
         members = [i for i in range(len(weights)) if candidates >> i & 1]
         i = max(members, key=lambda j: (neighbours[j] & candidates).bit_count())
-        return (grow(candidates & ~neighbours[i] & ~(1 << i), weight + weights[i], chosen + [i])
-                and grow(candidates & ~(1 << i), weight, chosen))
+        return grow(candidates & ~neighbours[i] & ~(1 << i), weight + weights[i], chosen + [i]) and grow(
+            candidates & ~(1 << i), weight, chosen
+        )
 
     proved = grow((1 << len(weights)) - 1, 0, [])
     return best[0], proved
@@ -132,8 +142,10 @@ def neighbourhood_search(budget_s: float, supports_freed: int = 8, per_solve_s: 
             gains += len(best) > len(chosen) - len(kept)
             chosen = kept | {candidates[i] for i in best}
     axes = np.concatenate([2 * np.eye(d, dtype=np.int64), -2 * np.eye(d, dtype=np.int64)])
-    note = (f"{rounds} rounds freeing {supports_freed} supports, {proved} solved to optimality, {gains} gains; "
-            f"budget reached")
+    note = (
+        f"{rounds} rounds freeing {supports_freed} supports, {proved} solved to optimality, {gains} gains; "
+        f"budget reached"
+    )
     return np.concatenate([axes, vectors[sorted(chosen)]]), note
 
 
@@ -159,12 +171,15 @@ def orbit_union(group: np.ndarray, max_norm: int, min_norm: int, budget_s: float
         return bool(distance.min() >= max_norm)
 
     valid = [o for o in orbits if compatible(o, o, True)]
-    neighbours = [sum(1 << j for j, b in enumerate(valid) if j != i and not compatible(a, b, False))
-                  for i, a in enumerate(valid)]
+    neighbours = [
+        sum(1 << j for j, b in enumerate(valid) if j != i and not compatible(a, b, False)) for i, a in enumerate(valid)
+    ]
     chosen, proved = max_weight_independent_set([len(o) for o in valid], neighbours, budget_s)
     points = np.concatenate([valid[i] for i in chosen]) if chosen else np.zeros((0, Q + 1), dtype=np.int64)
-    note = (f"{len(vectors)} vectors, {len(orbits)} orbits, {len(valid)} valid alone; "
-            f"{'optimal union' if proved else 'budget reached'}")
+    note = (
+        f"{len(vectors)} vectors, {len(orbits)} orbits, {len(valid)} valid alone; "
+        f"{'optimal union' if proved else 'budget reached'}"
+    )
     return points @ paley_hadamard()[1:].T, note
 
 
@@ -190,13 +205,16 @@ def cyclic_orbits_shell_4(budget_s: float) -> tuple[np.ndarray, str]:
     search = IndependentSetSearch(adjacency)
     chosen = search.run(budget_s)
     axes = np.concatenate([2 * np.eye(d, dtype=np.int64), -2 * np.eye(d, dtype=np.int64)])
-    note = (f"{len(orbits)} orbits valid alone, {len(chosen)} chosen; last improvement at "
-            f"{search.history[-1][0]:.1f} s; budget reached")
+    note = (
+        f"{len(orbits)} orbits valid alone, {len(chosen)} chosen; last improvement at "
+        f"{search.history[-1][0]:.1f} s; budget reached"
+    )
     return np.concatenate([axes, *(orbits[i] for i in chosen)]), note
 
 
-def independent_set(vectors: np.ndarray, adjacency: list[list[int]], budget_s: float,
-                    start: np.ndarray | None = None) -> tuple[np.ndarray, str]:
+def independent_set(
+    vectors: np.ndarray, adjacency: list[list[int]], budget_s: float, start: np.ndarray | None = None
+) -> tuple[np.ndarray, str]:
     index = {tuple(v): i for i, v in enumerate(vectors.tolist())}
     members = [index[tuple(v)] for v in start.tolist()] if start is not None else []
     search = IndependentSetSearch(adjacency)
@@ -212,13 +230,18 @@ def main(budget_s: float = 240.0, only: str = "") -> None:
     approaches = {
         "code-seed": lambda: code_seeded_search(d, budget_s),
         "shell-4-random": lambda: independent_set(shell_4, conflict_graph(shell_4, 2), budget_s),
-        "ball-4-seeded": lambda: independent_set(ball(4, d), distance_conflict_graph(ball(4, d), 4), budget_s,
-                                                 start=code_seed(d, budget_s)),
+        "ball-4-seeded": lambda: independent_set(
+            ball(4, d), distance_conflict_graph(ball(4, d), 4), budget_s, start=code_seed(d, budget_s)
+        ),
         "neighbourhood-shell-4": lambda: neighbourhood_search(budget_s),
         "shell-5": lambda: independent_set(shell(5, d), conflict_graph(shell(5, d), 2), budget_s),
         "orbits-z11-shell-4": lambda: cyclic_orbits_shell_4(budget_s),
-        "orbits-a11-psl-norm-2-4": lambda: orbit_union(closure([mobius(1, 1, 0, 1), mobius(4, 0, 0, 1), mobius(0, Q - 1, 1, 0)]), 4, 2, budget_s),
-        "orbits-a11-affine-norm-4-6": lambda: orbit_union(closure([mobius(1, 1, 0, 1), mobius(4, 0, 0, 1)]), 6, 4, budget_s),
+        "orbits-a11-psl-norm-2-4": lambda: orbit_union(
+            closure([mobius(1, 1, 0, 1), mobius(4, 0, 0, 1), mobius(0, Q - 1, 1, 0)]), 4, 2, budget_s
+        ),
+        "orbits-a11-affine-norm-4-6": lambda: orbit_union(
+            closure([mobius(1, 1, 0, 1), mobius(4, 0, 0, 1)]), 6, 4, budget_s
+        ),
     }
     print(f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, budget {budget_s:g} s each")
     print("| approach | best valid size | time (s) | how it stopped |\n|---|---|---|---|")

@@ -31,7 +31,7 @@ def main(repeats: int = 5, program: Path = Path("data/kissing_number/program.py"
     rng = np.random.default_rng(0)
     print(f"{platform.processor() or platform.machine()}, numpy {np.__version__}, median of {repeats}")
     for n in (600, 10_000):
-        points = rng.integers(-10**6, 10**6, size=(n, 11)).tolist()
+        points = rng.integers(-(10**6), 10**6, size=(n, 11)).tolist()
         seconds = median_s(lambda: verify_points(points), repeats)
         print(f"verify_points, {n} points ({n * (n - 1) // 2} pairs): {seconds:.3f} s")
     if program.is_file():

@@ -22,9 +22,9 @@ import transformers
 import typer
 
 from alignment.models.lm_checkpoint import load_transformer_lm
-from alignment.rollout.lm_sampler import sample
 from alignment.models.loading import SMOLLM2, load_model_and_tokenizer
 from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.lm_sampler import sample
 
 PROMPTS = (
     "Write a short story that includes the words: apple, river.",
@@ -85,7 +85,13 @@ def main(
     def generate_run(length: int) -> int:
         torch.manual_seed(0)
         out = theirs.generate(
-            **batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=length, min_new_tokens=length,
+            **batch,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=length,
+            min_new_tokens=length,
             pad_token_id=tokenizer.pad_token_id,
         )
         return (out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0]
@@ -101,17 +107,30 @@ def main(
             "ours_no_cache": best_time(lambda: ours_run(length, False), repeats, expected, device),  # noqa: B023
             "transformers_generate": best_time(lambda: generate_run(length), repeats, expected, device),  # noqa: B023
         }
-        row["kv_cache_speedup_over_no_cache"] = round(row["ours_no_cache"]["seconds"] / row["ours_kv_cache"]["seconds"], 2)
+        row["kv_cache_speedup_over_no_cache"] = round(
+            row["ours_no_cache"]["seconds"] / row["ours_kv_cache"]["seconds"], 2
+        )
         results.append(row)
     summary = {
         "date": datetime.date.today().isoformat(),
         "machine": {
-            "cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cpu": cpu_name(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
             "gpu": torch.cuda.get_device_name(device) if device.startswith("cuda") else None,
-            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
         },
-        "settings": {"model": model, "dtype": "float32", "device": device, "prompt_tokens": [len(p) for p in prompt_ids],
-                     "temperature": 1.0, "top_p": 1.0, "repeats": repeats},
+        "settings": {
+            "model": model,
+            "dtype": "float32",
+            "device": device,
+            "prompt_tokens": [len(p) for p in prompt_ids],
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "repeats": repeats,
+        },
         "results": results,
     }
     print(json.dumps(summary, indent=2))

@@ -21,8 +21,8 @@ import torch
 import typer
 
 from alignment.data.keywords import keyword_tasks, load_keywords
-from alignment.models.lora import LoRASettings, merged_state_dict, sync_state_dict, trainable_parameters
 from alignment.models.loading import SMOLLM2, load_model_and_tokenizer, resolve_model
+from alignment.models.lora import LoRASettings, merged_state_dict, sync_state_dict, trainable_parameters
 from alignment.prompts import chat_template, format_prompt
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.vllm_engine import VLLMRolloutEngine
@@ -49,8 +49,9 @@ def measure(mode: str, repeats: int) -> dict[str, float]:
     train, _ = keyword_tasks(chat_template(tokenizer), load_keywords(), PROMPTS, 1, 2, 0)
     prompts = [format_prompt(train.template, q) for q in train.questions]
     sampling = SamplingConfig(max_tokens=TOKENS, min_tokens=TOKENS, stop=(), seed=0)
-    engine = VLLMRolloutEngine(resolve_model(SMOLLM2), "cpu", torch.float32, seed=0,
-                               lora=LORA if mode == "lora" else None)
+    engine = VLLMRolloutEngine(
+        resolve_model(SMOLLM2), "cpu", torch.float32, seed=0, lora=LORA if mode == "lora" else None
+    )
     updates, rollouts = [], []
     for step in range(repeats + 1):  # the first round warms the engine up and is not counted
         with torch.no_grad():
@@ -69,17 +70,26 @@ def measure(mode: str, repeats: int) -> dict[str, float]:
     return {"update_s": statistics.median(updates), "rollout_s": statistics.median(rollouts)}
 
 
-def main(mode: str = typer.Option("both", help="merged, lora, or both (each in its own process)"),
-         repeats: int = typer.Option(5, help="updates timed per mode")) -> None:
+def main(
+    mode: str = typer.Option("both", help="merged, lora, or both (each in its own process)"),
+    repeats: int = typer.Option(5, help="updates timed per mode"),
+) -> None:
     if mode != "both":
         print(json.dumps(measure(mode, repeats)))
         return
     for each in ("merged", "lora"):
-        result = subprocess.run([sys.executable, __file__, "--mode", each, "--repeats", str(repeats)],
-                                capture_output=True, text=True, check=True)
+        result = subprocess.run(
+            [sys.executable, __file__, "--mode", each, "--repeats", str(repeats)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         numbers = json.loads(result.stdout.strip().splitlines()[-1])
         total = numbers["update_s"] + numbers["rollout_s"]
-        print(f"{each:>6}: update {numbers['update_s']:.3f} s, rollouts {numbers['rollout_s']:.3f} s, step total {total:.3f} s")
+        print(
+            f"{each:>6}: update {numbers['update_s']:.3f} s, rollouts {numbers['rollout_s']:.3f} s, step total "
+            f"{total:.3f} s"
+        )
 
 
 if __name__ == "__main__":

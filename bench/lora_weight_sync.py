@@ -24,15 +24,27 @@ def sizes(learner) -> int:
     return sum(t.numel() * t.element_size() for t in weights.values())
 
 
-def main(rank: int = typer.Option(16, help="LoRA rank"), repeats: int = typer.Option(5, help="syncs timed per case")) -> None:
+def main(
+    rank: int = typer.Option(16, help="LoRA rank"), repeats: int = typer.Option(5, help="syncs timed per case")
+) -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1536 * 2**20)
     task, _ = keyword_tasks("{question}", load_keywords(), 8, 1, 2, 0)
     print("| policy | transport | bytes per sync | seconds per sync (median) |\n|---|---|---|---|")
     try:
         for lora_rank in (0, rank):
-            config = RayGRPOConfig(model="smollm2-135m", task="keywords", backend="hf", lora_rank=lora_rank,
-                                   lora_alpha=2.0 * max(lora_rank, 1), kl_reference=False, kl_prev=False)
-            learner, generator = spawn(Learner, 1, 0, config, task, "cpu", 1), spawn(Generator, 1, 0, config, task, task, "cpu", 1)
+            config = RayGRPOConfig(
+                model="smollm2-135m",
+                task="keywords",
+                backend="hf",
+                lora_rank=lora_rank,
+                lora_alpha=2.0 * max(lora_rank, 1),
+                kl_reference=False,
+                kl_prev=False,
+            )
+            learner, generator = (
+                spawn(Learner, 1, 0, config, task, "cpu", 1),
+                spawn(Generator, 1, 0, config, task, task, "cpu", 1),
+            )
             placements = ray.get([learner.placement.remote(), generator.placement.remote()])
             size = sizes(learner)
             for transport in ("object_store", "gloo"):

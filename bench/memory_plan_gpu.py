@@ -21,21 +21,38 @@ import torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
 from alignment.grpo_step import grpo_microbatch_train_step
-from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.logprobs import get_response_log_probs
-from alignment.run.memory_plan import ModelShape, Workload, policy_bytes
+from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import SamplingConfig
+from alignment.run.memory_plan import ModelShape, Workload, policy_bytes
 
-QWEN_MATH_15B = dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                     intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=4096)
-TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
-            vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=4096)
+QWEN_MATH_15B = dict(
+    hidden_size=1536,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    intermediate_size=8960,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+)
+TINY = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+)
 
 
 def train_steps(model: Qwen2ForCausalLM, args: argparse.Namespace, device: torch.device) -> list[float]:
     """Seconds of each optimizer step on one random microbatch (forward, backward, AdamW)."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=(0.9, 0.95), weight_decay=0.0,
-                                  fused=device.type == "cuda")
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=1e-6, betas=(0.9, 0.95), weight_decay=0.0, fused=device.type == "cuda"
+    )
     length = args.prompt_tokens + args.response_tokens
     input_ids = torch.randint(0, model.config.vocab_size, (2, length), device=device)
     labels = torch.roll(input_ids, -1, dims=1)
@@ -70,7 +87,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", required=True, help="a tokenizer folder (any; it only makes prompt ids)")
     parser.add_argument("--device", default="cuda:0")
-    parser.add_argument("--tiny", action="store_true", help="a 2-layer model of the same vocabulary, to check the script")
+    parser.add_argument(
+        "--tiny", action="store_true", help="a 2-layer model of the same vocabulary, to check the script"
+    )
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--response-tokens", type=int, default=1024)
@@ -87,9 +106,17 @@ def main() -> None:
         model.gradient_checkpointing_enable()
     model.train()
     shape = ModelShape.from_config(config)
-    work = Workload(dtype_bytes=2, micro_batch=2, prompt_tokens=args.prompt_tokens, response_tokens=args.response_tokens,
-                    rollout_batch=args.rollouts, group_size=8, gradient_checkpointing=args.gradient_checkpointing,
-                    kl_reference=False, rollout="hf")
+    work = Workload(
+        dtype_bytes=2,
+        micro_batch=2,
+        prompt_tokens=args.prompt_tokens,
+        response_tokens=args.response_tokens,
+        rollout_batch=args.rollouts,
+        group_size=8,
+        gradient_checkpointing=args.gradient_checkpointing,
+        kl_reference=False,
+        rollout="hf",
+    )
     planned = sum(policy_bytes(shape, work).values())
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -98,11 +125,13 @@ def main() -> None:
     step = min(seconds[1:] or seconds)  # the first step allocates AdamW's states and warms the kernels up
     tokens = 2 * (args.prompt_tokens + args.response_tokens)
     result = {
-        "parameters": shape.parameters(), "gradient_checkpointing": args.gradient_checkpointing,
+        "parameters": shape.parameters(),
+        "gradient_checkpointing": args.gradient_checkpointing,
         "planned_training_gib": planned / 2**30,
         "measured_peak_gib": None if measured is None else measured / 2**30,
         "measured_over_planned": None if measured is None else measured / planned,
-        "step_s": step, "step_s_all": seconds,
+        "step_s": step,
+        "step_s_all": seconds,
         "mfu": 6 * shape.parameters() * tokens / step / (args.peak_tflops * 1e12),
     }
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)

@@ -38,9 +38,24 @@ def train_and_report(args: list[str]) -> None:
 
 
 def run_arm(name: str, launcher: list[str], output: Path, steps: int, model: str) -> dict:
-    flags = ["--config", "configs/keyword_demo.toml", "--model", model, "--backend", "hf", "--n-grpo-steps", str(steps),
-             "--eval-every", str(10 * steps), "--checkpoint-every", str(10 * steps), "--n-eval-examples", "4",
-             "--output-dir", str(output / name)]
+    flags = [
+        "--config",
+        "configs/keyword_demo.toml",
+        "--model",
+        model,
+        "--backend",
+        "hf",
+        "--n-grpo-steps",
+        str(steps),
+        "--eval-every",
+        str(10 * steps),
+        "--checkpoint-every",
+        str(10 * steps),
+        "--n-eval-examples",
+        "4",
+        "--output-dir",
+        str(output / name),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     with open(output / f"{name}.log", "w") as log:
         done = subprocess.run([*launcher, __file__, "--inside", *flags], cwd=ROOT, env=env, stdout=log, stderr=log)
@@ -49,17 +64,27 @@ def run_arm(name: str, launcher: list[str], output: Path, steps: int, model: str
     rows = [json.loads(line) for line in (output / name / "metrics.jsonl").read_text().splitlines()]
     steps_after_first = [r for r in rows if "loss" in r and r["grpo_step"] > 1]
     peaks = sorted((output / name).glob("peak-*.json"))
-    return {"arm": name, **{f"{p}_s": sum(r.get(f"time_{p}_s", 0.0) for r in steps_after_first) / len(steps_after_first)
-                            for p in PHASES},
-            "peak_gib": [json.loads(p.read_text())["peak_gib"] for p in peaks]}
+    return {
+        "arm": name,
+        **{
+            f"{p}_s": sum(r.get(f"time_{p}_s", 0.0) for r in steps_after_first) / len(steps_after_first) for p in PHASES
+        },
+        "peak_gib": [json.loads(p.read_text())["peak_gib"] for p in peaks],
+    }
 
 
-def main(steps: int = typer.Option(4, help="GRPO steps per arm (the first is left out of the means)"),
-         model: str = typer.Option("smollm2-135m", help="policy: smollm2-135m or a model folder"),
-         output: Path = typer.Option(Path("outputs/bench_sharded_step"), help="where each arm's run folder goes")) -> None:
+def main(
+    steps: int = typer.Option(4, help="GRPO steps per arm (the first is left out of the means)"),
+    model: str = typer.Option("smollm2-135m", help="policy: smollm2-135m or a model folder"),
+    output: Path = typer.Option(Path("outputs/bench_sharded_step"), help="where each arm's run folder goes"),
+) -> None:
     output.mkdir(parents=True, exist_ok=True)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
-    arms = {"plain, 1 process": [sys.executable], "FSDP2, 1 process": [*torchrun, "1"], "FSDP2, 2 processes": [*torchrun, "2"]}
+    arms = {
+        "plain, 1 process": [sys.executable],
+        "FSDP2, 1 process": [*torchrun, "1"],
+        "FSDP2, 2 processes": [*torchrun, "2"],
+    }
     results = []
     for index, (name, launcher) in enumerate(arms.items()):
         results.append(run_arm(f"arm{index}", launcher, output, steps, model) | {"arm": name})
@@ -68,8 +93,13 @@ def main(steps: int = typer.Option(4, help="GRPO steps per arm (the first is lef
     print("|---" * (len(PHASES) + 3) + "|")
     for r in results:
         step = sum(r[f"{p}_s"] for p in PHASES)
-        print(f"| {r['arm']} | " + " | ".join(f"{r[f'{p}_s']:.2f}" for p in PHASES) + f" | {step:.2f} | "
-              + ", ".join(f"{g:.2f} GiB" for g in r["peak_gib"]) + " |")
+        print(
+            f"| {r['arm']} | "
+            + " | ".join(f"{r[f'{p}_s']:.2f}" for p in PHASES)
+            + f" | {step:.2f} | "
+            + ", ".join(f"{g:.2f} GiB" for g in r["peak_gib"])
+            + " |"
+        )
 
 
 if __name__ == "__main__":

@@ -28,24 +28,40 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 from trl import GRPOConfig as TRLConfig
 from trl import GRPOTrainer as TRLTrainer
 
-from alignment.grpo.config import GRPOConfig
-from alignment.run.setup import build_engine, keyword_run_tasks, load_policy
 from alignment.data.keywords import keyword_inclusion_reward_fn
-from alignment.models.loading import load_tokenizer, resolve_model
-from alignment.grading.parallel import ParallelGrader
-from alignment.prompts import chat_template, format_prompt
 from alignment.data.task import Task
+from alignment.grading.parallel import ParallelGrader
+from alignment.grpo.config import GRPOConfig
 from alignment.grpo_run import grpo_step, sampler_and_learner
+from alignment.models.loading import load_tokenizer, resolve_model
+from alignment.prompts import chat_template, format_prompt
+from alignment.run.setup import build_engine, keyword_run_tasks, load_policy
 
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
 
 
 def demo_config(steps: int, output_dir: Path, model: str, backend: str, skip_zero_advantage: bool) -> GRPOConfig:
     return GRPOConfig(
-        model=model, task="keywords", keywords_per_prompt=2, n_train_prompts=256, n_eval_examples=8,
-        n_grpo_steps=steps, learning_rate=3e-5, rollout_batch_size=32, group_size=4, train_batch_size=32,
-        gradient_accumulation_steps=4, sampling_min_tokens=32, sampling_max_tokens=32, loss_type="grpo_clip",
-        kl_reference=False, kl_prev=False, backend=backend, grader_workers=1, dtype="float32", output_dir=output_dir,
+        model=model,
+        task="keywords",
+        keywords_per_prompt=2,
+        n_train_prompts=256,
+        n_eval_examples=8,
+        n_grpo_steps=steps,
+        learning_rate=3e-5,
+        rollout_batch_size=32,
+        group_size=4,
+        train_batch_size=32,
+        gradient_accumulation_steps=4,
+        sampling_min_tokens=32,
+        sampling_max_tokens=32,
+        loss_type="grpo_clip",
+        kl_reference=False,
+        kl_prev=False,
+        backend=backend,
+        grader_workers=1,
+        dtype="float32",
+        output_dir=output_dir,
         skip_zero_advantage=skip_zero_advantage,
     )
 
@@ -76,23 +92,53 @@ def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallb
     """
     path = resolve_model(config.model)
     policy, tokenizer = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), load_tokenizer(path)
-    prompts = Dataset.from_dict({"prompt": [format_prompt(task.template, q) for q in task.questions],
-                                 "keywords": list(task.truths)})
+    prompts = Dataset.from_dict(
+        {"prompt": [format_prompt(task.template, q) for q in task.questions], "keywords": list(task.truths)}
+    )
     n = config.n_prompts_per_rollout_batch
     args = TRLConfig(
-        output_dir=str(output_dir), use_cpu=True, bf16=False, fp16=False, seed=config.seed, max_steps=config.n_grpo_steps,
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=config.seed,
+        max_steps=config.n_grpo_steps,
         per_device_train_batch_size=config.train_batch_size // config.gradient_accumulation_steps,
-        gradient_accumulation_steps=config.gradient_accumulation_steps, generation_batch_size=n * config.group_size,
-        num_generations=config.group_size, max_completion_length=config.sampling_max_tokens,
-        generation_kwargs={"min_new_tokens": config.sampling_min_tokens}, temperature=config.sampling_temperature,
-        top_p=config.sampling_top_p, top_k=0, beta=0.0, num_iterations=1, epsilon=config.cliprange, loss_type="grpo",
-        scale_rewards="group", learning_rate=config.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
-        optim="adamw_torch_fused", adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, logging_steps=1, report_to="none",
-        save_strategy="no", log_completions=False, dataloader_num_workers=0,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        generation_batch_size=n * config.group_size,
+        num_generations=config.group_size,
+        max_completion_length=config.sampling_max_tokens,
+        generation_kwargs={"min_new_tokens": config.sampling_min_tokens},
+        temperature=config.sampling_temperature,
+        top_p=config.sampling_top_p,
+        top_k=0,
+        beta=0.0,
+        num_iterations=1,
+        epsilon=config.cliprange,
+        loss_type="grpo",
+        scale_rewards="group",
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_torch_fused",
+        adam_beta1=config.adam_beta1,
+        adam_beta2=config.adam_beta2,
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        log_completions=False,
+        dataloader_num_workers=0,
     )
-    return TRLTrainer(model=policy, reward_funcs=keyword_reward, args=args, train_dataset=prompts,
-                      processing_class=tokenizer, callbacks=[callback])
+    return TRLTrainer(
+        model=policy,
+        reward_funcs=keyword_reward,
+        args=args,
+        train_dataset=prompts,
+        processing_class=tokenizer,
+        callbacks=[callback],
+    )
 
 
 class Alternate(TrainerCallback):
@@ -125,9 +171,12 @@ class Alternate(TrainerCallback):
         [row] = self.ours.step()
         self.our_rows.append(row | {"step_s": time.perf_counter() - start})
         phases = ", ".join(f"{p} {row.get(f'time_{p}_s', 0.0):.2f}s" for p in PHASES)
-        print(f"step {len(self.trl_s)}: TRL {self.trl_s[-1]:.2f}s (generation {self.generating:.2f}s) | "
-              f"ours {self.our_rows[-1]['step_s']:.2f}s ({phases}; rows without backward "
-              f"{row['rows_without_backward']:.2f})", flush=True)
+        print(
+            f"step {len(self.trl_s)}: TRL {self.trl_s[-1]:.2f}s (generation {self.generating:.2f}s) | "
+            f"ours {self.our_rows[-1]['step_s']:.2f}s ({phases}; rows without backward "
+            f"{row['rows_without_backward']:.2f})",
+            flush=True,
+        )
 
 
 def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf", skip_zero_advantage: bool = True) -> None:
@@ -152,13 +201,21 @@ def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf", skip_
     trl_generate_s = statistics.median(alternate.trl_generate_s[1:])
     ours_s = statistics.median(row["step_s"] for row in alternate.our_rows[1:])
     phases = {p: statistics.median(row.get(f"time_{p}_s", 0.0) for row in alternate.our_rows[1:]) for p in PHASES}
-    print(f"median of steps 2-{steps}: TRL {trl_s:.2f}s, ours {ours_s:.2f}s per step: ours is {trl_s / ours_s:.2f}x faster")
-    print(f"TRL by phase (median): generation {trl_generate_s:.2f}s, the rest (loss, backward, optimizer) "
-          f"{trl_s - trl_generate_s:.2f}s")
+    print(
+        f"median of steps 2-{steps}: TRL {trl_s:.2f}s, ours {ours_s:.2f}s per step: ours is {trl_s / ours_s:.2f}x "
+        "faster"
+    )
+    print(
+        f"TRL by phase (median): generation {trl_generate_s:.2f}s, the rest (loss, backward, optimizer) "
+        f"{trl_s - trl_generate_s:.2f}s"
+    )
     print("ours by phase (median): " + ", ".join(f"{p} {s:.2f}s" for p, s in phases.items()))
     skipped = statistics.mean(row["rows_without_backward"] for row in alternate.our_rows[1:])
     print(f"ours: rows without backward (advantage 0), mean of steps 2-{steps}: {skipped:.2f}")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python {platform.python_version()}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, python "
+        f"{platform.python_version()}"
+    )
 
 
 if __name__ == "__main__":

@@ -22,16 +22,15 @@ import time
 import torch
 import typer
 
-from alignment.data.math_datasets import load_math_examples
-from alignment.rollout_correction import rollout_mismatch
-from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.data.keywords import keyword_tasks, load_keywords
+from alignment.data.math_datasets import load_math_examples
 from alignment.models.loading import SMOLLM2, load_model_and_tokenizer, resolve_model
 from alignment.prompts import chat_template, format_prompt, load_prompt
-from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.rollout.backends import default_device
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.rollout.vllm_engine import VLLMRolloutEngine
-
+from alignment.rollout_correction import rollout_mismatch
 
 
 def tokens_per_second(engine, prompts: list[str], n: int, tokens: int) -> tuple[float, float]:
@@ -45,8 +44,15 @@ def tokens_per_second(engine, prompts: list[str], n: int, tokens: int) -> tuple[
 def forward_log_probs(policy, prompt_ids: list[int], rollout: Rollout) -> torch.Tensor:
     device = next(policy.parameters()).device
     with torch.no_grad():
-        logits = policy(torch.tensor([prompt_ids + rollout.token_ids], device=device)).logits[0, len(prompt_ids) - 1 : -1]
-    return torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(rollout.token_ids, device=device)[:, None]).squeeze(-1).cpu()
+        logits = policy(torch.tensor([prompt_ids + rollout.token_ids], device=device)).logits[
+            0, len(prompt_ids) - 1 : -1
+        ]
+    return (
+        torch.log_softmax(logits.float(), -1)
+        .gather(-1, torch.tensor(rollout.token_ids, device=device)[:, None])
+        .squeeze(-1)
+        .cpu()
+    )
 
 
 def engine_prompt_log_probs(engine: VLLMRolloutEngine, prompt_ids: list[int], rollout: Rollout) -> torch.Tensor:
@@ -54,15 +60,19 @@ def engine_prompt_log_probs(engine: VLLMRolloutEngine, prompt_ids: list[int], ro
     from vllm import SamplingParams
 
     sequence = prompt_ids + rollout.token_ids
-    out = engine.llm.generate([{"prompt_token_ids": sequence}], SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)[0]
-    steps = out.prompt_logprobs[len(prompt_ids):]
+    out = engine.llm.generate(
+        [{"prompt_token_ids": sequence}], SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False
+    )[0]
+    steps = out.prompt_logprobs[len(prompt_ids) :]
     return torch.tensor([step[token].logprob for step, token in zip(steps, rollout.token_ids)])
 
 
 def stats(name: str, delta: torch.Tensor) -> str:
     found = rollout_mismatch(delta)
-    return (f"{name}: mean |d| {found['rollout_logprob_diff_mean']:.2e}, max |d| {found['rollout_logprob_diff_max']:.2e}, "
-            f"k3 {found['rollout_kl_k3']:.2e}")
+    return (
+        f"{name}: mean |d| {found['rollout_logprob_diff_mean']:.2e}, max |d| {found['rollout_logprob_diff_max']:.2e}, "
+        f"k3 {found['rollout_kl_k3']:.2e}"
+    )
 
 
 def mismatch(engine: VLLMRolloutEngine, policy, tokenizer, prompts: list[str], group: int, tokens: int) -> None:
@@ -85,8 +95,10 @@ def mismatch(engine: VLLMRolloutEngine, policy, tokenizer, prompts: list[str], g
 def throughput(name: str, backend, demo: list[str], gsm8k: list[str], eval_tokens: int) -> None:
     """After a warm-up: the faster of two runs of the demo shape, one run of the (long) evaluation shape."""
     backend.generate(demo[:2], 1, SamplingConfig(max_tokens=4, stop=(), seed=0))
-    for shape, prompts, n, tokens, runs in (("demo rollouts 8 x 4 x 32", demo, 4, 32, 2),
-                                            (f"evaluation {len(gsm8k)} x {eval_tokens}", gsm8k, 1, eval_tokens, 1)):
+    for shape, prompts, n, tokens, runs in (
+        ("demo rollouts 8 x 4 x 32", demo, 4, 32, 2),
+        (f"evaluation {len(gsm8k)} x {eval_tokens}", gsm8k, 1, eval_tokens, 1),
+    ):
         rate, seconds = max(tokens_per_second(backend, prompts, n, tokens) for _ in range(runs))
         print(f"{shape}, {name}: {seconds:.2f} s, {rate:.0f} tokens/s", flush=True)
 
@@ -97,7 +109,10 @@ def update_latency(engine: VLLMRolloutEngine, state: dict[str, torch.Tensor], up
         start = time.perf_counter()
         engine.load_policy_weights(state)
         latencies.append(time.perf_counter() - start)
-    print(f"weight update (reload_weights + prefix-cache reset), median of {updates}: {statistics.median(latencies):.2f} s")
+    print(
+        f"weight update (reload_weights + prefix-cache reset), median of {updates}: "
+        f"{statistics.median(latencies):.2f} s"
+    )
 
 
 def main(
@@ -122,7 +137,10 @@ def main(
 
     start = time.perf_counter()
     engine = VLLMRolloutEngine(resolve_model(SMOLLM2), device, torch.float32, seed=0)
-    print(f"vLLM engine build (float32, eager): {time.perf_counter() - start:.1f} s; threads after: {torch.get_num_threads()}")
+    print(
+        f"vLLM engine build (float32, eager): {time.perf_counter() - start:.1f} s; threads after: "
+        f"{torch.get_num_threads()}"
+    )
     if speed:
         throughput("vllm", engine, demo, gsm8k, eval_tokens)
         update_latency(engine, policy.state_dict(), updates)

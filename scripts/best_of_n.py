@@ -1,6 +1,7 @@
 """pass@N and Best@N from one generation of N_max samples per problem.
 
-    uv run scripts/best_of_n.py --dataset ../shared/data/gsm8k/test.jsonl --model smollm2-135m --limit 8 --n-max 4 --ns 1 --ns 2 --ns 4
+    uv run scripts/best_of_n.py --dataset ../shared/data/gsm8k/test.jsonl --model smollm2-135m --limit 8 --n-max 4 --ns
+    1 --ns 2 --ns 4
 
 pass@N: the unbiased estimator 1 - C(n-c, N)/C(n, N). Best@N: a verifier-free pick, the sample with the
 highest mean token log-prob among N, graded; reported as its exact expectation over the N-subsets of the
@@ -19,13 +20,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import typer  # noqa: E402
 
 from alignment.config import cli  # noqa: E402
-from alignment.run import generation  # noqa: E402
-from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl  # noqa: E402
+from alignment.config.settings import override, setting, to_json  # noqa: E402
 from alignment.evaluation import GradedRollout, generate_and_grade  # noqa: E402
 from alignment.grading.parallel import ParallelGrader  # noqa: E402
 from alignment.pass_at_k import best_at_k, pass_at_k  # noqa: E402
-from alignment.config.settings import override, setting, to_json  # noqa: E402
-
+from alignment.run import generation  # noqa: E402
+from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl  # noqa: E402
 
 
 @dataclass
@@ -40,7 +40,9 @@ def curves(records: list[GradedRollout], n_max: int, ns: list[int]) -> dict[str,
     groups = [records[i : i + n_max] for i in range(0, len(records), n_max)]
     result: dict[str, dict[int, float]] = {"pass_at": {}, "best_at": {}}
     for n in ns:
-        result["pass_at"][n] = sum(pass_at_k(n_max, sum(r.answer_reward > 0 for r in g), n) for g in groups) / len(groups)
+        result["pass_at"][n] = sum(pass_at_k(n_max, sum(r.answer_reward > 0 for r in g), n) for g in groups) / len(
+            groups
+        )
         result["best_at"][n] = sum(
             best_at_k([r.answer_reward > 0 for r in g], [r.mean_logprob for r in g], n) for g in groups
         ) / len(groups)
@@ -73,8 +75,13 @@ def run(config: BestOfNConfig) -> dict:
     setup = generation.set_up(config)
     with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
         records, timings = generate_and_grade(
-            setup.engine, [e.question for e in setup.examples], [e.answer for e in setup.examples], setup.template,
-            grader, setup.sampling, n=config.n_max,
+            setup.engine,
+            [e.question for e in setup.examples],
+            [e.answer for e in setup.examples],
+            setup.template,
+            grader,
+            setup.sampling,
+            n=config.n_max,
         )
     result = curves(records, config.n_max, sorted(set(config.ns)))
     tokens = sum(r.num_tokens for r in records)

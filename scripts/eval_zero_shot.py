@@ -11,11 +11,11 @@ import textwrap
 import typer
 
 from alignment.config import cli
-from alignment.run import generation
-from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl
+from alignment.config.settings import to_json
 from alignment.evaluation import GradedRollout, category, generate_and_grade, summarize
 from alignment.grading.parallel import ParallelGrader
-from alignment.config.settings import to_json
+from alignment.run import generation
+from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl
 
 EvalConfig = generation.GenerationConfig
 
@@ -35,14 +35,23 @@ def run(config: EvalConfig) -> dict:
     summary = summarize(records, timings) | {"backend": setup.backend, "config": to_json(config)}
     atomic_write_jsonl(setup.output_dir / "generations.jsonl", (r.to_json() for r in records))
     atomic_write_json(setup.output_dir / "summary.json", summary)  # last: its presence means the run finished
-    shown = ("num_examples", "counts", "accuracy", "format_rate", "mean_response_tokens", "generated_tokens_per_s", "timings_s")
+    shown = (
+        "num_examples",
+        "counts",
+        "accuracy",
+        "format_rate",
+        "mean_response_tokens",
+        "generated_tokens_per_s",
+        "timings_s",
+    )
     typer.echo(json.dumps({k: summary[k] for k in shown}, indent=2))
     show_examples(records)
     return summary
 
 
 app = cli.config_command(
-    EvalConfig, run,
+    EvalConfig,
+    run,
     "Generate one response per example, grade it, and write generations.jsonl and summary.json.",
 )
 

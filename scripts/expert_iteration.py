@@ -3,7 +3,8 @@
     uv run scripts/expert_iteration.py --config configs/ei_gsm8k_demo.toml          # 2 steps after the SFT demo
     uv run scripts/expert_iteration.py --model outputs/sft/policy --dataset math --questions-per-step 1024
     uv run scripts/expert_iteration.py --resume outputs/expert_iteration             # continue a stopped run
-    uv run torchrun --nproc-per-node 2 scripts/expert_iteration.py --config ...      # one policy sharded over 2 processes
+    uv run torchrun --nproc-per-node 2 scripts/expert_iteration.py --config ...      # one policy sharded over 2
+    processes
 
 Every field of alignment.supervised.config.EIConfig is a flag; --model takes any HF folder, including the policy/ folder
 written by scripts/train_sft.py. Writes metrics.jsonl (one row per EI step: kept fraction, loss, entropy; and

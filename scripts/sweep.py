@@ -22,21 +22,39 @@ from typing import Any, Literal
 
 import typer
 
-from alignment.utils.atomic import atomic_write_text
 from alignment.config.cli import option_parameters, typer_app
-from alignment.experiments.plotting import plot_rows
 from alignment.config.settings import setting
-from alignment.experiments.sweep import ArmRun, Preset, changed_settings, gpus_needed, launch, load_preset, read_metrics, results_table, run_command, run_state, \
-    run_styles, write_run_config
+from alignment.experiments.plotting import plot_rows
+from alignment.experiments.sweep import (
+    ArmRun,
+    Preset,
+    changed_settings,
+    gpus_needed,
+    launch,
+    load_preset,
+    read_metrics,
+    results_table,
+    run_command,
+    run_state,
+    run_styles,
+    write_run_config,
+)
+from alignment.utils.atomic import atomic_write_text
 
 
 @dataclass
 class SweepConfig:
     output_root: Path = setting(Path("outputs"), "Runs go to <output-root>/<preset name>/<run>/.")
     launcher: Literal["auto", "local", "ray"] = setting(
-        "auto", "local: one run after another; ray: side by side on a Ray cluster; auto: ray when at least two "
-                "runs fit on this machine's GPUs or --ray-address is given.")
-    gpus_per_arm: int | None = setting(None, "GPUs each run gets under Ray (default: what the run needs: 2 when its rollouts use vLLM, a policy GPU and a rollout GPU as the handouts run; else 1).")
+        "auto",
+        "local: one run after another; ray: side by side on a Ray cluster; auto: ray when at least two "
+        "runs fit on this machine's GPUs or --ray-address is given.",
+    )
+    gpus_per_arm: int | None = setting(
+        None,
+        "GPUs each run gets under Ray (default: what the run needs: 2 when its rollouts use vLLM, a policy GPU and a "
+        "rollout GPU as the handouts run; else 1).",
+    )
     ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start one here).")
 
 
@@ -57,8 +75,10 @@ def run_on_ray(jobs: dict[str, tuple[list[str], Path]], gpus: dict[str, int], co
 
     ray.init(address=config.ray_address)
     try:
-        pending = {ray.remote(num_gpus=gpus[label])(launch).remote(command, log): label
-                   for label, (command, log) in jobs.items()}
+        pending = {
+            ray.remote(num_gpus=gpus[label])(launch).remote(command, log): label
+            for label, (command, log) in jobs.items()
+        }
         statuses = {}
         while pending:
             done, _ = ray.wait(list(pending))
@@ -76,11 +96,17 @@ def prepare(preset: Preset, root: Path) -> dict[str, tuple[list[str], Path]]:
     states = {run.label: run_state(root / run.label, preset.total_steps(run)) for run in preset.runs}
     for run in preset.runs:
         run_dir = root / run.label
-        changed = changed_settings(root / "configs" / f"{run.label}.toml", run.settings | {"output_dir": run_dir}) \
-            if states[run.label] == "finished" else []
+        changed = (
+            changed_settings(root / "configs" / f"{run.label}.toml", run.settings | {"output_dir": run_dir})
+            if states[run.label] == "finished"
+            else []
+        )
         if changed:  # its results would be reported under settings it never had
-            raise typer.BadParameter(f"run {run.label} finished with other settings ({', '.join(changed)}); "
-                                     f"move {run_dir} away or rename the arm", param_hint="'PRESET'")
+            raise typer.BadParameter(
+                f"run {run.label} finished with other settings ({', '.join(changed)}); "
+                f"move {run_dir} away or rename the arm",
+                param_hint="'PRESET'",
+            )
     jobs = {}
     for run in preset.runs:
         run_dir, state = root / run.label, states[run.label]
@@ -90,8 +116,10 @@ def prepare(preset: Preset, root: Path) -> dict[str, tuple[list[str], Path]]:
         # a run stopped before its first checkpoint starts over in its own folder
         settings = run.settings | {"output_dir": run_dir} | ({"overwrite": True} if state == "restart" else {})
         config_path = write_run_config(root / "configs" / f"{run.label}.toml", settings)
-        jobs[run.label] = (run_command(preset.script, config_path, run_dir, resume=state == "resume"),
-                           root / "logs" / f"{run.label}.log")
+        jobs[run.label] = (
+            run_command(preset.script, config_path, run_dir, resume=state == "resume"),
+            root / "logs" / f"{run.label}.log",
+        )
     return jobs
 
 
@@ -113,8 +141,11 @@ def main(preset: Path, **flags: Any) -> None:
         raise typer.BadParameter(str(err), param_hint="'PRESET'") from None
     root = config.output_root / loaded.name
     jobs = prepare(loaded, root)
-    gpus = {run.label: config.gpus_per_arm if config.gpus_per_arm is not None else gpus_needed(run.settings)
-            for run in loaded.runs if run.label in jobs}
+    gpus = {
+        run.label: config.gpus_per_arm if config.gpus_per_arm is not None else gpus_needed(run.settings)
+        for run in loaded.runs
+        if run.label in jobs
+    }
     if jobs and use_ray(config, list(gpus.values())):
         statuses = run_on_ray(jobs, gpus, config)
     else:
@@ -123,7 +154,9 @@ def main(preset: Path, **flags: Any) -> None:
             typer.echo(f"[{i}/{len(jobs)}] {label}: running (log: {log})")
             started = time.perf_counter()
             statuses[label] = launch(command, log)
-            typer.echo(f"[{i}/{len(jobs)}] {label}: exit status {statuses[label]} after {time.perf_counter() - started:.0f} s")
+            typer.echo(
+                f"[{i}/{len(jobs)}] {label}: exit status {statuses[label]} after {time.perf_counter() - started:.0f} s"
+            )
     for path in compare(loaded, root, loaded.runs):
         typer.echo(f"wrote {path}")
     typer.echo((root / "results.md").read_text())
@@ -133,11 +166,19 @@ def main(preset: Path, **flags: Any) -> None:
         raise typer.Exit(1)
 
 
-app = typer_app(main, [inspect.Parameter(
-    "preset", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
-    default=typer.Argument(..., help="A preset TOML file, e.g. configs/experiments/grpo_baselines.toml."))]
-    + option_parameters(SweepConfig), "Run every arm of an experiment preset, then plot and tabulate them "
-                                      "(see the module docstring).")
+app = typer_app(
+    main,
+    [
+        inspect.Parameter(
+            "preset",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Path,
+            default=typer.Argument(..., help="A preset TOML file, e.g. configs/experiments/grpo_baselines.toml."),
+        )
+    ]
+    + option_parameters(SweepConfig),
+    "Run every arm of an experiment preset, then plot and tabulate them (see the module docstring).",
+)
 
 if __name__ == "__main__":
     app()

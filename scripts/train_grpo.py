@@ -22,12 +22,12 @@ from pathlib import Path
 import typer
 
 from alignment.config.cli import run_command
+from alignment.experiments.plotting import plot_runs, read_rows
 from alignment.grpo.config import GRPOConfig, validate
+from alignment.grpo_run import train_grpo
 from alignment.run.memory_plan import Machine, grpo_workload, model_shape
 from alignment.run.memory_plan import report as memory_report
 from alignment.run.setup import check_sharded
-from alignment.grpo_run import train_grpo
-from alignment.experiments.plotting import plot_runs, read_rows
 
 
 def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None, plan_processes: int = 1) -> None:
@@ -68,22 +68,42 @@ def report(output_dir: Path) -> None:
     evals = [(row["grpo_step"], row["eval_reward"]) for row in read_rows(metrics) if "eval_reward" in row]
     if evals:
         (first_step, first), (last_step, last) = evals[0], evals[-1]
-        typer.echo(f"held-out reward: {first:.3f} at step {first_step} -> {last:.3f} at step {last_step} "
-                   f"({100 * (last - first):+.1f} points)")
+        typer.echo(
+            f"held-out reward: {first:.3f} at step {first_step} -> {last:.3f} at step {last_step} "
+            f"({100 * (last - first):+.1f} points)"
+        )
     for path in plot_runs([metrics], [output_dir.name], output_dir / "plots"):
         typer.echo(f"plot: {path}")
     typer.echo(f"trained policy: {output_dir / 'policy'}")
 
 
-PLAN_MEMORY = inspect.Parameter("plan_memory", inspect.Parameter.KEYWORD_ONLY, annotation=str | None, default=typer.Option(
-    None, metavar="GPUSxGIB", help="Print the memory plan of these settings on a machine of GPUS GPUs of GIB GiB each "
-    "(e.g. 1x24, 2x80) and exit: 0 if it fits, 1 if not, with the flags that would make it fit. Reads only the "
-    "model's config.json; runs on any machine."))
-PLAN_PROCESSES = inspect.Parameter("plan_processes", inspect.Parameter.KEYWORD_ONLY, annotation=int, default=typer.Option(
-    1, metavar="N", help="With --plan-memory: plan a learner sharded over N processes, one GPU each, as `torchrun "
-    "--nproc-per-node N` runs it (weights, gradients, AdamW states and reference divided by N; rollouts by hf). "
-    "A GPU run under torchrun plans for its own process count."))
-app = run_command(GRPOConfig, run, "Train a policy with GRPO (see the module docstring).", [PLAN_MEMORY, PLAN_PROCESSES])
+PLAN_MEMORY = inspect.Parameter(
+    "plan_memory",
+    inspect.Parameter.KEYWORD_ONLY,
+    annotation=str | None,
+    default=typer.Option(
+        None,
+        metavar="GPUSxGIB",
+        help="Print the memory plan of these settings on a machine of GPUS GPUs of GIB GiB each "
+        "(e.g. 1x24, 2x80) and exit: 0 if it fits, 1 if not, with the flags that would make it fit. Reads only the "
+        "model's config.json; runs on any machine.",
+    ),
+)
+PLAN_PROCESSES = inspect.Parameter(
+    "plan_processes",
+    inspect.Parameter.KEYWORD_ONLY,
+    annotation=int,
+    default=typer.Option(
+        1,
+        metavar="N",
+        help="With --plan-memory: plan a learner sharded over N processes, one GPU each, as `torchrun "
+        "--nproc-per-node N` runs it (weights, gradients, AdamW states and reference divided by N; rollouts by hf). "
+        "A GPU run under torchrun plans for its own process count.",
+    ),
+)
+app = run_command(
+    GRPOConfig, run, "Train a policy with GRPO (see the module docstring).", [PLAN_MEMORY, PLAN_PROCESSES]
+)
 
 if __name__ == "__main__":
     app()

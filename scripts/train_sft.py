@@ -3,12 +3,14 @@
     uv run scripts/train_sft.py --config configs/sft_gsm8k_demo.toml                  # the CPU demo
     uv run scripts/train_sft.py --dataset data/sft.jsonl --data-format sft --n-examples 512 --filter-correct
     uv run scripts/train_sft.py --resume outputs/sft                                  # continue a stopped run
-    uv run torchrun --nproc-per-node 2 scripts/train_sft.py --config ...              # one policy sharded over 2 processes
+    uv run torchrun --nproc-per-node 2 scripts/train_sft.py --config ...              # one policy sharded over 2
+    processes
 
 Every field of alignment.supervised.config.SFTConfig is a flag. Writes metrics.jsonl (training rows and evaluation
 summaries), rollouts.jsonl (every held-out generation with rewards and entropy), checkpoint/, policy/ (an HF
 folder: --model of a later run or of scripts/expert_iteration.py) and plots/ to --output-dir. Under torchrun the
-processes share one policy, sharded with FSDP2 (alignment/distributed/sharding.py); rank 0 writes the run folder and prints.
+processes share one policy, sharded with FSDP2 (alignment/distributed/sharding.py); rank 0 writes the run folder
+and prints.
 """
 
 import os
@@ -18,11 +20,10 @@ from typing import Any
 
 import typer
 
-from alignment.experiments.plotting import read_rows
 from alignment.config.cli import run_command
-from alignment.supervised.config import SFTConfig, SFTTrainingSettings
+from alignment.experiments.plotting import plot_sft_run, read_rows
 from alignment.sft_run import train_sft
-from alignment.experiments.plotting import plot_sft_run
+from alignment.supervised.config import SFTConfig, SFTTrainingSettings
 
 
 def report(output_dir: Path) -> None:
@@ -31,7 +32,9 @@ def report(output_dir: Path) -> None:
     if evals:
         first, last = evals[0], evals[-1]
         for key in ("eval_format_reward", "eval_answer_reward", "eval_token_entropy"):
-            typer.echo(f"{key}: {first[key]:.3f} at step {first['grpo_step']} -> {last[key]:.3f} at step {last['grpo_step']}")
+            typer.echo(
+                f"{key}: {first[key]:.3f} at step {first['grpo_step']} -> {last[key]:.3f} at step {last['grpo_step']}"
+            )
     for path in plot_sft_run(output_dir):
         typer.echo(f"plot: {path}")
 

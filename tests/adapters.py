@@ -9,10 +9,10 @@ from torch import nn
 from torch.utils.data import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from alignment.data import packed_sft
 from alignment.advantages import compute_group_normalized_rewards
-from alignment.grading.parsers import parse_gsm8k_response, parse_mmlu_response
+from alignment.data import packed_sft
 from alignment.dpo import compute_per_instance_dpo_loss
+from alignment.grading.parsers import parse_gsm8k_response, parse_mmlu_response
 from alignment.grpo_step import grpo_microbatch_train_step
 from alignment.logprobs import compute_entropy, get_response_log_probs
 from alignment.losses import compute_grpo_clip_loss, compute_naive_policy_gradient_loss, compute_policy_gradient_loss

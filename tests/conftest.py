@@ -1,5 +1,6 @@
 """Shared fixtures: SmolLM2's real tokenizer, tiny random Llama / Qwen2 models on it, and ../shared/data."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -8,7 +9,17 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase,
 
 from alignment.data.math_datasets import MIRROR_ENV
 from alignment.models.loading import SMOLLM2, load_tokenizer
+from alignment.prompts import format_prompt, load_prompt
 from tests.hub_copies import write_hub_mirror
+
+QUESTIONS = [
+    ("What is 2 + 3?", "5"),
+    ("What is 4 * 2?", "8"),
+    ("What is 9 - 1?", "8"),
+    ("What is 1 + 1?", "2"),
+    ("What is 6 / 2?", "3"),
+    ("What is 7 + 0?", "7"),
+]
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -69,3 +80,43 @@ def hub_mirror(hub_mirror_root, monkeypatch) -> Path:
     """Short names and hub ids resolve to local copies of the real repos ($ALIGNMENT_DATA_MIRROR), as a user's would."""
     monkeypatch.setenv(MIRROR_ENV, str(hub_mirror_root))
     return hub_mirror_root
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """scripts/train_grpo.py with train_grpo replaced by a recorder of the settings it is called with."""
+    from scripts import train_grpo as script
+
+    seen = {}
+    monkeypatch.setattr(script, "train_grpo", lambda config, resume=False: seen.update(config=config, resume=resume))
+    monkeypatch.setattr(script, "report", lambda output_dir: None)
+    return seen
+
+
+@pytest.fixture
+def data(tmp_path) -> dict[str, Path]:
+    """SFT records, GSM8K records and held-out questions of six small arithmetic problems (QUESTIONS), as files."""
+    template = load_prompt("r1_zero")
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt": format_prompt(template, q),
+                    "response": f"easy. </think> <answer> {a} </answer>",
+                    "ground_truth": a,
+                }
+            )
+            + "\n"
+            for q, a in QUESTIONS
+        )
+    )
+    gsm8k = tmp_path / "gsm8k.jsonl"
+    gsm8k.write_text("".join(json.dumps({"question": q, "answer": f"so {a}\n#### {a}"}) + "\n" for q, a in QUESTIONS))
+    held_out = tmp_path / "held_out.jsonl"  # questions the runs do not train on
+    held_out.write_text(
+        "".join(
+            json.dumps({"question": f"What is {n} + {n}?", "answer": f"#### {2 * n}"}) + "\n" for n in range(10, 14)
+        )
+    )
+    return {"sft": sft, "gsm8k": gsm8k, "held_out": held_out}

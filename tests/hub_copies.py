@@ -11,10 +11,24 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SUBJECTS = ["algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
-            "prealgebra", "precalculus"]
-TYPES = ["Algebra", "Counting & Probability", "Geometry", "Intermediate Algebra", "Number Theory", "Prealgebra",
-         "Precalculus"]
+SUBJECTS = [
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+]
+TYPES = [
+    "Algebra",
+    "Counting & Probability",
+    "Geometry",
+    "Intermediate Algebra",
+    "Number Theory",
+    "Prealgebra",
+    "Precalculus",
+]
 N_TRAIN, N_TEST, N_MATH500 = 70, 35, 10
 N_GSM8K_TRAIN, N_GSM8K_TEST = 40, 20
 
@@ -42,10 +56,15 @@ MATH500_IDS = TEST_IDS[::3][:N_MATH500]
 
 
 def gsm8k_problem(i: int, socratic: bool = False) -> dict[str, str]:
-    steps = f"How many does Ann have? ** Ann has {i} + 3 = <<{i}+3={i + 3}>>{i + 3}" if socratic else \
-        f"Ann has {i} + 3 = <<{i}+3={i + 3}>>{i + 3}"
-    return {"question": f"Ann has {i} apples and gets 3 more. How many apples does she have?",
-            "answer": f"{steps} apples.\n#### {i + 3}"}
+    steps = (
+        f"How many does Ann have? ** Ann has {i} + 3 = <<{i}+3={i + 3}>>{i + 3}"
+        if socratic
+        else f"Ann has {i} + 3 = <<{i}+3={i + 3}>>{i + 3}"
+    )
+    return {
+        "question": f"Ann has {i} apples and gets 3 more. How many apples does she have?",
+        "answer": f"{steps} apples.\n#### {i + 3}",
+    }
 
 
 def _parquet(path: Path, rows: list[dict], columns: list[str]) -> None:
@@ -82,7 +101,11 @@ def write_hub_mirror(root: Path) -> Path:
     configs = {"default": {"train": "data/train-*", "test": "data/test-*"}}
     for subject, kind in zip(SUBJECTS, TYPES):
         for split, rows in (("train", train), ("test", test)):
-            _parquet(lighteval / subject / f"{split}-00000-of-00001.parquet", [r for r in rows if r["type"] == kind], math_columns)
+            _parquet(
+                lighteval / subject / f"{split}-00000-of-00001.parquet",
+                [r for r in rows if r["type"] == kind],
+                math_columns,
+            )
         configs[subject] = {"train": f"{subject}/train-*", "test": f"{subject}/test-*"}
     _card(lighteval, configs)
 
@@ -90,29 +113,50 @@ def write_hub_mirror(root: Path) -> Path:
     configs = {}
     for subject, kind in zip(SUBJECTS, TYPES):
         for split, rows in (("train", train), ("test", test)):
-            _parquet(hendrycks / subject / f"{split}-00000-of-00001.parquet", [r for r in rows if r["type"] == kind],
-                     ["problem", "level", "type", "solution"])
+            _parquet(
+                hendrycks / subject / f"{split}-00000-of-00001.parquet",
+                [r for r in rows if r["type"] == kind],
+                ["problem", "level", "type", "solution"],
+            )
         configs[subject] = {"train": f"{subject}/train-*", "test": f"{subject}/test-*"}
     _card(hendrycks, configs)
 
     competition = root / "qwedsacf" / "competition_math"
-    _parquet(competition / "data" / "train-00000-of-00001-7320a6f3aba8ebd2.parquet", train + test,
-             ["problem", "level", "type", "solution"])
+    _parquet(
+        competition / "data" / "train-00000-of-00001-7320a6f3aba8ebd2.parquet",
+        train + test,
+        ["problem", "level", "type", "solution"],
+    )
     _card(competition, None)
 
     math500 = root / "HuggingFaceH4" / "MATH-500"
-    _jsonl(math500 / "test.jsonl", [
-        {"problem": r["problem"], "solution": r["solution"], "answer": r["answer"],
-         "subject": r["type"], "level": int(r["level"].split()[-1]), "unique_id": f"test/{i}.json"}
-        for i, r in zip(MATH500_IDS, map(math_problem, MATH500_IDS))
-    ])
+    _jsonl(
+        math500 / "test.jsonl",
+        [
+            {
+                "problem": r["problem"],
+                "solution": r["solution"],
+                "answer": r["answer"],
+                "subject": r["type"],
+                "level": int(r["level"].split()[-1]),
+                "unique_id": f"test/{i}.json",
+            }
+            for i, r in zip(MATH500_IDS, map(math_problem, MATH500_IDS))
+        ],
+    )
     _card(math500, None)
 
     gsm8k = root / "openai" / "gsm8k"
     for config, socratic in (("main", False), ("socratic", True)):
-        for split, ids in (("train", range(N_GSM8K_TRAIN)), ("test", range(N_GSM8K_TRAIN, N_GSM8K_TRAIN + N_GSM8K_TEST))):
-            _parquet(gsm8k / config / f"{split}-00000-of-00001.parquet", [gsm8k_problem(i, socratic) for i in ids],
-                     ["question", "answer"])
+        for split, ids in (
+            ("train", range(N_GSM8K_TRAIN)),
+            ("test", range(N_GSM8K_TRAIN, N_GSM8K_TRAIN + N_GSM8K_TEST)),
+        ):
+            _parquet(
+                gsm8k / config / f"{split}-00000-of-00001.parquet",
+                [gsm8k_problem(i, socratic) for i in ids],
+                ["question", "answer"],
+            )
     _card(gsm8k, {c: {"train": f"{c}/train-*", "test": f"{c}/test-*"} for c in ("main", "socratic")})
     return root
 
@@ -122,9 +166,15 @@ def write_course_math(folder: Path, r1_zero_template: str) -> Path:
     train = [{k: v for k, v in math_problem(i).items() if k != "answer"} for i in TRAIN_IDS]
     _jsonl(folder / "train.jsonl", train)
     _jsonl(folder / "validation.jsonl", [math_problem(i) for i in TEST_IDS])
-    _jsonl(folder / "sft.jsonl", [
-        {"prompt": r1_zero_template.replace("{question}", p["problem"]),
-         "response": f" {p['solution']} </think> <answer> {p['answer']} </answer>", "ground_truth": p["answer"]}
-        for p in map(math_problem, TRAIN_IDS)
-    ])
+    _jsonl(
+        folder / "sft.jsonl",
+        [
+            {
+                "prompt": r1_zero_template.replace("{question}", p["problem"]),
+                "response": f" {p['solution']} </think> <answer> {p['answer']} </answer>",
+                "ground_truth": p["answer"],
+            }
+            for p in map(math_problem, TRAIN_IDS)
+        ],
+    )
     return folder

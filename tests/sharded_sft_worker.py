@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from alignment.distributed.sharding import launched, start_group
 from alignment.expert_iteration import expert_iteration
 from alignment.grader import REWARD_FNS
-from alignment.supervised.config import EIConfig, SFTConfig
 from alignment.sft_run import train_sft
-from alignment.distributed.sharding import launched, start_group
+from alignment.supervised.config import EIConfig, SFTConfig
 
 QUESTIONS = ["Name a fruit.", "Count to three.", "Say hello.", "Add 3 and 4.", "Double 5.", "Halve 8."]
 HELD_OUT = ["What is 10 - 7?", "What is 3 * 3?"]
@@ -39,13 +39,29 @@ def write_data(folder: Path) -> None:
 
 
 def shared_settings(model_dir: str, output_dir: Path) -> dict:
-    return dict(model=model_dir, prompt="question_only", learning_rate=1e-3, backend="hf", dtype="float32",
-                n_eval_examples=2, eval_max_tokens=4, grader_workers=1, seed=3, output_dir=output_dir)
+    return dict(
+        model=model_dir,
+        prompt="question_only",
+        learning_rate=1e-3,
+        backend="hf",
+        dtype="float32",
+        n_eval_examples=2,
+        eval_max_tokens=4,
+        grader_workers=1,
+        seed=3,
+        output_dir=output_dir,
+    )
 
 
 def sft_config(model_dir: str, data: Path, output_dir: Path) -> SFTConfig:
-    return SFTConfig(**shared_settings(model_dir, output_dir), dataset=str(data / "sft.jsonl"), data_format="sft",
-                     validation_dataset=str(data / "held_out.jsonl"), batch_size=6, gradient_accumulation_steps=3)
+    return SFTConfig(
+        **shared_settings(model_dir, output_dir),
+        dataset=str(data / "sft.jsonl"),
+        data_format="sft",
+        validation_dataset=str(data / "held_out.jsonl"),
+        batch_size=6,
+        gradient_accumulation_steps=3,
+    )
 
 
 def hash_reward(response: str, truth: str) -> dict[str, float]:
@@ -54,10 +70,19 @@ def hash_reward(response: str, truth: str) -> dict[str, float]:
 
 
 def ei_config(model_dir: str, data: Path, output_dir: Path) -> EIConfig:
-    return EIConfig(**shared_settings(model_dir, output_dir), dataset=str(data / "questions.jsonl"),
-                    validation_dataset=str(data / "held_out.jsonl"), n_ei_steps=1, questions_per_step=3,
-                    rollouts_per_question=2, sampling_max_tokens=6, sampling_min_tokens=1, batch_size=2,
-                    gradient_accumulation_steps=2, eval_at_start=False)
+    return EIConfig(
+        **shared_settings(model_dir, output_dir),
+        dataset=str(data / "questions.jsonl"),
+        validation_dataset=str(data / "held_out.jsonl"),
+        n_ei_steps=1,
+        questions_per_step=3,
+        rollouts_per_question=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=1,
+        batch_size=2,
+        gradient_accumulation_steps=2,
+        eval_at_start=False,
+    )
 
 
 def main(model_dir: str, data: Path, out: Path, with_expert_iteration: bool) -> None:

@@ -23,17 +23,17 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
-from alignment.run.checkpoint import load_checkpoint
+from alignment.data.task import Task
+from alignment.distributed.sharding import ShardGroup, full_tensors, launched, start_group
 from alignment.grpo.config import GRPOConfig
-from alignment.run.setup import load_policy
-from alignment.grpo_run import train_grpo
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import rollout_sampling
-from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.grpo_run import train_grpo
 from alignment.models.loading import load_model_and_tokenizer
 from alignment.prompts import format_prompt
-from alignment.distributed.sharding import ShardGroup, full_tensors, launched, start_group
-from alignment.data.task import Task
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.run.checkpoint import load_checkpoint
+from alignment.run.setup import load_policy
 
 VARIANTS = {
     "sequence_mean": {"loss_aggregation": "sequence_mean"},
@@ -52,15 +52,30 @@ def hash_reward(response: str, truth: str) -> dict[str, float]:
     return {"format_reward": 1.0, "answer_reward": r, "reward": r}
 
 
-TASK = Task(["What is 1 + 1?", "Name a fruit.", "Count to three.", "Say hello."], ["2", "apple", "3", "hello"],
-            "Q: {question}\nA:", hash_reward)
+TASK = Task(
+    ["What is 1 + 1?", "Name a fruit.", "Count to three.", "Say hello."],
+    ["2", "apple", "3", "hello"],
+    "Q: {question}\nA:",
+    hash_reward,
+)
 
 
 def base_config(model_dir: str, out: Path) -> GRPOConfig:
     return GRPOConfig(
-        model=model_dir, learning_rate=1e-3, rollout_batch_size=12, group_size=3, train_batch_size=6,
-        gradient_accumulation_steps=3, sampling_max_tokens=6, sampling_min_tokens=1, loss_type="grpo_clip",
-        grader_workers=1, backend="hf", prompt="question_only", output_dir=out, seed=3,
+        model=model_dir,
+        learning_rate=1e-3,
+        rollout_batch_size=12,
+        group_size=3,
+        train_batch_size=6,
+        gradient_accumulation_steps=3,
+        sampling_max_tokens=6,
+        sampling_min_tokens=1,
+        loss_type="grpo_clip",
+        grader_workers=1,
+        backend="hf",
+        prompt="question_only",
+        output_dir=out,
+        seed=3,
     )
 
 
@@ -84,12 +99,22 @@ def update(model_dir: str, out: Path, group: ShardGroup | None) -> None:
         weights = full_tensors(policy.state_dict())
         if group is None or group.main:
             save_file({k: v.detach().clone() for k, v in weights.items()}, out / f"{name}.safetensors")
-            (out / f"{name}.json").write_text(json.dumps([{k: v for k, v in row.items() if k in MEASURES} for row in rows]))
+            (out / f"{name}.json").write_text(
+                json.dumps([{k: v for k, v in row.items() if k in MEASURES} for row in rows])
+            )
 
 
 def run_config(model_dir: str, out: Path, steps: int) -> GRPOConfig:
-    return replace(base_config(model_dir, out), n_grpo_steps=steps, checkpoint_every=1, eval_every=steps,
-                   n_eval_examples=4, rollout_batch_size=6, train_batch_size=6, gradient_accumulation_steps=3)
+    return replace(
+        base_config(model_dir, out),
+        n_grpo_steps=steps,
+        checkpoint_every=1,
+        eval_every=steps,
+        n_eval_examples=4,
+        rollout_batch_size=6,
+        train_batch_size=6,
+        gradient_accumulation_steps=3,
+    )
 
 
 def load(model_dir: str, out: Path, group: ShardGroup | None) -> None:

@@ -33,8 +33,8 @@ def test_binary_rewards_by_hand():
     assert raw.tolist() == [1, 0, 1, 0, 1, 1, 1, 1]
     assert adv.dtype == torch.float32 and adv.shape == (8,)
     # group 1: mean 0.5, unbiased std sqrt(1/3)
-    assert adv[0].item() == pytest.approx(0.5 / (3 ** -0.5 + 1e-6), abs=1e-5)
-    assert adv[1].item() == pytest.approx(-0.5 / (3 ** -0.5 + 1e-6), abs=1e-5)
+    assert adv[0].item() == pytest.approx(0.5 / (3**-0.5 + 1e-6), abs=1e-5)
+    assert adv[1].item() == pytest.approx(-0.5 / (3**-0.5 + 1e-6), abs=1e-5)
     # group 2: all correct, std 0 -> advantages exactly 0 (eps keeps it finite)
     assert adv[4:].tolist() == [0.0, 0.0, 0.0, 0.0]
     assert meta["reward_mean"] == pytest.approx(0.75)

@@ -4,8 +4,12 @@ import pytest
 
 from tests.adapters import run_parse_gsm8k_response, run_parse_mmlu_response
 
-MMLU = {"subject": "virology", "question": "How many human polyomaviruses are known at present?",
-        "options": ["100", "1", "10", "unknown"], "answer": "A"}
+MMLU = {
+    "subject": "virology",
+    "question": "How many human polyomaviruses are known at present?",
+    "options": ["100", "1", "10", "unknown"],
+    "answer": "A",
+}
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from alignment.run.checkpoint import complete_step, export_policy, load_checkpoint, save_checkpoint
 from alignment.grpo.config import GRPOConfig
 from alignment.models.lm_checkpoint import load_transformer_lm
 from alignment.models.loading import load_model_and_tokenizer
 from alignment.models.policy_folder import load_policy_weights, save_policy
+from alignment.run.checkpoint import complete_step, export_policy, load_checkpoint, save_checkpoint
 
 
 def trained_pair(model_dir, seed: int = 0):
@@ -66,7 +66,10 @@ def test_a_truncated_tensor_file_is_refused_naming_it(saved, damaged):
 
 def test_an_edited_state_file_or_other_settings_are_refused(saved):
     config, policy, _, optimizer = saved
-    with pytest.raises(ValueError, match=r"another configuration \(learning_rate: checkpoint 1e-05 vs now 0.1\).*settings.json was edited"):
+    with pytest.raises(
+        ValueError,
+        match=r"another configuration \(learning_rate: checkpoint 1e-05 vs now 0.1\).*settings.json was edited",
+    ):
         load_checkpoint(config.output_dir, replace(config, learning_rate=0.1), policy, optimizer)
     state = config.output_dir / "checkpoint" / "state.json"
     state.write_text(state.read_text()[:-20])
@@ -123,8 +126,17 @@ def test_weights_of_another_architecture_are_refused(saved, tmp_path, tokenizer)
     config, policy, _, _ = saved
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    other = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False))
+    other = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            tie_word_embeddings=False,
+        )
+    )
     folder = save_policy(other, tokenizer, tmp_path / "other")
     assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 1
     with pytest.raises(ValueError, match=f"{folder}: weights do not fit the policy .*shape"):
@@ -137,6 +149,9 @@ def test_a_checkpoint_of_another_process_kind_is_refused_naming_the_count(saved)
     written = json.loads(state.read_text())
     assert written["processes"] is None  # one unsharded process
     state.write_text(json.dumps(written | {"processes": 2}))
-    with pytest.raises(ValueError, match="written by a learner sharded over 2 processes, and this is one unsharded "
-                                         r"process; resume it under torchrun \(any --nproc-per-node\)"):
+    with pytest.raises(
+        ValueError,
+        match="written by a learner sharded over 2 processes, and this is one unsharded "
+        r"process; resume it under torchrun \(any --nproc-per-node\)",
+    ):
         load_checkpoint(config.output_dir, config, policy, optimizer)

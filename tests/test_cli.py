@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from alignment.grpo.config import GRPOConfig
 from alignment.config.settings import SETTINGS_FILE, choices_of, flag, help_of, write_run_settings
-from tests.test_train_script import captured  # noqa: F401  (the fixture: train_grpo replaced by a recorder)
+from alignment.grpo.config import GRPOConfig
 
 SCRIPTS = sorted(p.stem for p in (Path(__file__).parents[1] / "scripts").glob("*.py") if p.stem != "__init__")
 runner = CliRunner()
@@ -37,21 +36,28 @@ def test_help_fits_80_columns_and_lists_every_choice_whole(script, monkeypatch):
 
 
 def test_every_setting_has_help_beside_its_field():
-    from alignment.run.generation import GenerationConfig
     from alignment.ray.config import RayGRPOConfig
+    from alignment.run.generation import GenerationConfig
 
     for config_cls in (GRPOConfig, RayGRPOConfig, GenerationConfig):
         assert all(help_of(f) for f in fields(config_cls)), config_cls
 
 
-@pytest.mark.parametrize("script,args,message", [
-    ("train_grpo", ["--loss-type", "ppo"], "'ppo' is not one of 'no_baseline', 'reinforce_with_baseline', 'grpo_clip', 'grpo_no_clip'"),
-    ("train_grpo_ray", ["--strategy", "async"], "'async' is not one of 'colocated-sync', 'colocated-multistep'"),
-    ("eval_zero_shot", ["--backend", "tpu"], "'tpu' is not one of 'auto', 'hf', 'vllm', 'transformer_lm'"),
-    ("train_grpo", ["--dtype", "int8"], "'int8' is not one of 'bfloat16', 'float16', 'float32'"),
-    ("train_sft", ["--dtype", "bf16"], "'bf16' is not one of 'bfloat16', 'float16', 'float32'"),
-    ("expert_iteration", ["--wandb-mode", "on"], "'on' is not one of 'online', 'offline', 'disabled'"),
-])
+@pytest.mark.parametrize(
+    "script,args,message",
+    [
+        (
+            "train_grpo",
+            ["--loss-type", "ppo"],
+            "'ppo' is not one of 'no_baseline', 'reinforce_with_baseline', 'grpo_clip', 'grpo_no_clip'",
+        ),
+        ("train_grpo_ray", ["--strategy", "async"], "'async' is not one of 'colocated-sync', 'colocated-multistep'"),
+        ("eval_zero_shot", ["--backend", "tpu"], "'tpu' is not one of 'auto', 'hf', 'vllm', 'transformer_lm'"),
+        ("train_grpo", ["--dtype", "int8"], "'int8' is not one of 'bfloat16', 'float16', 'float32'"),
+        ("train_sft", ["--dtype", "bf16"], "'bf16' is not one of 'bfloat16', 'float16', 'float32'"),
+        ("expert_iteration", ["--wandb-mode", "on"], "'on' is not one of 'online', 'offline', 'disabled'"),
+    ],
+)
 def test_a_wrong_choice_is_refused_by_the_parser_naming_flag_and_values(script, args, message, captured):
     result = runner.invoke(app_of(script), [*args, "--model", "/nonexistent"])
     assert result.exit_code == 2 and f"Invalid value for '{args[0]}'" in result.output and message in result.output
@@ -67,8 +73,16 @@ def test_a_wrong_choice_in_a_config_file_is_named_too(tmp_path):
 
 def test_resume_alone_continues_with_the_run_folder_settings(tmp_path, captured):
     run = tmp_path / "run"
-    config = GRPOConfig(task="keywords", learning_rate=3e-5, group_size=4, rollout_batch_size=16, train_batch_size=16,
-                        gradient_accumulation_steps=4, output_dir=run, keywords_file=tmp_path / "words.txt")
+    config = GRPOConfig(
+        task="keywords",
+        learning_rate=3e-5,
+        group_size=4,
+        rollout_batch_size=16,
+        train_batch_size=16,
+        gradient_accumulation_steps=4,
+        output_dir=run,
+        keywords_file=tmp_path / "words.txt",
+    )
     write_run_settings(config)
     result = runner.invoke(app_of("train_grpo"), ["--resume", str(run)])
     assert result.exit_code == 0, result.output
@@ -81,13 +95,17 @@ def test_resume_alone_continues_with_the_run_folder_settings(tmp_path, captured)
 def test_resume_refuses_a_change_that_would_alter_the_run(tmp_path, captured):
     run = tmp_path / "run"
     write_run_settings(GRPOConfig(output_dir=run, learning_rate=3e-5))
-    result = runner.invoke(app_of("train_grpo"), ["--resume", str(run), "--learning-rate", "1e-4", "--n-grpo-steps", "9"])
+    result = runner.invoke(
+        app_of("train_grpo"), ["--resume", str(run), "--learning-rate", "1e-4", "--n-grpo-steps", "9"]
+    )
     text = " ".join(result.output.split())
     assert result.exit_code != 0 and "--learning-rate was 3e-05, now 0.0001" in text and "--n-grpo-steps" in text
     config_file = tmp_path / "other.toml"
     config_file.write_text('loss_type = "grpo_clip"\n')
     result = runner.invoke(app_of("train_grpo"), ["--resume", str(run), "--config", str(config_file)])
-    assert result.exit_code != 0 and "--loss-type was 'reinforce_with_baseline', now 'grpo_clip'" in " ".join(result.output.split())
+    assert result.exit_code != 0 and "--loss-type was 'reinforce_with_baseline', now 'grpo_clip'" in " ".join(
+        result.output.split()
+    )
     assert not captured
 
 

@@ -8,8 +8,20 @@ from alignment.grader import question_only_reward_fn, r1_zero_reward_fn
 from alignment.prompts import format_prompt, load_prompt
 
 MATH_ROWS = [
-    {"problem": "What is $1+1$?", "answer": "2", "solution": "It is $\\boxed{2}$.", "level": "Level 1", "subject": "Algebra"},
-    {"problem": "Simplify $\\frac{2}{4}$.", "answer": "\\frac{1}{2}", "solution": "...", "level": "Level 2", "subject": "Prealgebra"},
+    {
+        "problem": "What is $1+1$?",
+        "answer": "2",
+        "solution": "It is $\\boxed{2}$.",
+        "level": "Level 1",
+        "subject": "Algebra",
+    },
+    {
+        "problem": "Simplify $\\frac{2}{4}$.",
+        "answer": "\\frac{1}{2}",
+        "solution": "...",
+        "level": "Level 2",
+        "subject": "Prealgebra",
+    },
 ]
 GSM8K_ROWS = [
     {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
@@ -80,7 +92,10 @@ def test_gsm8k_gold_answers_all_graded_correct(shared_data):
         examples = load_math_examples(str(path), kind="gsm8k")
         assert len(examples) == size
         raw_finals = [e.solution.rsplit("####", 1)[1].strip() for e in examples]  # commas and all
-        rewards = [r1_zero_reward_fn(f"x </think> <answer>{raw}</answer>", e.answer)["reward"] for raw, e in zip(raw_finals, examples)]
+        rewards = [
+            r1_zero_reward_fn(f"x </think> <answer>{raw}</answer>", e.answer)["reward"]
+            for raw, e in zip(raw_finals, examples)
+        ]
         assert sum(rewards) == size
 
 

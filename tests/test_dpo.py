@@ -6,8 +6,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from alignment.dpo import dpo_loss
 from alignment.data.packed_sft import ALPACA_TEMPLATE
+from alignment.dpo import dpo_loss
 from tests.adapters import run_compute_per_instance_dpo_loss
 
 PROMPT, CHOSEN, REJECTED = "What is 2 + 2?", "4", "5, obviously"
@@ -24,7 +24,9 @@ def sequence_log_prob(model, tokenizer, text: str, prompt_text: str) -> float:
 
 
 def test_equal_models_give_log_two(tiny_model, tokenizer):
-    loss = run_compute_per_instance_dpo_loss(tiny_model, copy.deepcopy(tiny_model), tokenizer, 0.5, PROMPT, CHOSEN, REJECTED)
+    loss = run_compute_per_instance_dpo_loss(
+        tiny_model, copy.deepcopy(tiny_model), tokenizer, 0.5, PROMPT, CHOSEN, REJECTED
+    )
     assert loss.shape == () and math.isclose(loss.item(), math.log(2), rel_tol=1e-6)
 
 
@@ -38,8 +40,10 @@ def test_loss_matches_formula_and_is_differentiable(tiny_model, tokenizer):
     prompt_text = ALPACA_TEMPLATE.format(instruction=PROMPT, response="")
     eos = tokenizer.eos_token
     margin = (
-        sequence_log_prob(policy, tokenizer, CHOSEN + eos, prompt_text) - sequence_log_prob(tiny_model, tokenizer, CHOSEN + eos, prompt_text)
-        - sequence_log_prob(policy, tokenizer, REJECTED + eos, prompt_text) + sequence_log_prob(tiny_model, tokenizer, REJECTED + eos, prompt_text)
+        sequence_log_prob(policy, tokenizer, CHOSEN + eos, prompt_text)
+        - sequence_log_prob(tiny_model, tokenizer, CHOSEN + eos, prompt_text)
+        - sequence_log_prob(policy, tokenizer, REJECTED + eos, prompt_text)
+        + sequence_log_prob(tiny_model, tokenizer, REJECTED + eos, prompt_text)
     )
     expected = math.log1p(math.exp(-beta * margin))  # -log sigmoid(x) = log(1 + e^-x)
     loss = run_compute_per_instance_dpo_loss(policy, tiny_model, tokenizer, beta, PROMPT, CHOSEN, REJECTED)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from alignment.utils.faults import ENV_VAR
 from alignment.models.policy_folder import read_weights
+from alignment.utils.faults import ENV_VAR
 
 ROOT = Path(__file__).resolve().parents[1]
 IGNORED_METRICS = ("time_", "samples_per_s", "device_hours")  # wall-clock figures differ between any two runs
@@ -27,27 +27,52 @@ def write_config(model_dir: Path, folder: Path, **extra: object) -> Path:
     """A keyword-task run of STEPS steps on the tiny model, checkpointed every step, validated at 0 and the end."""
     (folder / "words.txt").write_text("apple\nriver\nstone\ncloud\nbread\nlamp\n")
     settings = {
-        "model": str(model_dir), "task": "keywords", "keywords_file": str(folder / "words.txt"), "keywords_per_prompt": 2,
-        "n_train_prompts": 8, "n_eval_examples": 4, "n_grpo_steps": STEPS, "learning_rate": 1e-3,
-        "rollout_batch_size": 4, "group_size": 2, "train_batch_size": 4, "gradient_accumulation_steps": 2,
-        "sampling_max_tokens": 6, "sampling_min_tokens": 2, "loss_type": "grpo_clip", "eval_every": 100,
-        "checkpoint_every": 1, "grader_workers": 1, "backend": "hf", **extra,
+        "model": str(model_dir),
+        "task": "keywords",
+        "keywords_file": str(folder / "words.txt"),
+        "keywords_per_prompt": 2,
+        "n_train_prompts": 8,
+        "n_eval_examples": 4,
+        "n_grpo_steps": STEPS,
+        "learning_rate": 1e-3,
+        "rollout_batch_size": 4,
+        "group_size": 2,
+        "train_batch_size": 4,
+        "gradient_accumulation_steps": 2,
+        "sampling_max_tokens": 6,
+        "sampling_min_tokens": 2,
+        "loss_type": "grpo_clip",
+        "eval_every": 100,
+        "checkpoint_every": 1,
+        "grader_workers": 1,
+        "backend": "hf",
+        **extra,
     }
     path = folder / "run.toml"
     path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
     return path
 
 
-def run_script(script: str, *args: str | Path, fault: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_script(
+    script: str, *args: str | Path, fault: str | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "WANDB_MODE": "disabled"}
     env.pop(ENV_VAR, None)
     if fault is not None:
         env[ENV_VAR] = fault
-    return subprocess.run([sys.executable, f"scripts/{script}", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, f"scripts/{script}", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
-def train(script: str, config: Path, output_dir: Path, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess:
+def train(
+    script: str, config: Path, output_dir: Path, *extra: str, fault: str | None = None
+) -> subprocess.CompletedProcess:
     return run_script(script, "--config", config, "--output-dir", output_dir, *extra, fault=fault)
 
 
@@ -97,12 +122,15 @@ def straight(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault,saved_step", [
-    ("rollout:3", 1),  # decoding loops: validation at step 0, step 1's rollouts, then step 2's: killed there
-    ("optimizer_step:2", 1),  # step 2's weights updated in memory, the step not yet recorded
-    ("checkpoint_write:2", 1),  # step 2's state file written, its completion marker not
-    ("checkpoint_swap:2", 2),  # step 1's checkpoint moved aside, step 2's complete one not yet renamed into place
-])
+@pytest.mark.parametrize(
+    "fault,saved_step",
+    [
+        ("rollout:3", 1),  # decoding loops: validation at step 0, step 1's rollouts, then step 2's: killed there
+        ("optimizer_step:2", 1),  # step 2's weights updated in memory, the step not yet recorded
+        ("checkpoint_write:2", 1),  # step 2's state file written, its completion marker not
+        ("checkpoint_swap:2", 2),  # step 1's checkpoint moved aside, step 2's complete one not yet renamed into place
+    ],
+)
 def test_kill_9_then_resume_matches_an_uninterrupted_run(straight, tmp_path, fault, saved_step):
     config, expected = straight
     run = tmp_path / "run"
@@ -118,7 +146,6 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(straight, tmp_path, fau
     assert_same_run(run, expected)
 
 
-
 @pytest.mark.slow
 def test_a_lora_run_killed_mid_step_then_resumed_matches_an_uninterrupted_one(tiny_model_dir, tmp_path):
     from safetensors.torch import load_file
@@ -130,8 +157,11 @@ def test_a_lora_run_killed_mid_step_then_resumed_matches_an_uninterrupted_one(ti
     assert checkpoint_step(tmp_path / "run") == 1
     ok(resume("train_grpo.py", tmp_path / "run"))
     assert metrics(tmp_path / "run") == metrics(tmp_path / "straight")
-    expected, got = (load_file(tmp_path / run / "policy" / "adapter" / "adapter_model.safetensors") for run in ("straight", "run"))
+    expected, got = (
+        load_file(tmp_path / run / "policy" / "adapter" / "adapter_model.safetensors") for run in ("straight", "run")
+    )
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
 
 def test_an_output_folder_that_cannot_be_written_is_refused_before_training(tiny_model_dir, tmp_path):
     config = write_config(tiny_model_dir, tmp_path)
@@ -143,7 +173,9 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_training(tiny
     assert blocker.read_text() == "kept"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through file permissions; the read-only case needs a non-root user")
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root writes through file permissions; the read-only case needs a non-root user"
+)
 def test_a_read_only_run_folder_is_refused_and_left_as_it_was(straight, tmp_path):
     _, finished = straight
     run = tmp_path / "run"
@@ -203,10 +235,13 @@ def ray_straight(tiny_model_dir, tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault,message", [
-    ("ray_step:2", None),  # the driver, right after step 2 is logged and checkpointed
-    ("rollout:3", "actor ColocatedWorker died"),  # the actor: validation, batch 0, then batch 1's decoding: killed
-])
+@pytest.mark.parametrize(
+    "fault,message",
+    [
+        ("ray_step:2", None),  # the driver, right after step 2 is logged and checkpointed
+        ("rollout:3", "actor ColocatedWorker died"),  # the actor: validation, batch 0, then batch 1's decoding: killed
+    ],
+)
 def test_ray_driver_or_actor_killed_then_resume_matches(ray_straight, tmp_path, fault, message):
     config, straight_run = ray_straight
     run = tmp_path / "run"
@@ -214,7 +249,9 @@ def test_ray_driver_or_actor_killed_then_resume_matches(ray_straight, tmp_path, 
     if message is None:
         assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
     else:
-        assert stopped.returncode == 1 and message in stopped.stderr and "--resume" in stopped.stderr, stopped.stderr[-3000:]
+        assert stopped.returncode == 1 and message in stopped.stderr and "--resume" in stopped.stderr, stopped.stderr[
+            -3000:
+        ]
     assert 1 <= (checkpoint_step(run) or 0) < STEPS
     ok(resume("train_grpo_ray.py", run))
     assert_same_run(run, straight_run)

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
+from alignment.data.task import Task
 from alignment.grpo.config import GRPOConfig
-from alignment.grpo_run import train_grpo
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import GRPOSampler
+from alignment.grpo_run import train_grpo
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import Rollout
-from alignment.data.task import Task
 from tests.test_grpo_loop import TASK, grpo_parts, hash_reward, tiny_config
 
 
@@ -41,8 +41,15 @@ def test_a_bad_reward_stops_the_run_naming_the_step(tiny_model_dir, tmp_path, va
 @pytest.fixture
 def parts(tiny_model, tokenizer) -> tuple[GRPOSampler, GRPOLearner]:
     policy = copy.deepcopy(tiny_model)
-    config = GRPOConfig(rollout_batch_size=4, group_size=2, train_batch_size=4, gradient_accumulation_steps=2,
-                        sampling_max_tokens=6, sampling_min_tokens=2, loss_type="grpo_clip")
+    config = GRPOConfig(
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=2,
+        loss_type="grpo_clip",
+    )
     return grpo_parts(config, policy, tokenizer, HFRolloutEngine(policy, tokenizer, progress=False))
 
 
@@ -65,7 +72,9 @@ def test_nan_log_probs_stop_before_the_optimizer_touches_the_weights(parts, lear
     learner.policy.model.norm.weight.data[0] = math.nan  # every log-prob of the batch becomes NaN
     before = {k: v.clone() for k, v in learner.policy.state_dict().items()}
     # the loss may stay finite (the forward tape replays the head's logits from before the poke); the gradient cannot
-    with pytest.raises(FloatingPointError, match=r"GRPO step 1: loss \S+ and gradient norm nan .*weights were not updated"):
+    with pytest.raises(
+        FloatingPointError, match=r"GRPO step 1: loss \S+ and gradient norm nan .*weights were not updated"
+    ):
         learner.update(batch)
     after = learner.policy.state_dict()
     assert all(torch.equal(before[k], after[k]) or k == "model.norm.weight" for k in before)

@@ -10,17 +10,17 @@ from safetensors.torch import load_file
 from transformers import LlamaForCausalLM
 
 import alignment.grpo.shared_prompt as shared_prompt
-from alignment.rollout.forward_tape import ForwardTape, has_dropout
-from alignment.grpo.config import GRPOConfig
-from alignment.grpo_run import train_grpo
-from alignment.grpo.learner import rollout_forward_tape
-from alignment.run.setup import build_engine, load_policy
-from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.rollout.lm_engine import TransformerLMRolloutEngine
-from alignment.logprobs import output_head
-from alignment.rollout.interface import SamplingConfig
 from alignment.grpo.batch import collate
+from alignment.grpo.config import GRPOConfig
+from alignment.grpo.learner import rollout_forward_tape
+from alignment.grpo_run import train_grpo
+from alignment.logprobs import output_head
 from alignment.models.transformer_lm import TransformerLM, config_from_llama, from_llama_state_dict
+from alignment.rollout.forward_tape import ForwardTape, has_dropout
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.lm_engine import TransformerLMRolloutEngine
+from alignment.run.setup import build_engine, load_policy
 from tests.test_grpo_loop import TASK, grpo_parts, tiny_config
 
 # the last holds the padding token (<|im_end|>, also the embedding's padding_idx), which gets no gradient
@@ -55,7 +55,9 @@ def recorded(policy, tokenizer, group_size: int, one_group_per_batch: bool = Fal
     engine, tape = engine_for(policy, tokenizer, one_group_per_batch), ForwardTape(policy, output_head(policy))
     policy.eval()
     with tape.recording(engine):
-        rollouts = engine.generate(PROMPTS, group_size, SamplingConfig(temperature=1.0, max_tokens=10, min_tokens=1, seed=0))
+        rollouts = engine.generate(
+            PROMPTS, group_size, SamplingConfig(temperature=1.0, max_tokens=10, min_tokens=1, seed=0)
+        )
     assert engine.tape is None  # recording only inside the context
     n = len(rollouts)
     prompt_ids = [tokenizer(p)["input_ids"] for p in PROMPTS]
@@ -153,8 +155,14 @@ def test_replay_refuses_changed_weights_and_other_rows(tiny_model, tokenizer):
 def test_tape_only_where_replay_is_exact(tiny_model, tokenizer):
     model = copy.deepcopy(tiny_model)
     engine = HFRolloutEngine(model, tokenizer, progress=False)
-    base = GRPOConfig(rollout_batch_size=4, group_size=2, train_batch_size=4, gradient_accumulation_steps=2,
-                      sampling_max_tokens=8, reuse_rollout_forward="auto")
+    base = GRPOConfig(
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=8,
+        reuse_rollout_forward="auto",
+    )
     assert rollout_forward_tape(base, model, engine, 20) is not None
     off_policy = replace(base, train_batch_size=2)
     elsewhere = HFRolloutEngine(copy.deepcopy(tiny_model), tokenizer, progress=False)  # a copy of the policy
@@ -196,12 +204,20 @@ def test_grpo_steps_on_the_tape_match_recomputing(tiny_model_dir, tmp_path):
     initial = load_file(tiny_model_dir / "model.safetensors")
     states, rows = {}, {}
     for reuse in ("on", "off"):
-        config = tiny_config(tiny_model_dir, tmp_path / reuse, n_grpo_steps=2, loss_type="grpo_clip",
-                             reuse_rollout_forward=reuse, kl_prev=True)
+        config = tiny_config(
+            tiny_model_dir,
+            tmp_path / reuse,
+            n_grpo_steps=2,
+            loss_type="grpo_clip",
+            reuse_rollout_forward=reuse,
+            kl_prev=True,
+        )
         rows[reuse] = train_grpo(config, TASK, TASK)
         states[reuse] = load_file(config.output_dir / "policy" / "model.safetensors")
     for a, b in zip(rows["on"], rows["off"]):
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5) and a["grad_norm"] == pytest.approx(
+            b["grad_norm"], rel=1e-4
+        )
         assert a["token_entropy"] == pytest.approx(b["token_entropy"], rel=1e-6)
         assert a["kl_prev_k3"] == pytest.approx(b["kl_prev_k3"], rel=1e-3, abs=1e-9)
     for name, off in states["off"].items():

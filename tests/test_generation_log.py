@@ -5,14 +5,14 @@ import math
 import pytest
 import torch
 
+from alignment.data.task import Task
 from alignment.evaluation import GradedRollout
 from alignment.generation_log import generation_summary, log_generations, response_entropies
 from alignment.grader import r1_zero_reward_fn
-from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.logprobs import compute_entropy
 from alignment.grading.parallel import ParallelGrader
+from alignment.logprobs import compute_entropy
+from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import SamplingConfig
-from alignment.data.task import Task
 
 
 def record(reward: float, fmt: float, tokens: int) -> GradedRollout:
@@ -43,12 +43,29 @@ def test_response_entropy_is_the_mean_over_response_tokens(tiny_model, tokenizer
 
 
 def test_log_generations_records_every_example(tiny_model, tokenizer):
-    task = Task(["What is 1+1?", "What is 2+3?", "What is 3+3?"], ["2", "5", "6"], "{question} <think>", r1_zero_reward_fn)
+    task = Task(
+        ["What is 1+1?", "What is 2+3?", "What is 3+3?"], ["2", "5", "6"], "{question} <think>", r1_zero_reward_fn
+    )
     with ParallelGrader(r1_zero_reward_fn, 1) as grader:
-        summary, rows = log_generations(HFRolloutEngine(tiny_model, tokenizer, progress=False), tiny_model, tokenizer, task,
-                                        grader, SamplingConfig(max_tokens=6, seed=0))
+        summary, rows = log_generations(
+            HFRolloutEngine(tiny_model, tokenizer, progress=False),
+            tiny_model,
+            tokenizer,
+            task,
+            grader,
+            SamplingConfig(max_tokens=6, seed=0),
+        )
     assert [r["ground_truth"] for r in rows] == ["2", "5", "6"]
-    assert {"prompt", "response", "ground_truth", "format_reward", "answer_reward", "reward", "token_entropy", "num_tokens"} <= set(rows[0])
+    assert {
+        "prompt",
+        "response",
+        "ground_truth",
+        "format_reward",
+        "answer_reward",
+        "reward",
+        "token_entropy",
+        "num_tokens",
+    } <= set(rows[0])
     assert rows[0]["prompt"] == "What is 1+1? <think>"
     assert summary["eval_response_length"] == pytest.approx(sum(r["num_tokens"] for r in rows) / 3)
     finite = [r["token_entropy"] for r in rows if r["token_entropy"] == r["token_entropy"]]

@@ -5,11 +5,11 @@ import copy
 
 import torch
 
-from alignment.models.gqa_attention import NAME, use_gqa_attention
-from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.models.loading import load_model_and_tokenizer
-from alignment.rollout.interface import SamplingConfig
 from alignment.grpo.shared_prompt import shared_prompt_log_probs
+from alignment.models.gqa_attention import NAME, use_gqa_attention
+from alignment.models.loading import load_model_and_tokenizer
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import SamplingConfig
 
 
 def twins(model):
@@ -54,7 +54,9 @@ def test_shared_prompt_scoring_matches_sdpa(tiny_model):
 def test_seeded_rollouts_are_the_same_tokens(tiny_model, tokenizer):
     sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_tokens=12, seed=3)
     prompts = ["Hi", "A much longer prompt, so that the batch is left-padded"]
-    runs = [HFRolloutEngine(model, tokenizer, progress=False).generate(prompts, 3, sampling) for model in twins(tiny_model)]
+    runs = [
+        HFRolloutEngine(model, tokenizer, progress=False).generate(prompts, 3, sampling) for model in twins(tiny_model)
+    ]
     assert [r.token_ids for r in runs[0]] == [r.token_ids for r in runs[1]]
     for a, b in zip(*runs):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)

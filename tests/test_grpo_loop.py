@@ -9,15 +9,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from alignment.data.task import Task
+from alignment.grading.parallel import ParallelGrader
+from alignment.grpo.batch import collate
 from alignment.grpo.config import GRPOConfig, validate
-from alignment.grpo_run import sampler_and_learner, train_grpo
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import GRPOSampler, rollout_sampling
 from alignment.grpo.scoring import score
-from alignment.data.task import Task
+from alignment.grpo_run import sampler_and_learner, train_grpo
 from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.grading.parallel import ParallelGrader
-from alignment.grpo.batch import collate
 
 
 def hash_reward(response: str, truth: str) -> dict[str, float]:
@@ -32,10 +32,22 @@ TASK = Task(QUESTIONS, ["2", "apple", "3", "hello"], "Q: {question}\nA:", hash_r
 
 def tiny_config(model_dir, tmp_path, **overrides) -> GRPOConfig:
     base = GRPOConfig(
-        model=str(model_dir), n_grpo_steps=1, learning_rate=1e-3, rollout_batch_size=4, group_size=2,
-        train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2,
-        eval_every=1, n_eval_examples=4, checkpoint_every=1, grader_workers=1, backend="hf",
-        output_dir=tmp_path / "run", prompt="question_only",
+        model=str(model_dir),
+        n_grpo_steps=1,
+        learning_rate=1e-3,
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=2,
+        eval_every=1,
+        n_eval_examples=4,
+        checkpoint_every=1,
+        grader_workers=1,
+        backend="hf",
+        output_dir=tmp_path / "run",
+        prompt="question_only",
     )
     return replace(base, **overrides)
 
@@ -51,7 +63,9 @@ LOSSES = ["no_baseline", "reinforce_with_baseline", "grpo_clip", "grpo_no_clip"]
 @pytest.mark.parametrize("loss_type", LOSSES)
 @pytest.mark.parametrize("off_policy", [False, True], ids=["on_policy", "off_policy"])
 def test_one_step_for_every_loss(tiny_model_dir, tmp_path, loss_type, off_policy):
-    extra = {"epochs_per_rollout_batch": 2, "train_batch_size": 2, "gradient_accumulation_steps": 1} if off_policy else {}
+    extra = (
+        {"epochs_per_rollout_batch": 2, "train_batch_size": 2, "gradient_accumulation_steps": 1} if off_policy else {}
+    )
     config = tiny_config(tiny_model_dir, tmp_path, loss_type=loss_type, kl_reference=True, kl_prev=True, **extra)
     from alignment.models.loading import load_model_and_tokenizer
 
@@ -74,8 +88,14 @@ def test_one_step_for_every_loss(tiny_model_dir, tmp_path, loss_type, off_policy
 
 def test_old_log_probs_carry_no_gradient(tiny_model, tokenizer):
     engine = HFRolloutEngine(tiny_model, tokenizer, progress=False)
-    config = GRPOConfig(rollout_batch_size=4, group_size=2, train_batch_size=4, gradient_accumulation_steps=2,
-                        sampling_max_tokens=8, kl_reference=False)  # a random model rarely stops: keep rollouts short
+    config = GRPOConfig(
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=8,
+        kl_reference=False,
+    )  # a random model rarely stops: keep rollouts short
     learner = GRPOLearner(config, tiny_model, tokenizer, TASK)
     rollouts = engine.generate(QUESTIONS[:2], 2, rollout_sampling(config, 0))
     batch = collate(learner.prompt_ids[:2], rollouts, torch.ones(4), torch.ones(4), tokenizer.pad_token_id)
@@ -88,9 +108,18 @@ def test_old_log_probs_carry_no_gradient(tiny_model, tokenizer):
     "overrides,flags",
     [
         ({"rollout_batch_size": 6, "group_size": 4}, "--rollout-batch-size (6) must be divisible by --group-size (4)"),
-        ({"train_batch_size": 6, "gradient_accumulation_steps": 4}, "--train-batch-size (6) must be divisible by --gradient-accumulation-steps (4)"),
-        ({"train_batch_size": 4, "group_size": 8, "rollout_batch_size": 8, "gradient_accumulation_steps": 1}, "--train-batch-size (4) must be >= --group-size (8)"),
-        ({"rollout_batch_size": 12, "group_size": 4, "train_batch_size": 8, "gradient_accumulation_steps": 1}, "--rollout-batch-size (12) must be a multiple of --train-batch-size (8)"),
+        (
+            {"train_batch_size": 6, "gradient_accumulation_steps": 4},
+            "--train-batch-size (6) must be divisible by --gradient-accumulation-steps (4)",
+        ),
+        (
+            {"train_batch_size": 4, "group_size": 8, "rollout_batch_size": 8, "gradient_accumulation_steps": 1},
+            "--train-batch-size (4) must be >= --group-size (8)",
+        ),
+        (
+            {"rollout_batch_size": 12, "group_size": 4, "train_batch_size": 8, "gradient_accumulation_steps": 1},
+            "--rollout-batch-size (12) must be a multiple of --train-batch-size (8)",
+        ),
         ({"loss_type": "ppo"}, "--loss-type 'ppo'"),
         ({"loss_type": "grpo_clip", "cliprange": 0.0}, "--loss-type grpo_clip needs --cliprange > 0"),
         ({"sampling_min_tokens": 9, "sampling_max_tokens": 8}, "--sampling-min-tokens (9)"),
@@ -99,7 +128,9 @@ def test_old_log_probs_carry_no_gradient(tiny_model, tokenizer):
     ],
 )
 def test_asserts_name_flags_and_values(overrides, flags):
-    config = replace(GRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=4), **overrides)
+    config = replace(
+        GRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=4), **overrides
+    )
     with pytest.raises(ValueError) as info:
         validate(config)
     assert flags in str(info.value)
@@ -119,7 +150,9 @@ class CrashOnStep:
 
 
 def test_resume_reproduces_an_uninterrupted_run(tiny_model_dir, tmp_path):
-    straight = tiny_config(tiny_model_dir, tmp_path / "a", n_grpo_steps=3, loss_type="grpo_clip", epochs_per_rollout_batch=2)
+    straight = tiny_config(
+        tiny_model_dir, tmp_path / "a", n_grpo_steps=3, loss_type="grpo_clip", epochs_per_rollout_batch=2
+    )
     expected = train_grpo(straight, TASK, TASK)
 
     interrupted = replace(straight, output_dir=tmp_path / "b" / "run")
@@ -156,7 +189,9 @@ def test_on_policy_grpo_clip_updates_exactly_like_reinforce_with_baseline(tiny_m
     """Ratio 1 on-policy: clipping never binds and the gradient is A * grad log pi, as in REINFORCE."""
     states = {}
     for loss_type in ("grpo_clip", "reinforce_with_baseline"):
-        config = tiny_config(tiny_model_dir, tmp_path / loss_type, loss_type=loss_type, kl_prev=False, kl_reference=False)
+        config = tiny_config(
+            tiny_model_dir, tmp_path / loss_type, loss_type=loss_type, kl_prev=False, kl_reference=False
+        )
         rows = train_grpo(config, TASK, TASK)
         states[loss_type] = load_file(config.output_dir / "policy" / "model.safetensors")
         if loss_type == "grpo_clip":

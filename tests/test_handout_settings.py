@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from alignment.grpo.config import GRPOConfig
 from alignment.experiments.sweep import load_preset
+from alignment.grpo.config import GRPOConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # The handout's starter block (CS336 A5, "GRPO train loop"): setting -> (value, the handout's line for it)
@@ -19,11 +19,17 @@ HANDOUT = {
     "rollout_batch_size": (256, "rollout_batch_size: int = 256"),
     "group_size": (8, "group_size: int = 8"),
     "sampling_temperature": (1.0, "sampling_temperature: float = 1.0"),
-    "sampling_min_tokens": (4, "sampling_min_tokens: int = 4 # As in Expert Iteration, disallow empty string responses"),
+    "sampling_min_tokens": (
+        4,
+        "sampling_min_tokens: int = 4 # As in Expert Iteration, disallow empty string responses",
+    ),
     "sampling_max_tokens": (1024, "sampling_max_tokens: int = 1024"),
     "epochs_per_rollout_batch": (1, "epochs_per_rollout_batch: int = 1 # On-policy"),
     "train_batch_size": (256, "train_batch_size: int = 256 # On-policy"),
-    "gradient_accumulation_steps": (128, "gradient_accumulation_steps: int = 128 # microbatch size is 2, will fit on H100"),
+    "gradient_accumulation_steps": (
+        128,
+        "gradient_accumulation_steps: int = 128 # microbatch size is 2, will fit on H100",
+    ),
     "loss_type": ("reinforce_with_baseline", 'loss_type: Literal[...] = "reinforce_with_baseline"'),
     "use_std_normalization": (True, "use_std_normalization: bool = True"),
     "weight_decay": (0.0, "torch.optim.AdamW(..., weight_decay=0.0, betas=(0.9, 0.95))"),
@@ -40,7 +46,9 @@ HANDOUT = {
 def test_starter_file_and_defaults_are_the_handouts(name):
     value, line = HANDOUT[name]
     starter = tomllib.loads((CONFIGS / "grpo_handout_starter.toml").read_text())
-    assert starter.get(name, value) == value, f"configs/grpo_handout_starter.toml {name} = {starter[name]!r}; the handout: {line}"
+    assert starter.get(name, value) == value, (
+        f"configs/grpo_handout_starter.toml {name} = {starter[name]!r}; the handout: {line}"
+    )
     default = next(f.default for f in fields(GRPOConfig) if f.name == name)
     assert default == value, f"GRPOConfig.{name} defaults to {default!r}; the handout: {line}"
 

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.rollout.decoding import sample_tokens, sampling_log_probs
-from alignment.rollout.interface import SamplingConfig
 from alignment.rollout import backends as rollout_backends
 from alignment.rollout.backends import resolve_backend, vllm_usable
+from alignment.rollout.decoding import sample_tokens, sampling_log_probs
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import SamplingConfig
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy", "1 2 3 4"]
 
@@ -85,7 +85,9 @@ def test_min_tokens_holds_back_eos_and_stop_strings(tiny_model, tokenizer):
     assert len(held.token_ids) >= 5 and first_token not in held.token_ids[:5]
     assert all(math.isfinite(lp) for lp in held.logprobs)
     # a stop string present from the first token on is only honoured once min_tokens exist
-    stop = tokenizer.decode(HFRolloutEngine(tiny_model, tokenizer).generate(PROMPTS[:1], 1, greedy)[0].token_ids[:1]).strip()
+    stop = tokenizer.decode(
+        HFRolloutEngine(tiny_model, tokenizer).generate(PROMPTS[:1], 1, greedy)[0].token_ids[:1]
+    ).strip()
     if stop:
         late = HFRolloutEngine(tiny_model, tokenizer).generate(
             PROMPTS[:1], 1, SamplingConfig(temperature=0.0, max_tokens=12, min_tokens=4, stop=(stop,))
@@ -98,7 +100,9 @@ def test_batch_size_is_memory_bounded_and_does_not_change_greedy_output(tiny_mod
     small = HFRolloutEngine(tiny_model, tokenizer, memory_budget_bytes=1)
     assert small.batch_size_for(100) == 1 and big.batch_size_for(100) > 100
     greedy = SamplingConfig(temperature=0.0, max_tokens=10, stop=())
-    assert [r.token_ids for r in big.generate(PROMPTS, 2, greedy)] == [r.token_ids for r in small.generate(PROMPTS, 2, greedy)]
+    assert [r.token_ids for r in big.generate(PROMPTS, 2, greedy)] == [
+        r.token_ids for r in small.generate(PROMPTS, 2, greedy)
+    ]
 
 
 def test_top_p_log_probs_are_renormalized_nucleus():
@@ -139,7 +143,9 @@ def test_auto_takes_vllm_where_its_build_runs(monkeypatch):
     assert resolve_backend("auto", "cpu") == "vllm" and resolve_backend("auto", "cuda:0") == "hf"
     monkeypatch.setattr(rollout_backends, "vllm_build", lambda: "cuda")
     assert resolve_backend("auto", "cpu") == "hf"
-    with pytest.raises(ValueError, match="backend 'vllm' on cpu needs a build for cpu; the installed one is vLLM's CUDA build"):
+    with pytest.raises(
+        ValueError, match="backend 'vllm' on cpu needs a build for cpu; the installed one is vLLM's CUDA build"
+    ):
         resolve_backend("vllm", "cpu")
 
 

@@ -36,7 +36,9 @@ class EchoEngine:
 
 
 def build(seed=0, prompts_per_count=10, counts=(1, 2)):
-    return build_keyword_dataset(EchoEngine(), "<user>{question}</user>", WORDS, counts, prompts_per_count, 3, SAMPLING, seed)
+    return build_keyword_dataset(
+        EchoEngine(), "<user>{question}</user>", WORDS, counts, prompts_per_count, 3, SAMPLING, seed
+    )
 
 
 def test_prompts_cover_one_and_several_keywords_without_repeats():
@@ -98,7 +100,9 @@ def test_loader_gives_tasks(tmp_path):
     write_keyword_dataset(tmp_path, train, validation)
     train_task, validation_task = load_keyword_dataset(tmp_path, template="<s>{question}")
     assert train_task.questions == [r["prompt"] for r in train] and train_task.truths == [r["keywords"] for r in train]
-    assert validation_task.questions == [r["prompt"] for r in validation] and validation_task.template == "<s>{question}"
+    assert (
+        validation_task.questions == [r["prompt"] for r in validation] and validation_task.template == "<s>{question}"
+    )
     assert train_task.reward_fn("An apple by the river.", ["apple", "river"])["reward"] == 1
 
 
@@ -115,7 +119,10 @@ GOOD = {"prompt": "Use apple.", "answer": "An apple.", "keywords": ["apple"]}
         (json.dumps(GOOD | {"keywords": "apple"}), "field 'keywords' must be a non-empty list"),
         (json.dumps(GOOD | {"keywords": []}), "field 'keywords' must be a non-empty list"),
         (json.dumps(GOOD | {"keywords": ["apple pie"]}), "field 'keywords' must be a non-empty list of words"),
-        (json.dumps(GOOD | {"answer": "A pineapple."}), r"field 'answer' does not contain every keyword of \['apple'\]"),
+        (
+            json.dumps(GOOD | {"answer": "A pineapple."}),
+            r"field 'answer' does not contain every keyword of \['apple'\]",
+        ),
     ],
 )
 def test_loader_names_file_line_and_field_of_a_bad_record(tmp_path, line, message):
@@ -140,14 +147,31 @@ def test_script_end_to_end_with_a_tiny_model(tiny_model_dir, tmp_path):
     from scripts import build_keyword_dataset as script
 
     def invoke(out, *extra):
-        args = ["--model", tiny_model_dir, "--backend", "hf", "--keyword-counts", 1, "--keyword-counts", 2,
-                "--prompts-per-count", 3, "--samples-per-prompt", 2, "--max-tokens", 6, "--output-dir", out, *extra]
+        args = [
+            "--model",
+            tiny_model_dir,
+            "--backend",
+            "hf",
+            "--keyword-counts",
+            1,
+            "--keyword-counts",
+            2,
+            "--prompts-per-count",
+            3,
+            "--samples-per-prompt",
+            2,
+            "--max-tokens",
+            6,
+            "--output-dir",
+            out,
+            *extra,
+        ]
         return CliRunner().invoke(script.app, [str(a) for a in args])
 
     first, second = invoke(tmp_path / "a"), invoke(tmp_path / "b")
     assert first.exit_code == 0, first.output
     assert second.exit_code == 0, second.output
-    summary = json.loads(first.output[first.output.index("{"):])
+    summary = json.loads(first.output[first.output.index("{") :])
     assert summary["prompts"] == 6 and summary["kept"] == summary["train"] + summary["validation"] <= 6
     for file in (TRAIN_FILE, VALIDATION_FILE):
         assert (tmp_path / "a" / file).read_bytes() == (tmp_path / "b" / file).read_bytes()

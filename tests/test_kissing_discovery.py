@@ -8,17 +8,16 @@ import time
 from pathlib import Path
 
 import pytest
-
 from typer.testing import CliRunner
 
 from alignment.kissing.discovery import Candidate, Discovery, DiscoverySettings, extract_program, sample_parent
-from alignment.kissing.report import write_report
-from alignment.kissing.verifier import evaluate_program, verify_points
 from alignment.kissing.llm_client import ChatReply, LocalChatModel, TokenUsage
-from alignment.models.loading import SMOLLM2, load_tokenizer
 from alignment.kissing.openai_server import OpenAIServer
-from alignment.rollout.backends import make_rollout_engine
+from alignment.kissing.report import write_report
 from alignment.kissing.sandbox import SandboxLimits
+from alignment.kissing.verifier import evaluate_program, verify_points
+from alignment.models.loading import SMOLLM2, load_tokenizer
+from alignment.rollout.backends import make_rollout_engine
 from scripts import discover_kissing
 
 LIMITS = SandboxLimits(timeout_s=10.0, memory_bytes=1024**3)
@@ -70,8 +69,12 @@ class Scripted:
 
 def discovery(tmp_path: Path, mode: str, iterations: int, budget_s: float = float("inf")) -> Discovery:
     settings = DiscoverySettings(mode=mode, iterations=iterations, budget_s=budget_s, model="scripted")  # type: ignore[arg-type]
-    return Discovery(tmp_path, settings, lambda program: evaluate_program(program, LIMITS),
-                     {"mode": mode, "backend": "test", "model": "scripted", "iterations": iterations, "budget_s": budget_s})
+    return Discovery(
+        tmp_path,
+        settings,
+        lambda program: evaluate_program(program, LIMITS),
+        {"mode": mode, "backend": "test", "model": "scripted", "iterations": iterations, "budget_s": budget_s},
+    )
 
 
 def test_refine_feeds_back_the_verifiers_exact_message(tmp_path):
@@ -179,9 +182,30 @@ def deliverables_run(server: OpenAIServer, model: str, tmp_path: Path, max_token
     """A run of 1 model turn, resumed for a 2nd, writing the handout's three deliverables; checks what any model
     must satisfy and returns the log."""
     out, program = tmp_path / "run", tmp_path / "deliverable" / "program.py"
-    args = ["--backend", "openai", "--base-url", server.base_url, "--model", model, "--mode", "evolve",
-            "--max-tokens", str(max_tokens), "--prompt-program-chars", "200", "--budget-s", str(budget_s),
-            "--search-share", "0.003", "--program-timeout-s", "20", "--output-dir", str(out), "--program-out", str(program)]
+    args = [
+        "--backend",
+        "openai",
+        "--base-url",
+        server.base_url,
+        "--model",
+        model,
+        "--mode",
+        "evolve",
+        "--max-tokens",
+        str(max_tokens),
+        "--prompt-program-chars",
+        "200",
+        "--budget-s",
+        str(budget_s),
+        "--search-share",
+        "0.003",
+        "--program-timeout-s",
+        "20",
+        "--output-dir",
+        str(out),
+        "--program-out",
+        str(program),
+    ]
     first = runner.invoke(discover_kissing.app, args + ["--iterations", "1"])
     assert first.exit_code == 0, first.output
     refused = runner.invoke(discover_kissing.app, args + ["--iterations", "2"])
@@ -208,11 +232,15 @@ def deliverables_run(server: OpenAIServer, model: str, tmp_path: Path, max_token
     assert evaluate_program(program.read_text(), LIMITS).score == best["score"]
     report = (out / "report.md").read_text()
     assert [line for line in report.splitlines() if line.startswith("## ")] == [
-        "## Methodology", "## Process", "## Final result", "## Reflection"]
+        "## Methodology",
+        "## Process",
+        "## Final result",
+        "## Reflection",
+    ]
     assert f"**{best['score']:g} points** (candidate 1, from search-code)" in report and "| llm | 2 |" in report
     assert "The search code found the best program" in report and f"model `{model}`" in report
     assert (out / "score_over_time.png").read_bytes()[:4] == b"\x89PNG"
-    summary = json.loads(resumed.output[resumed.output.index("{"):])
+    summary = json.loads(resumed.output[resumed.output.index("{") :])
     assert summary["model_steps"] == 2 and summary["stopped"] == "all 2 model steps done"
     assert json.loads((out / "settings.json").read_text())["iterations"] == 2
     log["report"] = report
@@ -240,13 +268,34 @@ def test_discover_script_with_the_packaged_smollm2_behind_the_server(tmp_path):
 def test_discover_script_ends_within_its_budget(tiny_server, tmp_path):
     out = tmp_path / "run"
     began = time.monotonic()
-    result = runner.invoke(discover_kissing.app, [
-        "--backend", "openai", "--base-url", tiny_server.base_url, "--model", "tiny", "--iterations", "1000",
-        "--max-tokens", "8", "--prompt-program-chars", "200", "--budget-s", "12", "--search-share", "0.15",
-        "--program-timeout-s", "20", "--output-dir", str(out)])
+    result = runner.invoke(
+        discover_kissing.app,
+        [
+            "--backend",
+            "openai",
+            "--base-url",
+            tiny_server.base_url,
+            "--model",
+            "tiny",
+            "--iterations",
+            "1000",
+            "--max-tokens",
+            "8",
+            "--prompt-program-chars",
+            "200",
+            "--budget-s",
+            "12",
+            "--search-share",
+            "0.15",
+            "--program-timeout-s",
+            "20",
+            "--output-dir",
+            str(out),
+        ],
+    )
     wall = time.monotonic() - began
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output[result.output.index("{"):])
+    summary = json.loads(result.output[result.output.index("{") :])
     assert summary["stopped"].startswith("budget of 12 s") and 1 <= summary["model_steps"] < 1000
     assert summary["elapsed_s"] < 12 + 3 and wall < 12 + 8  # one verification past the line, and the report
     assert f"run ended after {summary['elapsed_s']:.1f} s of its 12 s budget: budget of 12 s" in result.output
@@ -263,7 +312,9 @@ def test_script_refuses_bad_flags_before_writing(tmp_path):
     out = tmp_path / "nothing"
     result = runner.invoke(discover_kissing.app, ["--iterations", "-1", "--output-dir", str(out)])
     assert result.exit_code != 0 and "--iterations" in result.output and not out.exists()
-    result = runner.invoke(discover_kissing.app, ["--seed-programs", str(tmp_path / "missing.py"), "--output-dir", str(out)])
+    result = runner.invoke(
+        discover_kissing.app, ["--seed-programs", str(tmp_path / "missing.py"), "--output-dir", str(out)]
+    )
     assert result.exit_code != 0 and "--seed-programs" in result.output and not out.exists()
     result = runner.invoke(discover_kissing.app, ["--resume", str(out)])
     assert result.exit_code != 0 and "is not a run folder" in flat(result.output)

@@ -4,8 +4,18 @@ import itertools
 
 import numpy as np
 
-from alignment.kissing.search import (IndependentSetSearch, ball, code_seed, conflict_graph, constant_weight_code,
-                                      distance_conflict_graph, johnson_bound, program_source, search_shell, shell)
+from alignment.kissing.search import (
+    IndependentSetSearch,
+    ball,
+    code_seed,
+    conflict_graph,
+    constant_weight_code,
+    distance_conflict_graph,
+    johnson_bound,
+    program_source,
+    search_shell,
+    shell,
+)
 from alignment.kissing.verifier import evaluate_program, verify_points
 
 

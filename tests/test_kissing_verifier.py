@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alignment.kissing.verifier import closest_pair, evaluate_program, verify_points
 from alignment.kissing.sandbox import SandboxLimits, run_untrusted
+from alignment.kissing.verifier import closest_pair, evaluate_program, verify_points
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = SandboxLimits(timeout_s=5.0, memory_bytes=1024**3)
@@ -41,16 +41,19 @@ def test_failure_names_the_closest_pair_and_the_numbers():
     assert m.message == "Minimum squared distance 1 < maximum squared norm 5 (points 0 and 17)"
 
 
-@pytest.mark.parametrize("value, message", [
-    ([[1] * 11, [0] * 11], "point 1 is the zero vector"),
-    ([[1] * 11, [2] * 11, [1] * 11], "points 0 and 2 are equal (squared distance 0)"),
-    ([[1] * 11, [1] * 12], "point 1 has 12 coordinates; expected 11"),
-    ([[1] * 11, [1] * 10 + [1.0]], "point 1, coordinate 10 is 1.0 (float); coordinates must be integers"),
-    ([[1] * 11, [True] + [0] * 10], "point 1, coordinate 0 is True (bool); coordinates must be integers"),
-    ([[1] * 11, "abc"], "point 1 is a str, not a list of 11 integers"),
-    ({"a": 1}, "`points` must be a list of 11-dimensional integer vectors, got dict"),
-    ([], "`points` is empty"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ([[1] * 11, [0] * 11], "point 1 is the zero vector"),
+        ([[1] * 11, [2] * 11, [1] * 11], "points 0 and 2 are equal (squared distance 0)"),
+        ([[1] * 11, [1] * 12], "point 1 has 12 coordinates; expected 11"),
+        ([[1] * 11, [1] * 10 + [1.0]], "point 1, coordinate 10 is 1.0 (float); coordinates must be integers"),
+        ([[1] * 11, [True] + [0] * 10], "point 1, coordinate 0 is True (bool); coordinates must be integers"),
+        ([[1] * 11, "abc"], "point 1 is a str, not a list of 11 integers"),
+        ({"a": 1}, "`points` must be a list of 11-dimensional integer vectors, got dict"),
+        ([], "`points` is empty"),
+    ],
+)
 def test_each_kind_of_invalid_set_has_its_own_message(value, message):
     m = verify_points(value)
     assert m.validity == 0.0 and m.score == 0.0
@@ -78,23 +81,26 @@ def test_chunked_scan_agrees_with_brute_force(monkeypatch):
     assert closest_pair(x) == (int(d[i, j]), int(i), int(j))
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("while True:\n    pass\n", "timed out after 2 s"),
-    ("x = bytearray(100 * 10**9)\n", "MemoryError"),
-    ("import numpy as np\nx = np.ones(100 * 10**9 // 8)\n", "MemoryError"),
-    ("import socket\nsocket.create_connection(('127.0.0.1', 80), timeout=1)\n", "network access"),
-    ("import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)\n", "network access"),
-    ("import subprocess\nsubprocess.run(['true'])\n", "subprocess.Popen is not allowed"),
-    ("import os\nos.system('true')\n", "os.system is not allowed"),
-    ("import ctypes\nctypes.CDLL(None)\n", "ctypes.dlopen is not allowed"),
-    ("points = [[1] * 11]\nraise ValueError('boom')\n", "ValueError: boom (program.py line 2)"),
-    ("import sys\nsys.exit(3)\n", "exit(3)"),
-    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "killed (signal 9)"),
-    ("x = 1\n", "defines no global `points`"),
-    ("points = [[10**5000] * 11]\n", "cannot be sent back as JSON"),
-    ("points = object()\n", "cannot be sent back as JSON"),
-    ("import os\nwhile True:\n    os.write(1, b'x' * 65536)\n", "more than"),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("while True:\n    pass\n", "timed out after 2 s"),
+        ("x = bytearray(100 * 10**9)\n", "MemoryError"),
+        ("import numpy as np\nx = np.ones(100 * 10**9 // 8)\n", "MemoryError"),
+        ("import socket\nsocket.create_connection(('127.0.0.1', 80), timeout=1)\n", "network access"),
+        ("import urllib.request\nurllib.request.urlopen('http://example.com', timeout=1)\n", "network access"),
+        ("import subprocess\nsubprocess.run(['true'])\n", "subprocess.Popen is not allowed"),
+        ("import os\nos.system('true')\n", "os.system is not allowed"),
+        ("import ctypes\nctypes.CDLL(None)\n", "ctypes.dlopen is not allowed"),
+        ("points = [[1] * 11]\nraise ValueError('boom')\n", "ValueError: boom (program.py line 2)"),
+        ("import sys\nsys.exit(3)\n", "exit(3)"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "killed (signal 9)"),
+        ("x = 1\n", "defines no global `points`"),
+        ("points = [[10**5000] * 11]\n", "cannot be sent back as JSON"),
+        ("points = object()\n", "cannot be sent back as JSON"),
+        ("import os\nwhile True:\n    os.write(1, b'x' * 65536)\n", "more than"),
+    ],
+)
 def test_bad_programs_are_results_not_crashes(source, expected):
     m = evaluate_program(source, SandboxLimits(timeout_s=2.0, memory_bytes=1024**3, max_output_bytes=65536))
     assert m.validity == 0.0 and m.score == 0.0
@@ -150,15 +156,27 @@ def test_float_and_ragged_and_twelve_dimensional_programs():
 
 
 def evaluator(program: str) -> tuple[int, dict]:
-    out = subprocess.run([sys.executable, "data/kissing_number/evaluator.py", program],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "data/kissing_number/evaluator.py", program],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return out.returncode, json.loads(out.stdout)
 
 
 def test_evaluator_cli_scores_the_starter_and_the_shipped_program_at_the_projects_best():
     code, metrics = evaluator("data/kissing_number/starter_program.py")
-    assert code == 0 and (metrics["num_points"], metrics["dimension"], metrics["validity"], metrics["score"]) == (220, 11, 1.0, 220.0)
+    assert code == 0 and (metrics["num_points"], metrics["dimension"], metrics["validity"], metrics["score"]) == (
+        220,
+        11,
+        1.0,
+        220.0,
+    )
     best = json.loads((ROOT / "data/kissing_number/discovery/best.json").read_text())
     code, metrics = evaluator("data/kissing_number/program.py")  # the handout's deliverable
     assert code == 0 and metrics["validity"] == 1.0 and metrics["score"] == best["score"] >= 582  # 438: best lattice
-    assert (ROOT / "data/kissing_number/program.py").read_text() == (ROOT / "data/kissing_number/discovery/program.py").read_text()
+    assert (ROOT / "data/kissing_number/program.py").read_text() == (
+        ROOT / "data/kissing_number/discovery/program.py"
+    ).read_text()

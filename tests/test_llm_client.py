@@ -9,9 +9,9 @@ import urllib.request
 
 import pytest
 
-from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.kissing.llm_client import ChatError, LocalChatModel, OpenAIChatClient
 from alignment.kissing.openai_server import ChatHandler, OpenAIServer
+from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import SamplingConfig
 
 SAMPLING = SamplingConfig(temperature=1.0, max_tokens=6, stop=(), seed=0)
@@ -103,8 +103,9 @@ def test_gives_up_after_max_retries_on_a_dead_endpoint():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     sleeps: list[float] = []
-    client = OpenAIChatClient(f"http://127.0.0.1:{port}/v1", "m", max_retries=3, backoff_s=1.0, max_backoff_s=3.0,
-                              sleep=sleeps.append)
+    client = OpenAIChatClient(
+        f"http://127.0.0.1:{port}/v1", "m", max_retries=3, backoff_s=1.0, max_backoff_s=3.0, sleep=sleeps.append
+    )
     with pytest.raises(ChatError, match="failed 4 times; last: URLError"):
         client.chat(MESSAGES, SAMPLING)
     assert len(sleeps) == 3 and sleeps[0] < sleeps[1] < sleeps[2] <= 3.3  # exponential, capped (10% jitter)

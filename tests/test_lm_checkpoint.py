@@ -13,8 +13,17 @@ TEXTS = ["The capital of France is", "Write a short story about a dragon who lov
 
 
 def tiny_config(vocab_size: int, tie: bool) -> TransformerConfig:
-    return TransformerConfig(vocab_size=vocab_size, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64,
-                             rope_theta=500.0, norm_eps=1e-6, tie_embeddings=tie)
+    return TransformerConfig(
+        vocab_size=vocab_size,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=64,
+        rope_theta=500.0,
+        norm_eps=1e-6,
+        tie_embeddings=tie,
+    )
 
 
 def logits(model, tokenizer) -> torch.Tensor:
@@ -44,7 +53,10 @@ def test_round_trip_gives_identical_tensors_and_logits(tmp_path, tokenizer, tie)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
     assert (loaded.lm_head.weight is loaded.embed.weight) == tie
     assert loaded_tokenizer(TEXTS)["input_ids"] == tokenizer(TEXTS)["input_ids"]
-    assert loaded_tokenizer.eos_token_id == tokenizer.eos_token_id and loaded_tokenizer.chat_template == tokenizer.chat_template
+    assert (
+        loaded_tokenizer.eos_token_id == tokenizer.eos_token_id
+        and loaded_tokenizer.chat_template == tokenizer.chat_template
+    )
     assert torch.equal(logits(loaded, loaded_tokenizer), logits(model, tokenizer))
     config = json.loads((folder / CONFIG_FILE).read_text())
     assert config["format_version"] == 1 and config["d_model"] == 32 and config["tie_embeddings"] == tie
@@ -81,18 +93,27 @@ def edit_config(folder, **changes):
     "damage,message",
     [
         (lambda f: (f / CONFIG_FILE).unlink(), r"missing transformer_config.json \(our format\) and config.json"),
-        (lambda f: (f / CONFIG_FILE).write_text('{"format": "alignment.TransformerLM", "d_'), "transformer_config.json: not valid JSON"),
+        (
+            lambda f: (f / CONFIG_FILE).write_text('{"format": "alignment.TransformerLM", "d_'),
+            "transformer_config.json: not valid JSON",
+        ),
         (lambda f: (f / CONFIG_FILE).write_text("[1, 2]"), "transformer_config.json: expected a JSON object"),
         (lambda f: edit_config(f, format="something-else"), "transformer_config.json: field 'format'"),
         (lambda f: edit_config(f, format_version=2), "transformer_config.json: field 'format_version' is 2"),
         (lambda f: edit_config(f, n_layers="2"), "transformer_config.json: field 'n_layers' must be int"),
         (lambda f: edit_config(f, tie_embeddings=1), "transformer_config.json: field 'tie_embeddings' must be bool"),
         (lambda f: edit_config(f, n_kv_heads=3), "transformer_config.json: need n_kv_heads | n_heads"),
-        (lambda f: edit_config(f, d_ff=65), r"model.safetensors: tensor blocks.0.ffn.gate.weight has shape \(64, 32\), config needs \(65"),
+        (
+            lambda f: edit_config(f, d_ff=65),
+            r"model.safetensors: tensor blocks.0.ffn.gate.weight has shape \(64, 32\), config needs \(65",
+        ),
         (lambda f: edit_config(f, n_layers=3), r"model.safetensors: missing tensors \['blocks.2.attn.k.weight'"),
         (lambda f: edit_config(f, colour="blue"), "transformer_config.json: unknown fields colour"),
         (lambda f: (f / WEIGHTS_FILE).unlink(), "model.safetensors: missing"),
-        (lambda f: (f / WEIGHTS_FILE).write_bytes((f / WEIGHTS_FILE).read_bytes()[:1000]), "model.safetensors: not a readable"),
+        (
+            lambda f: (f / WEIGHTS_FILE).write_bytes((f / WEIGHTS_FILE).read_bytes()[:1000]),
+            "model.safetensors: not a readable",
+        ),
         (lambda f: (f / "tokenizer_config.json").unlink(), "missing tokenizer_config.json"),
     ],
 )
@@ -113,8 +134,14 @@ def test_a_field_missing_from_the_config_is_named(saved):
 
 
 def test_non_llama_and_missing_sources_are_refused(tmp_path, tokenizer):
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     Qwen2ForCausalLM(config).save_pretrained(tmp_path / "qwen")
     with pytest.raises(ValueError, match="config.json: model_type 'qwen2' is not llama"):
         load_transformer_lm(tmp_path / "qwen")

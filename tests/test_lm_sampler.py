@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.rollout.decoding import sampling_log_probs
 from alignment.models.lm_checkpoint import load_transformer_lm
+from alignment.rollout.backends import make_rollout_engine, resolve_backend
+from alignment.rollout.decoding import sampling_log_probs
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.lm_engine import TransformerLMRolloutEngine
 from alignment.rollout.lm_sampler import sample
-from alignment.rollout.interface import SamplingConfig
-from alignment.rollout.backends import make_rollout_engine, resolve_backend
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy", "1 2 3 4"]
 
@@ -46,7 +46,9 @@ def test_reported_log_probs_equal_a_teacher_forced_pass(engine, lm, temperature,
         expected = teacher_forced(model, tokenizer, PROMPTS[r.prompt_index], r.token_ids, sampling)
         assert (got - expected).abs().max() <= 1e-4
         if temperature != 1.0:  # the processed distribution, not the policy's own
-            assert (got - teacher_forced(model, tokenizer, PROMPTS[r.prompt_index], r.token_ids, plain)).abs().max() > 1e-2
+            assert (
+                got - teacher_forced(model, tokenizer, PROMPTS[r.prompt_index], r.token_ids, plain)
+            ).abs().max() > 1e-2
 
 
 def test_cache_and_no_cache_sample_the_same_tokens(lm):
@@ -64,7 +66,10 @@ def test_cache_and_no_cache_sample_the_same_tokens(lm):
     # the cached decode multiplies a few rows as W @ x^T, the full re-run many as x @ W^T (few_rows_linear): the
     # same sums in another order, so log-probs of about -10 agree to float32 rounding, not bit for bit
     for a, b in zip(cached, recomputed):
-        assert a.finish_reason == b.finish_reason and (torch.tensor(a.logprobs) - torch.tensor(b.logprobs)).abs().max() <= 1e-4
+        assert (
+            a.finish_reason == b.finish_reason
+            and (torch.tensor(a.logprobs) - torch.tensor(b.logprobs)).abs().max() <= 1e-4
+        )
     lengths = {len(r.token_ids) for r in cached}
     assert len(lengths) > 2 and min(lengths) >= 2  # rows really were pruned at different steps, none before min_tokens
 
@@ -74,7 +79,10 @@ def test_same_tokens_and_log_probs_as_the_hf_backend_on_the_same_weights(engine,
 
     reference = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     hf = HFRolloutEngine(reference, tokenizer, progress=False)
-    for sampling in (SamplingConfig(temperature=0.0, max_tokens=12, stop=()), SamplingConfig(max_tokens=12, stop=(), seed=5)):
+    for sampling in (
+        SamplingConfig(temperature=0.0, max_tokens=12, stop=()),
+        SamplingConfig(max_tokens=12, stop=(), seed=5),
+    ):
         ours, theirs = engine.generate(PROMPTS, 2, sampling), hf.generate(PROMPTS, 2, sampling)
         assert [r.token_ids for r in ours] == [r.token_ids for r in theirs]
         assert max(abs(a - b) for r, s in zip(ours, theirs) for a, b in zip(r.logprobs, s.logprobs)) <= 1e-4
@@ -92,7 +100,9 @@ def test_same_seed_repeats_and_other_seed_differs(engine):
 def test_samples_are_prompt_major_and_batching_does_not_change_them(lm):
     greedy = SamplingConfig(temperature=0.0, max_tokens=8, stop=())
     one_batch = TransformerLMRolloutEngine(*lm, progress=False).generate(PROMPTS, 2, greedy)
-    one_group_per_batch = TransformerLMRolloutEngine(*lm, memory_budget_bytes=1, progress=False).generate(PROMPTS, 2, greedy)
+    one_group_per_batch = TransformerLMRolloutEngine(*lm, memory_budget_bytes=1, progress=False).generate(
+        PROMPTS, 2, greedy
+    )
     alone = [TransformerLMRolloutEngine(*lm, progress=False).generate([p], 1, greedy)[0] for p in PROMPTS]
     for rollouts in (one_batch, one_group_per_batch):
         assert [r.prompt_index for r in rollouts] == [0, 0, 1, 1, 2, 2]

@@ -1,5 +1,5 @@
-"""LoRA (alignment/models/lora.py) on a tiny model: adapters only in the optimizer and the checkpoint, the KL reference is
-the base model without a second copy, the forward tape replays peft's layers exactly, and a GRPO run through the
+"""LoRA (alignment/models/lora.py) on a tiny model: adapters only in the optimizer and the checkpoint, the KL reference
+is the base model without a second copy, the forward tape replays peft's layers exactly, and a GRPO run through the
 real command line resumes to the same end and leaves policy/ (merged, for eval_zero_shot) and policy/adapter/
 (loaded by peft.PeftModel.from_pretrained)."""
 
@@ -13,18 +13,18 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
-from alignment.rollout.forward_tape import ForwardTape, has_dropout
-from alignment.grpo.config import GRPOConfig, validate
-from alignment.grpo_run import train_grpo
-from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.logprobs import output_head
-from alignment.models.lora import LoRASettings, merged_state_dict, reference_model, trainable_parameters
-from alignment.models.loading import load_model_and_tokenizer
-from alignment.models.policy_folder import load_policy_weights, save_policy
-from alignment.rollout.interface import SamplingConfig
-from alignment.grpo.batch import collate
-from alignment.grpo.shared_prompt import shared_prompt_log_probs
 from alignment.data.task import Task
+from alignment.grpo.batch import collate
+from alignment.grpo.config import GRPOConfig, validate
+from alignment.grpo.shared_prompt import shared_prompt_log_probs
+from alignment.grpo_run import train_grpo
+from alignment.logprobs import output_head
+from alignment.models.loading import load_model_and_tokenizer
+from alignment.models.lora import LoRASettings, merged_state_dict, reference_model, trainable_parameters
+from alignment.models.policy_folder import load_policy_weights, save_policy
+from alignment.rollout.forward_tape import ForwardTape, has_dropout
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import SamplingConfig
 from scripts import eval_zero_shot
 
 runner = CliRunner()
@@ -81,8 +81,14 @@ def test_the_forward_tape_replays_lora_layers_with_the_same_gradient(tiny_model_
     grads = []
     for use_tape in (False, True):
         model.zero_grad(set_to_none=True)
-        out = shared_prompt_log_probs(model, batch.input_ids, batch.labels, batch.response_mask,
-                                      tape=tape if use_tape else None, slots=slots if use_tape else None)
+        out = shared_prompt_log_probs(
+            model,
+            batch.input_ids,
+            batch.labels,
+            batch.response_mask,
+            tape=tape if use_tape else None,
+            slots=slots if use_tape else None,
+        )
         (out["log_probs"] * batch.response_mask).sum().backward()
         grads.append([p.grad.clone() for p in trainable_parameters(model)])
     for recomputed, replayed in zip(*grads):
@@ -110,11 +116,16 @@ def test_the_checkpoint_holds_the_adapter_in_peft_format(tiny_model_dir, tokeniz
         load_policy_weights(lora_model(tiny_model_dir, replace(LORA, lora_rank=2)), tmp_path / "adapter")
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"lora_rank": -1}, "--lora-rank"), ({"lora_rank": 4, "lora_alpha": 0.0}, "--lora-alpha"),
-    ({"lora_rank": 4, "lora_dropout": 1.0}, "--lora-dropout"), ({"lora_rank": 4, "lora_target_modules": []}, "--lora-target-modules"),
-    ({"lora_rank": 4, "backend": "transformer_lm"}, "not available with --backend transformer_lm"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"lora_rank": -1}, "--lora-rank"),
+        ({"lora_rank": 4, "lora_alpha": 0.0}, "--lora-alpha"),
+        ({"lora_rank": 4, "lora_dropout": 1.0}, "--lora-dropout"),
+        ({"lora_rank": 4, "lora_target_modules": []}, "--lora-target-modules"),
+        ({"lora_rank": 4, "backend": "transformer_lm"}, "not available with --backend transformer_lm"),
+    ],
+)
 def test_bad_lora_settings_are_refused_naming_the_flag(change, message):
     with pytest.raises(ValueError, match=message):
         validate(GRPOConfig(**change))
@@ -134,12 +145,33 @@ def even_length(response: str, truth: str) -> dict[str, float]:
 def lora_runs(tiny_model_dir, tmp_path_factory) -> dict[str, Path]:
     """A 2-step LoRA GRPO run, and one stopped after step 1 and resumed (KL monitors on: the reference is the base)."""
     root = tmp_path_factory.mktemp("lora")
-    task = Task([f"Say something about {w}." for w in ("apples", "rivers", "stones", "clouds")], [""] * 4, "{question}", even_length)
+    task = Task(
+        [f"Say something about {w}." for w in ("apples", "rivers", "stones", "clouds")],
+        [""] * 4,
+        "{question}",
+        even_length,
+    )
     config = GRPOConfig(
-        model=str(tiny_model_dir), n_eval_examples=2, learning_rate=1e-2, rollout_batch_size=4, group_size=2,
-        train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2,
-        loss_type="grpo_clip", eval_every=1, checkpoint_every=1, grader_workers=1, backend="hf", kl_reference=True,
-        kl_prev=True, lora_rank=4, lora_alpha=8.0, n_grpo_steps=2, output_dir=root / "straight",
+        model=str(tiny_model_dir),
+        n_eval_examples=2,
+        learning_rate=1e-2,
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=2,
+        loss_type="grpo_clip",
+        eval_every=1,
+        checkpoint_every=1,
+        grader_workers=1,
+        backend="hf",
+        kl_reference=True,
+        kl_prev=True,
+        lora_rank=4,
+        lora_alpha=8.0,
+        n_grpo_steps=2,
+        output_dir=root / "straight",
     )
     train_grpo(config, task, task)
     stopped = replace(config, output_dir=root / "stopped")
@@ -174,8 +206,24 @@ def test_the_lora_run_leaves_a_merged_policy_and_its_peft_adapter(lora_runs, tin
     data = tmp_path / "problems.jsonl"
     data.write_text(json.dumps({"question": "What is 1 + 1?", "answer": "#### 2"}) + "\n")
     out = tmp_path / "eval"
-    result = runner.invoke(eval_zero_shot.app, ["--model", str(policy), "--dataset", str(data), "--backend", "hf",
-                                                "--max-tokens", "4", "--prompt", "question_only", "--output-dir", str(out),
-                                                "--grader-workers", "1"])
+    result = runner.invoke(
+        eval_zero_shot.app,
+        [
+            "--model",
+            str(policy),
+            "--dataset",
+            str(data),
+            "--backend",
+            "hf",
+            "--max-tokens",
+            "4",
+            "--prompt",
+            "question_only",
+            "--output-dir",
+            str(out),
+            "--grader-workers",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((out / "summary.json").read_text())["num_examples"] == 1

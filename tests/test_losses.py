@@ -97,7 +97,13 @@ def test_tis_weights_the_policy_gradient_term_of_each_token():
     rollout = torch.tensor([[-1.0 - math.log(3.0), -2.0 + math.log(2.0), -0.5]])  # ratios 3, 0.5, 1
     mask = torch.tensor([[True, True, False]])
     loss, meta = grpo_microbatch_train_step(
-        logp, mask, 1, "reinforce_with_baseline", advantages=torch.tensor([[2.0]]), rollout_log_probs=rollout, tis_cap=2.0
+        logp,
+        mask,
+        1,
+        "reinforce_with_baseline",
+        advantages=torch.tensor([[2.0]]),
+        rollout_log_probs=rollout,
+        tis_cap=2.0,
     )
     # per-token loss -A * w * logp with w = min(3, 2) = 2 and 0.5, masked mean over 2 tokens:
     # (-2 * 2 * -1 + -2 * 0.5 * -2) / 2 = (4 + 2) / 2 = 3; d/dlogp = -A * w / 2 = -2, -0.5, 0
@@ -115,14 +121,23 @@ def test_tis_on_grpo_clip_uses_old_log_probs_as_pi_train():
     old = torch.tensor([[math.log(0.5)]])
     rollout = torch.tensor([[math.log(0.4)]])
     loss, _ = grpo_microbatch_train_step(
-        logp, torch.ones(1, 1, dtype=torch.bool), 1, "grpo_clip", advantages=torch.tensor([[1.0]]),
-        old_log_probs=old, cliprange=0.1, rollout_log_probs=rollout, tis_cap=5.0,
+        logp,
+        torch.ones(1, 1, dtype=torch.bool),
+        1,
+        "grpo_clip",
+        advantages=torch.tensor([[1.0]]),
+        old_log_probs=old,
+        cliprange=0.1,
+        rollout_log_probs=rollout,
+        tis_cap=5.0,
     )
     # ratio 0.6 / 0.5 = 1.2, clipped to 1.1 for A = 1; TIS weight old / rollout = 0.5 / 0.4 = 1.25 (not 0.6 / 0.4)
     assert loss.item() == pytest.approx(-1.1 * 1.25)
 
 
-@pytest.mark.parametrize("overrides", [dict(tis_cap=0.0), dict(tis_cap=2.0, sampling_temperature=0.7), dict(tis_cap=2.0, sampling_top_p=0.9)])
+@pytest.mark.parametrize(
+    "overrides", [dict(tis_cap=0.0), dict(tis_cap=2.0, sampling_temperature=0.7), dict(tis_cap=2.0, sampling_top_p=0.9)]
+)
 def test_tis_cap_is_checked_before_a_run(overrides):
     from alignment.grpo.config import GRPOConfig, validate
 

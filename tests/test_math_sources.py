@@ -1,5 +1,6 @@
 """MATH and GSM8K as they are shipped: every short name and layout, loaded by `datasets` from local copies of the
-real repos (tests/hub_copies.py), the choice of training and validation splits, held-out slices and the overlap check."""
+real repos (tests/hub_copies.py), the choice of training and validation splits, held-out slices and the overlap
+check."""
 
 import json
 import re
@@ -10,27 +11,46 @@ from alignment.data.math_datasets import MIRROR_ENV, load_math_examples, spread_
 from alignment.data.splits import run_data
 from alignment.grpo_run import train_grpo
 from alignment.prompts import load_prompt
+from tests.hub_copies import (
+    MATH500_IDS,
+    N_GSM8K_TEST,
+    N_GSM8K_TRAIN,
+    N_TEST,
+    N_TRAIN,
+    TEST_IDS,
+    TRAIN_IDS,
+    math_problem,
+    write_course_math,
+)
 from tests.test_grpo_loop import tiny_config
-from tests.hub_copies import MATH500_IDS, N_GSM8K_TEST, N_GSM8K_TRAIN, N_TEST, N_TRAIN, TEST_IDS, TRAIN_IDS, math_problem, write_course_math
 
 
 def answers(ids) -> list[str]:
     return [math_problem(i)["answer"] for i in ids]
 
 
-@pytest.mark.parametrize("name,split,expected", [
-    ("math", "train", TRAIN_IDS),
-    ("math", None, TEST_IDS),  # evaluation split: MATH's test problems
-    ("math500", None, MATH500_IDS),
-    ("hendrycks_math", "train", TRAIN_IDS),  # seven per-subject configs read one after another, each ordered as ours
-    ("hendrycks_math", "test", TEST_IDS),
-])
+@pytest.mark.parametrize(
+    "name,split,expected",
+    [
+        ("math", "train", TRAIN_IDS),
+        ("math", None, TEST_IDS),  # evaluation split: MATH's test problems
+        ("math500", None, MATH500_IDS),
+        (
+            "hendrycks_math",
+            "train",
+            TRAIN_IDS,
+        ),  # seven per-subject configs read one after another, each ordered as ours
+        ("hendrycks_math", "test", TEST_IDS),
+    ],
+)
 def test_short_names_read_the_real_layouts(hub_mirror, name, split, expected):
     examples = load_math_examples(name, split=split)
     assert sorted(e.answer for e in examples) == sorted(answers(expected))
     # the answer of a solution-only record is the last \boxed{} or \fbox{} with nested braces intact
     assert examples[0].answer.startswith("\\frac{") and examples[0].answer.count("{") == 2
-    assert all(e.question.startswith("Problem ") and "Level" in str(e.meta.get("level")) or name == "math500" for e in examples)
+    assert all(
+        e.question.startswith("Problem ") and "Level" in str(e.meta.get("level")) or name == "math500" for e in examples
+    )
 
 
 def test_competition_math_is_one_split_of_everything(hub_mirror):
@@ -48,14 +68,18 @@ def test_folders_and_hub_ids_load_like_short_names(hub_mirror):
     folder = hub_mirror / "DigitalLearningGmbH" / "MATH-lighteval"
     assert load_math_examples(str(folder), split="train") == load_math_examples("math", split="train")
     assert load_math_examples("EleutherAI/hendrycks_math") == load_math_examples("hendrycks_math")  # via the mirror
-    assert load_math_examples(str(hub_mirror / "HuggingFaceH4" / "MATH-500" / "test.jsonl")) == load_math_examples("math500")
+    assert load_math_examples(str(hub_mirror / "HuggingFaceH4" / "MATH-500" / "test.jsonl")) == load_math_examples(
+        "math500"
+    )
 
 
 def test_course_math_folder(tmp_path, hub_mirror):
     folder = write_course_math(tmp_path / "MATH", load_prompt("r1_zero"))
     train = load_math_examples(str(folder), split="train")  # no `answer` field: taken from the solution
     assert [e.answer for e in train] == answers(TRAIN_IDS)
-    assert [e.answer for e in load_math_examples(str(folder))] == answers(TEST_IDS)  # validation.jsonl; sft.jsonl is no split
+    assert [e.answer for e in load_math_examples(str(folder))] == answers(
+        TEST_IDS
+    )  # validation.jsonl; sft.jsonl is no split
     data = run_data(str(folder), "train", None, n_validation=1000)
     assert (len(data.train), len(data.validation)) == (N_TRAIN, N_TEST)
     assert f"validating on {N_TEST} of {folder} [validation]" in data.notes[0]
@@ -98,8 +122,11 @@ def test_a_single_split_source_holds_out_a_seeded_disjoint_slice(hub_mirror, sou
 
 def test_validation_that_is_trained_on_is_refused_naming_both(hub_mirror):
     # competition_math holds MATH's test problems, and MATH-500 is taken from them
-    with pytest.raises(ValueError, match=r"10 of 10 validation questions \(math500\) are also training questions "
-                                         r"\(competition_math \[train\]\).*--allow-validation-overlap"):
+    with pytest.raises(
+        ValueError,
+        match=r"10 of 10 validation questions \(math500\) are also training questions "
+        r"\(competition_math \[train\]\).*--allow-validation-overlap",
+    ):
         run_data("competition_math", "train", "math500", n_validation=100)
     data = run_data("competition_math", "train", "math500", n_validation=100, allow_overlap=True)
     assert data.notes[-1] == "overlap: 10 of 10 validation questions also appear in the training data"
@@ -112,8 +139,12 @@ def test_whitespace_does_not_hide_an_overlap_and_one_percent_is_allowed(tmp_path
 
     def validation(n_seen: int):
         path = tmp_path / f"val{n_seen}.jsonl"
-        seen = [math_problem(i) | {"problem": "  " + math_problem(i)["problem"].replace(" ", "\n ")} for i in range(n_seen)]
-        path.write_text("".join(json.dumps(r) + "\n" for r in seen + [math_problem(1000 + i) for i in range(300 - n_seen)]))
+        seen = [
+            math_problem(i) | {"problem": "  " + math_problem(i)["problem"].replace(" ", "\n ")} for i in range(n_seen)
+        ]
+        path.write_text(
+            "".join(json.dumps(r) + "\n" for r in seen + [math_problem(1000 + i) for i in range(300 - n_seen)])
+        )
         return str(path)
 
     assert run_data(str(train), "train", validation(3), 300).notes[-1].startswith("overlap: 3 of 300")  # 1%: allowed
@@ -131,16 +162,25 @@ def test_bad_split_and_missing_source_name_the_flag(hub_mirror, monkeypatch):
         run_data("no_such_name", "train", None, 10)
 
 
-@pytest.mark.parametrize("source", ["math", "math500", "competition_math", "hendrycks_math", "gsm8k", "course",
-                                    "lighteval_folder", "math500_jsonl"])
+@pytest.mark.parametrize(
+    "source",
+    ["math", "math500", "competition_math", "hendrycks_math", "gsm8k", "course", "lighteval_folder", "math500_jsonl"],
+)
 def test_a_grpo_run_starts_on_each_layout(hub_mirror, tiny_model_dir, tmp_path, source, capsys):
     dataset = {
         "course": str(write_course_math(tmp_path / "MATH", load_prompt("r1_zero"))),
         "lighteval_folder": str(hub_mirror / "DigitalLearningGmbH" / "MATH-lighteval"),
         "math500_jsonl": str(hub_mirror / "HuggingFaceH4" / "MATH-500" / "test.jsonl"),
     }.get(source, source)
-    config = tiny_config(tiny_model_dir, tmp_path, dataset=dataset, prompt="r1_zero", n_eval_examples=2,
-                         sampling_max_tokens=4, sampling_min_tokens=1)
+    config = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        dataset=dataset,
+        prompt="r1_zero",
+        n_eval_examples=2,
+        sampling_max_tokens=4,
+        sampling_min_tokens=1,
+    )
     rows = train_grpo(config)
     assert len(rows) == 1 and rows[0]["grpo_step"] == 1
     printed = capsys.readouterr().out

@@ -10,11 +10,29 @@ from typer.testing import CliRunner
 
 from alignment.run.memory_plan import GiB, Machine, ModelShape, Workload, activation_bytes, plan, remedies, report
 
-QWEN_MATH_15B = ModelShape(hidden=1536, layers=28, heads=12, kv_heads=2, head_dim=128, intermediate=8960, vocab=151936,
-                           tied_embeddings=True, qkv_bias=True)
+QWEN_MATH_15B = ModelShape(
+    hidden=1536,
+    layers=28,
+    heads=12,
+    kv_heads=2,
+    head_dim=128,
+    intermediate=8960,
+    vocab=151936,
+    tied_embeddings=True,
+    qkv_bias=True,
+)
 # The handout's microbatch: 2 sequences, a 512-token prompt (assumed) + 1,024 response tokens, bfloat16
-HANDOUT = Workload(dtype_bytes=2, micro_batch=2, prompt_tokens=512, response_tokens=1024, rollout_batch=256,
-                   group_size=8, gradient_checkpointing=False, kl_reference=False, rollout="vllm")
+HANDOUT = Workload(
+    dtype_bytes=2,
+    micro_batch=2,
+    prompt_tokens=512,
+    response_tokens=1024,
+    rollout_batch=256,
+    group_size=8,
+    gradient_checkpointing=False,
+    kl_reference=False,
+    rollout="vllm",
+)
 
 # By hand. Per layer: q (1536x1536 + 1536 bias), k and v (1536x256 + 256 each), o (1536x1536), gate/up/down
 # (3 x 1536x8960), two norms (2 x 1536); the tied embedding 151936x1536 once; the final norm 1536.
@@ -44,8 +62,15 @@ def test_hand_derived_sizes():
 def test_shape_from_a_qwen2_config(tmp_path):
     from transformers import Qwen2Config
 
-    config = Qwen2Config(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                         intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True)
+    config = Qwen2Config(
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    )
     assert ModelShape.from_config(config) == QWEN_MATH_15B
 
 
@@ -96,21 +121,30 @@ def test_hf_rollouts_alternate_kv_cache_and_training():
 
 
 def test_an_explicit_share_too_small_for_vllm_is_refused():
-    result = plan(QWEN_MATH_15B, replace(HANDOUT, gradient_checkpointing=True, gpu_memory_utilization=0.1), Machine(1, 40))
-    assert not result.fits and any("below what it needs" in note for note in result.notes)  # 4 GiB < 5.2 GiB for weights + KV + overhead
+    result = plan(
+        QWEN_MATH_15B, replace(HANDOUT, gradient_checkpointing=True, gpu_memory_utilization=0.1), Machine(1, 40)
+    )
+    assert not result.fits and any(
+        "below what it needs" in note for note in result.notes
+    )  # 4 GiB < 5.2 GiB for weights + KV + overhead
 
 
 def test_remedies_name_the_flags_that_make_it_fit():
     assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 24)) == [
-        "--gradient-checkpointing", "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"]
+        "--gradient-checkpointing",
+        "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
+    ]
     # with two GPUs, sharding fits too: 2.5 x WEIGHTS (half of weights, gradients, AdamW states and reference)
     # + ACTIVATIONS + the gathered root and layers = 20.4 GiB of 23 (test_sharded_learner_divides_its_state)
     assert remedies(QWEN_MATH_15B, replace(HANDOUT, kl_reference=True), Machine(2, 24)) == [
-        "--gradient-checkpointing", "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
-        "a learner sharded over all 2 GPUs (torchrun --nproc-per-node 2, rollouts by hf)"]
+        "--gradient-checkpointing",
+        "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
+        "a learner sharded over all 2 GPUs (torchrun --nproc-per-node 2, rollouts by hf)",
+    ]
     # 16 GiB: nothing alone fits, checkpointing and one sequence per microbatch together do
     assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 16)) == [
-        "--gradient-checkpointing + a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"]
+        "--gradient-checkpointing + a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"
+    ]
     assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 8)) == []
     _, text = report(QWEN_MATH_15B, HANDOUT, Machine(1, 8))
     assert text.endswith("a larger GPU is needed")
@@ -127,11 +161,23 @@ def qwen_config_dir(tmp_path):
     """A folder holding nothing but Qwen2.5-Math-1.5B's config.json: no weights, no tokenizer."""
     folder = tmp_path / "Qwen2.5-Math-1.5B"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960,
-        "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
-        "tie_word_embeddings": True, "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
-    }))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen2ForCausalLM"],
+                "model_type": "qwen2",
+                "hidden_size": 1536,
+                "intermediate_size": 8960,
+                "num_hidden_layers": 28,
+                "num_attention_heads": 12,
+                "num_key_value_heads": 2,
+                "vocab_size": 151936,
+                "tie_word_embeddings": True,
+                "max_position_embeddings": 4096,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
     return folder
 
 
@@ -145,7 +191,9 @@ def test_plan_memory_command_exits_0_when_it_fits_and_1_with_the_remedy(qwen_con
     tight = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "1x24"])
     assert tight.exit_code == 1
     assert "does not fit; it would with --gradient-checkpointing or a microbatch of 1 sequence" in tight.output
-    assert CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "1x24", "--gradient-checkpointing"]).exit_code == 0
+    assert (
+        CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "1x24", "--gradient-checkpointing"]).exit_code == 0
+    )
     assert not (tmp_path / "never-written").exists()  # planning writes nothing
     bad = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "lots"])
     assert bad.exit_code == 2 and "--plan-memory 'lots'" in bad.output
@@ -162,15 +210,23 @@ def test_a_gpu_run_that_cannot_fit_is_refused_before_any_model_loads(qwen_config
     tokenizer.save_pretrained(qwen_config_dir)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=20 * GiB))
     data = tmp_path / "questions.jsonl"
-    data.write_text("".join(json.dumps({"question": f"What is {n} + 1?", "answer": f"#### {n + 1}"}) + "\n" for n in range(40)))
-    config = GRPOConfig(model=str(qwen_config_dir), dataset=str(data), policy_device="cuda:0", n_eval_examples=4,
-                        output_dir=tmp_path / "run")
+    data.write_text(
+        "".join(json.dumps({"question": f"What is {n} + 1?", "answer": f"#### {n + 1}"}) + "\n" for n in range(40))
+    )
+    config = GRPOConfig(
+        model=str(qwen_config_dir),
+        dataset=str(data),
+        policy_device="cuda:0",
+        n_eval_examples=4,
+        output_dir=tmp_path / "run",
+    )
     with pytest.raises(ValueError, match=r"does not fit; it would with --gradient-checkpointing or a microbatch of 1"):
         train_grpo(config)
 
 
 def test_lora_counts_adapter_gradients_and_states_only():
-    # rank 16 on every projection: 16 x (in + out) each; q, o: 1536 + 1536; k, v: 1536 + 256; gate, up, down: 1536 + 8960
+    # rank 16 on every projection: 16 x (in + out) each; q, o: 1536 + 1536; k, v: 1536 + 256; gate, up, down: 1536 +
+    # 8960
     adapters = 28 * 16 * (2 * 3072 + 2 * 1792 + 3 * 10496)
     assert QWEN_MATH_15B.lora_parameters(16, ["all-linear"]) == adapters == 18_464_768
     assert QWEN_MATH_15B.lora_parameters(16, ["q_proj", "v_proj"]) == 28 * 16 * (3072 + 1792)
@@ -184,8 +240,10 @@ def test_lora_counts_adapter_gradients_and_states_only():
 def test_plan_memory_with_lora_and_a_reference_keeps_no_copy(qwen_config_dir, tmp_path):
     from scripts import train_grpo
 
-    result = CliRunner().invoke(train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "1x24",
-                                                 "--lora-rank", "16", "--kl-reference"])
+    result = CliRunner().invoke(
+        train_grpo.app,
+        ["--model", str(qwen_config_dir), "--plan-memory", "1x24", "--lora-rank", "16", "--kl-reference"],
+    )
     assert result.exit_code == 0, result.output
     assert "gradients                 0.03 GiB" in result.output and "    reference " not in result.output
 
@@ -204,9 +262,16 @@ def test_sharded_learner_divides_its_state(processes):
         work = replace(HANDOUT, rollout="hf", processes=processes, kl_reference=kl_reference)
         (gpu,) = plan(QWEN_MATH_15B, work, Machine(processes, 24)).devices
         reference = shard if kl_reference else 0
-        assert gpu.parts == {"weights": shard, "gradients": shard, "optimizer": 2 * shard, "reference": reference,
-                             "activations": ACTIVATIONS, "gathered to train": GATHERED,
-                             "gathered to sample": WEIGHTS, "hf KV cache": kv}
+        assert gpu.parts == {
+            "weights": shard,
+            "gradients": shard,
+            "optimizer": 2 * shard,
+            "reference": reference,
+            "activations": ACTIVATIONS,
+            "gathered to train": GATHERED,
+            "gathered to sample": WEIGHTS,
+            "hf KV cache": kv,
+        }
         resident = 3 * shard + reference
         assert gpu.peak == max(resident + WEIGHTS + kv, resident + shard + ACTIVATIONS + GATHERED)
         assert gpu.name == f"each of {processes} GPUs"
@@ -232,9 +297,11 @@ def test_plan_processes_flag(qwen_config_dir):
     peak = 2 * WEIGHTS + ACTIVATIONS + GATHERED  # training: weights, gradients, AdamW states halved
     assert "learner sharded over 2 processes" in two.output
     assert f"each of 2 GPUs: peak {peak / GiB:.1f} of 23.0 GiB usable (fits)" in two.output
-    for flags, message in ((["--plan-processes", "3"], "--plan-processes 3: a learner sharded over 3 processes needs 3 GPUs"),
-                           (["--plan-processes", "2", "--lora-rank", "16"], "--lora-rank > 0 under torchrun"),
-                           (["--plan-processes", "0"], "--plan-processes must be >= 1")):
+    for flags, message in (
+        (["--plan-processes", "3"], "--plan-processes 3: a learner sharded over 3 processes needs 3 GPUs"),
+        (["--plan-processes", "2", "--lora-rank", "16"], "--lora-rank > 0 under torchrun"),
+        (["--plan-processes", "0"], "--plan-processes must be >= 1"),
+    ):
         refused = CliRunner().invoke(train_grpo.app, base + flags)
         assert refused.exit_code == 2 and message in " ".join(refused.output.split()), refused.output
 

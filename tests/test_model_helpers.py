@@ -71,7 +71,9 @@ def test_fused_log_probs_and_entropy_match_separate_passes(dtype):
     (log_probs * upstream).sum().backward()
     (exact * upstream.double()).sum().backward()
     assert fused_in.grad.dtype == dtype and torch.isfinite(fused_in.grad).all()
-    torch.testing.assert_close(fused_in.grad.double(), exact_in.grad, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-2)
+    torch.testing.assert_close(
+        fused_in.grad.double(), exact_in.grad, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-2
+    )
 
 
 def test_fused_log_probs_gradcheck():
@@ -114,7 +116,9 @@ def test_response_only_head_matches_full_scoring_on_response_tokens(tiny_model, 
     part = get_response_log_probs(tiny_model, batch["input_ids"], batch["labels"], True, response_mask=mask)
     for key in ("log_probs", "token_entropy"):
         # float32 sums over 49k terms in another order: entropies of ~10.8 agree to 5e-6 relative
-        np.testing.assert_allclose(part[key][mask].detach().numpy(), full[key][mask].detach().numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            part[key][mask].detach().numpy(), full[key][mask].detach().numpy(), rtol=1e-5, atol=1e-5
+        )
         assert (part[key][~mask] == 0).all()
     part["log_probs"].sum().backward()  # gradients flow through the gathered positions
     assert tiny_model.get_output_embeddings().weight.grad is not None

@@ -55,13 +55,16 @@ def test_gspo_loss_and_gradient_by_hand():
     assert logp.grad[0].tolist() == [0.0, 0.0, 0.0] and logp.grad[1].tolist() == [0.0, 0.0, 0.0]
 
 
-@pytest.mark.parametrize("advantage,ratio,low,high,expected", [
-    (1.0, 1.25, 0.2, 0.25, -1.25),  # exactly at the upper edge: both terms equal
-    (-1.0, 0.75, 0.25, 0.2, 0.75),  # exactly at the lower edge
-    (1.0, 1.25, 0.2, 0.28, -1.25),  # clip-higher: 1.25 < 1.28 stays (symmetric 0.2 would clip it to 1.2)
-    (1.0, 1.25, 0.2, 0.2, -1.2),
-    (-1.0, 0.75, 0.2, 0.28, 0.8),  # the lower range still binds a negative advantage: -min(-0.75, -0.8)
-])
+@pytest.mark.parametrize(
+    "advantage,ratio,low,high,expected",
+    [
+        (1.0, 1.25, 0.2, 0.25, -1.25),  # exactly at the upper edge: both terms equal
+        (-1.0, 0.75, 0.25, 0.2, 0.75),  # exactly at the lower edge
+        (1.0, 1.25, 0.2, 0.28, -1.25),  # clip-higher: 1.25 < 1.28 stays (symmetric 0.2 would clip it to 1.2)
+        (1.0, 1.25, 0.2, 0.2, -1.2),
+        (-1.0, 0.75, 0.2, 0.28, 0.8),  # the lower range still binds a negative advantage: -min(-0.75, -0.8)
+    ],
+)
 def test_clip_edges_and_clip_higher_by_hand(advantage, ratio, low, high, expected):
     logp = torch.tensor([[math.log(ratio)]], dtype=F64)
     old = torch.zeros(1, 1, dtype=F64)
@@ -99,16 +102,22 @@ TOKEN_LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, BIG, BIG], [BIG, BIG, BIG]], d
 MASK = torch.tensor([[True, True, True], [True, False, False], [False, False, False]])  # 3, 1 and 0 tokens
 
 
-@pytest.mark.parametrize("aggregation,expected", [
-    ("sequence_mean", (6 / 3 + 4 / 1 + 0) / 3),  # each response's mean, the empty one adding 0, over 3 rows
-    ("token_mean", (6 + 4) / 4),  # every token the same weight: 4 tokens in all
-    ("constant", (6 + 4) / 8 / 3),  # sums over the constant 8, then the mean over rows
-])
+@pytest.mark.parametrize(
+    "aggregation,expected",
+    [
+        ("sequence_mean", (6 / 3 + 4 / 1 + 0) / 3),  # each response's mean, the empty one adding 0, over 3 rows
+        ("token_mean", (6 + 4) / 4),  # every token the same weight: 4 tokens in all
+        ("constant", (6 + 4) / 8 / 3),  # sums over the constant 8, then the mean over rows
+    ],
+)
 def test_aggregations_by_hand(aggregation, expected):
     whole = aggregate_token_loss(TOKEN_LOSS, MASK, aggregation, batch_rows=3, batch_tokens=4, constant=8.0)
     assert whole.item() == pytest.approx(expected)
     # microbatches of unequal size, each given the step's totals, add up to the same loss
-    parts = [aggregate_token_loss(TOKEN_LOSS[rows], MASK[rows], aggregation, 3, 4, 8.0) for rows in (slice(0, 1), slice(1, 3))]
+    parts = [
+        aggregate_token_loss(TOKEN_LOSS[rows], MASK[rows], aggregation, 3, 4, 8.0)
+        for rows in (slice(0, 1), slice(1, 3))
+    ]
     assert sum(p.item() for p in parts) == pytest.approx(expected)
 
 
@@ -119,9 +128,13 @@ def test_the_train_step_defaults_to_the_handouts_convention():
     adv = torch.tensor([[1.0], [2.0]], dtype=F64)
     loss, _ = grpo_microbatch_train_step(logp, mask, 2, "reinforce_with_baseline", advantages=adv)
     assert loss.item() == pytest.approx((6 / 3 + 8 / 1) / 2 / 2)  # per-sequence mean, batch mean, / 2
-    loss, _ = grpo_microbatch_train_step(logp, mask, 2, "reinforce_with_baseline", advantages=adv, normalize_constant=4.0)
+    loss, _ = grpo_microbatch_train_step(
+        logp, mask, 2, "reinforce_with_baseline", advantages=adv, normalize_constant=4.0
+    )
     assert loss.item() == pytest.approx((6 / 4 + 8 / 4) / 2 / 2)
-    loss, _ = grpo_microbatch_train_step(logp, mask, 2, "reinforce_with_baseline", advantages=adv, loss_aggregation="token_mean")
+    loss, _ = grpo_microbatch_train_step(
+        logp, mask, 2, "reinforce_with_baseline", advantages=adv, loss_aggregation="token_mean"
+    )
     assert loss.item() == pytest.approx((6 + 8) / (4 * 2))
 
 
@@ -169,7 +182,9 @@ def test_sequence_tis_is_the_capped_product_of_token_ratios():
     weights = rollout_correction_weights("sequence_tis", TRAIN, ROLLOUT, RESPONSE, cap=4.0)
     # row 0: 2 * 1.5 = 3 (the masked 100 left out); row 1: 0.4 * 0.5 * 1 = 0.2
     assert weights[:, 0].tolist() == pytest.approx([3.0, 0.2])
-    assert rollout_correction_weights("sequence_tis", TRAIN, ROLLOUT, RESPONSE, cap=2.0)[:, 0].tolist() == pytest.approx([2.0, 0.2])
+    assert rollout_correction_weights("sequence_tis", TRAIN, ROLLOUT, RESPONSE, cap=2.0)[
+        :, 0
+    ].tolist() == pytest.approx([2.0, 0.2])
 
 
 def test_masked_importance_sampling_keeps_the_edges_and_drops_the_rest():
@@ -183,8 +198,14 @@ def test_masked_importance_sampling_keeps_the_edges_and_drops_the_rest():
 def test_a_masked_token_leaves_the_loss_but_not_the_denominator():
     logp = TRAIN.clone().requires_grad_()
     loss, meta = grpo_microbatch_train_step(
-        logp, RESPONSE, 1, "reinforce_with_baseline", advantages=torch.tensor([[1.0], [1.0]]),
-        rollout_log_probs=ROLLOUT, tis_cap=2.0, rollout_correction="token_mask",
+        logp,
+        RESPONSE,
+        1,
+        "reinforce_with_baseline",
+        advantages=torch.tensor([[1.0], [1.0]]),
+        rollout_log_probs=ROLLOUT,
+        tis_cap=2.0,
+        rollout_correction="token_mask",
     )
     # -logp summed over kept tokens, over each response's own length (2 and 3), then the mean over 2 rows
     kept = -(TRAIN[0, 0] + TRAIN[0, 1]) / 2 - (TRAIN[1, 1] + TRAIN[1, 2]) / 3
@@ -207,7 +228,9 @@ def test_old_length_normalization_settings_still_load(tmp_path):
     run.mkdir()
     (run / SETTINGS_FILE).write_text(json.dumps({"length_normalization": "masked_mean", "learning_rate": 2e-5}))
     assert read_run_settings(run, GRPOConfig) == {"loss_aggregation": "sequence_mean", "learning_rate": 2e-5}
-    (run / SETTINGS_FILE).write_text(json.dumps({"length_normalization": "masked_mean", "loss_aggregation": "token_mean"}))
+    (run / SETTINGS_FILE).write_text(
+        json.dumps({"length_normalization": "masked_mean", "loss_aggregation": "token_mean"})
+    )
     with pytest.raises(ValueError, match="contradicts loss_aggregation 'token_mean'"):
         read_run_settings(run, GRPOConfig)
     (run / SETTINGS_FILE).write_text(json.dumps({"length_normalization": "sum"}))
@@ -218,18 +241,30 @@ def test_old_length_normalization_settings_still_load(tmp_path):
 def test_a_checkpoint_from_before_these_settings_resumes(tiny_model_dir, tmp_path):
     """An earlier version's checkpoint names length_normalization and lacks every setting added since: it is the same
     configuration as today's defaults with loss_aggregation in its place."""
-    from alignment.run.checkpoint import STATE, load_checkpoint
     from alignment.grpo_run import train_grpo
     from alignment.models.loading import load_model_and_tokenizer
+    from alignment.run.checkpoint import STATE, load_checkpoint
     from tests.test_grpo_loop import TASK, tiny_config
 
     config = tiny_config(tiny_model_dir, tmp_path, kl_reference=False, kl_prev=False)
     train_grpo(config, TASK, TASK)
     state_path = config.output_dir / "checkpoint" / STATE
     state = json.loads(state_path.read_text())
-    added = ("loss_aggregation", "advantage_estimator", "cliprange_low", "cliprange_high", "rollout_correction",
-             "dynamic_sampling", "dynamic_sampling_max_draws", "overlong_buffer", "overlong_penalty", "mask_truncated")
-    state["config"] = {k: v for k, v in state["config"].items() if k not in added} | {"length_normalization": "masked_mean"}
+    added = (
+        "loss_aggregation",
+        "advantage_estimator",
+        "cliprange_low",
+        "cliprange_high",
+        "rollout_correction",
+        "dynamic_sampling",
+        "dynamic_sampling_max_draws",
+        "overlong_buffer",
+        "overlong_penalty",
+        "mask_truncated",
+    )
+    state["config"] = {k: v for k, v in state["config"].items() if k not in added} | {
+        "length_normalization": "masked_mean"
+    }
     state_path.write_text(json.dumps(state))
     policy, _ = load_model_and_tokenizer(str(tiny_model_dir))
     optimizer = torch.optim.AdamW(policy.parameters())
@@ -241,18 +276,35 @@ def test_a_checkpoint_from_before_these_settings_resumes(tiny_model_dir, tmp_pat
 BASE = dict(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=4)
 
 
-@pytest.mark.parametrize("overrides,flags", [
-    (dict(loss_type="gspo", tis_cap=2.0), ("--loss-type gspo", "--rollout-correction token_tis")),
-    (dict(loss_type="gspo", tis_cap=2.0, rollout_correction="token_mask"), ("--loss-type gspo", "--rollout-correction token_mask")),
-    (dict(loss_type="gspo", loss_aggregation="token_mean"), ("--loss-type gspo", "--loss-aggregation token_mean")),
-    (dict(dynamic_sampling=True, train_batch_size=4, gradient_accumulation_steps=2),
-     ("--dynamic-sampling", "--loss-type reinforce_with_baseline")),
-    (dict(dynamic_sampling=True, epochs_per_rollout_batch=2, loss_type="no_baseline"), ("--dynamic-sampling", "--loss-type no_baseline")),
-    (dict(tis_cap=1.0, rollout_correction="sequence_mask"), ("--rollout-correction sequence_mask", "--tis-cap must be > 1")),
-    (dict(advantage_estimator="rloo", group_size=1, rollout_batch_size=8), ("--advantage-estimator rloo", "--group-size >= 2")),
-    (dict(overlong_buffer=2000), ("--overlong-buffer (2000)", "--sampling-max-tokens=1024")),
-    (dict(loss_type="cispo", cliprange=0.0), ("--loss-type cispo", "--cliprange")),
-])
+@pytest.mark.parametrize(
+    "overrides,flags",
+    [
+        (dict(loss_type="gspo", tis_cap=2.0), ("--loss-type gspo", "--rollout-correction token_tis")),
+        (
+            dict(loss_type="gspo", tis_cap=2.0, rollout_correction="token_mask"),
+            ("--loss-type gspo", "--rollout-correction token_mask"),
+        ),
+        (dict(loss_type="gspo", loss_aggregation="token_mean"), ("--loss-type gspo", "--loss-aggregation token_mean")),
+        (
+            dict(dynamic_sampling=True, train_batch_size=4, gradient_accumulation_steps=2),
+            ("--dynamic-sampling", "--loss-type reinforce_with_baseline"),
+        ),
+        (
+            dict(dynamic_sampling=True, epochs_per_rollout_batch=2, loss_type="no_baseline"),
+            ("--dynamic-sampling", "--loss-type no_baseline"),
+        ),
+        (
+            dict(tis_cap=1.0, rollout_correction="sequence_mask"),
+            ("--rollout-correction sequence_mask", "--tis-cap must be > 1"),
+        ),
+        (
+            dict(advantage_estimator="rloo", group_size=1, rollout_batch_size=8),
+            ("--advantage-estimator rloo", "--group-size >= 2"),
+        ),
+        (dict(overlong_buffer=2000), ("--overlong-buffer (2000)", "--sampling-max-tokens=1024")),
+        (dict(loss_type="cispo", cliprange=0.0), ("--loss-type cispo", "--cliprange")),
+    ],
+)
 def test_bad_combinations_are_refused_naming_both_flags(overrides, flags):
     with pytest.raises(ValueError) as info:
         validate(GRPOConfig(**BASE | overrides))
@@ -260,9 +312,11 @@ def test_bad_combinations_are_refused_naming_both_flags(overrides, flags):
 
 
 def test_good_combinations_pass():
-    for overrides in (dict(loss_type="gspo", tis_cap=2.0, rollout_correction="sequence_tis"),
-                      dict(dynamic_sampling=True, loss_type="grpo_clip", train_batch_size=4, gradient_accumulation_steps=2),
-                      dict(loss_type="cispo", cliprange_low=1.0, cliprange_high=0.28, loss_aggregation="token_mean")):
+    for overrides in (
+        dict(loss_type="gspo", tis_cap=2.0, rollout_correction="sequence_tis"),
+        dict(dynamic_sampling=True, loss_type="grpo_clip", train_batch_size=4, gradient_accumulation_steps=2),
+        dict(loss_type="cispo", cliprange_low=1.0, cliprange_high=0.28, loss_aggregation="token_mean"),
+    ):
         validate(GRPOConfig(**BASE | overrides))
 
 
@@ -277,13 +331,21 @@ def one_agreeing_question(response: str, truth: str) -> dict[str, float]:
 
 
 def test_dynamic_sampling_drops_agreeing_groups_and_resumes_exactly(tiny_model_dir, tmp_path):
-    from alignment.grpo_run import train_grpo
     from alignment.data.task import Task
+    from alignment.grpo_run import train_grpo
     from tests.test_grpo_loop import TASK, tiny_config
 
     task = Task(TASK.questions, TASK.truths, TASK.template, one_agreeing_question)
-    straight = tiny_config(tiny_model_dir, tmp_path / "a", n_grpo_steps=2, loss_type="grpo_clip", dynamic_sampling=True,
-                           dynamic_sampling_max_draws=3, kl_reference=False, kl_prev=False)
+    straight = tiny_config(
+        tiny_model_dir,
+        tmp_path / "a",
+        n_grpo_steps=2,
+        loss_type="grpo_clip",
+        dynamic_sampling=True,
+        dynamic_sampling_max_draws=3,
+        kl_reference=False,
+        kl_prev=False,
+    )
     rows = train_grpo(straight, task, task)
     for row in rows:  # 2 groups wanted; each draw asks for the groups still missing
         kept = row["dynamic_groups_drawn"] - row["dynamic_groups_dropped"]

@@ -44,7 +44,11 @@ def test_shuffle_permutes_whole_documents(tokenizer, tmp_path):
     # the packed prefix is some order of the documents: match them greedily
     position, order = 0, []
     while position < len(stream_seen):
-        match = next(i for i, d in enumerate(documents) if i not in order and stream_seen[position : position + len(d)] == d[: len(stream_seen) - position])
+        match = next(
+            i
+            for i, d in enumerate(documents)
+            if i not in order and stream_seen[position : position + len(d)] == d[: len(stream_seen) - position]
+        )
         order.append(match)
         position += len(documents[match])
     assert len(set(order)) == len(order)  # each document once, whole

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from alignment.utils.atomic import atomic_write_jsonl
 from alignment.grader import r1_zero_reward_fn
 from alignment.grading.parallel import ParallelGrader
+from alignment.utils.atomic import atomic_write_jsonl
 
 
 def test_parallel_grades_equal_sequential_grades():

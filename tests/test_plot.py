@@ -10,12 +10,24 @@ def write_run(folder: Path, rewards: list[float]) -> Path:
     folder.mkdir(parents=True)
     rows = [{"grpo_step": 0, "eval_reward": rewards[0], "time_elapsed_s": 1.0}]
     for step, reward in enumerate(rewards[1:], start=1):
-        rows.append({
-            "grpo_step": step, "loss": 0.1, "grad_norm": 1.0 + step, "token_entropy": 2.0, "train_reward": reward,
-            "response_length_mean": 20, "response_length_max": 32, "kl_prev_k3": 0.01 * step, "clip_fraction": 0.1,
-            "time_rollout_s": 3.0, "time_grading_s": 0.1, "time_train_s": 5.0, "time_weight_sync_s": 0.0,
-            "time_elapsed_s": 10.0 * step,
-        })
+        rows.append(
+            {
+                "grpo_step": step,
+                "loss": 0.1,
+                "grad_norm": 1.0 + step,
+                "token_entropy": 2.0,
+                "train_reward": reward,
+                "response_length_mean": 20,
+                "response_length_max": 32,
+                "kl_prev_k3": 0.01 * step,
+                "clip_fraction": 0.1,
+                "time_rollout_s": 3.0,
+                "time_grading_s": 0.1,
+                "time_train_s": 5.0,
+                "time_weight_sync_s": 0.0,
+                "time_elapsed_s": 10.0 * step,
+            }
+        )
         rows.append({"grpo_step": step, "eval_reward": reward, "time_elapsed_s": 10.0 * step + 1})
     path = folder / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -27,8 +39,17 @@ def test_two_runs_on_shared_figures(tmp_path):
     b = write_run(tmp_path / "noclip", [0.1, 0.15, 0.2])
     written = plot_runs([a, b], [], tmp_path / "plots")
     names = {p.name for p in written}
-    assert {"eval_reward_vs_step.png", "eval_reward_vs_time.png", "token_entropy.png", "grad_norm.png",
-            "response_length.png", "kl.png", "clip_fraction.png", "phase_times_clip.png", "phase_times_noclip.png"} <= names
+    assert {
+        "eval_reward_vs_step.png",
+        "eval_reward_vs_time.png",
+        "token_entropy.png",
+        "grad_norm.png",
+        "response_length.png",
+        "kl.png",
+        "clip_fraction.png",
+        "phase_times_clip.png",
+        "phase_times_noclip.png",
+    } <= names
     assert all(p.stat().st_size > 5000 for p in written)
 
 

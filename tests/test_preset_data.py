@@ -8,19 +8,23 @@ from pathlib import Path
 import pytest
 
 from alignment.data.splits import run_data
-from alignment.grpo.config import GRPOConfig
-from alignment.run.setup import keyword_run_tasks
-from alignment.prompts import load_prompt
-from alignment.supervised.config import EIConfig, SFTConfig
-from alignment.sft_run import load_training_examples, sft_validation
 from alignment.experiments.sweep import load_preset
+from alignment.grpo.config import GRPOConfig
+from alignment.prompts import load_prompt
+from alignment.run.setup import keyword_run_tasks
+from alignment.sft_run import load_training_examples, sft_validation
+from alignment.supervised.config import EIConfig, SFTConfig
 from tests.conftest import SHARED_DATA
 from tests.hub_copies import write_course_math
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS_FILES = {  # configs/*.toml -> the script that takes it
-    "grpo_handout_starter": "train_grpo", "keyword_demo": "train_grpo", "keyword_transformer_lm": "train_grpo",
-    "grpo_gsm8k_cpu": "train_grpo", "sft_gsm8k_demo": "train_sft", "ei_gsm8k_demo": "expert_iteration",
+    "grpo_handout_starter": "train_grpo",
+    "keyword_demo": "train_grpo",
+    "keyword_transformer_lm": "train_grpo",
+    "grpo_gsm8k_cpu": "train_grpo",
+    "sft_gsm8k_demo": "train_sft",
+    "ei_gsm8k_demo": "expert_iteration",
 }
 CONFIGS = {"train_grpo": GRPOConfig, "train_sft": SFTConfig, "expert_iteration": EIConfig}
 
@@ -43,14 +47,28 @@ def load_data(script: str, settings: dict) -> int:
     if script == "train_grpo":
         if config.task == "keywords":
             return len(keyword_run_tasks(config, "{question}")[0].questions)
-        return len(run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
-                            config.allow_validation_overlap).train)
+        return len(
+            run_data(
+                config.dataset,
+                config.dataset_split,
+                config.validation_dataset,
+                config.n_eval_examples,
+                config.allow_validation_overlap,
+            ).train
+        )
     if script == "train_sft":
         examples, _ = load_training_examples(config)
         assert sft_validation(config, examples).questions
         return len(examples)
-    return len(run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
-                        config.allow_validation_overlap).train)
+    return len(
+        run_data(
+            config.dataset,
+            config.dataset_split,
+            config.validation_dataset,
+            config.n_eval_examples,
+            config.allow_validation_overlap,
+        ).train
+    )
 
 
 @pytest.fixture
@@ -70,7 +88,9 @@ def repo_layout(tmp_path, monkeypatch) -> Path:
 
 @pytest.mark.parametrize("name,script,settings", runs(), ids=[name for name, _, _ in runs()])
 def test_every_preset_loads_its_data(hub_mirror, repo_layout, name, script, settings):
-    paths = [v for k, v in settings.items() if k in ("dataset", "validation_dataset") and isinstance(v, str) and "/" in v]
+    paths = [
+        v for k, v in settings.items() if k in ("dataset", "validation_dataset") and isinstance(v, str) and "/" in v
+    ]
     if any(p.startswith("../shared/") for p in paths) and not SHARED_DATA.is_dir():
         pytest.skip(f"{name} reads ../shared/data, which a fresh clone does not have")
     assert load_data(script, settings) > 0

@@ -5,36 +5,69 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-from alignment.run.checkpoint import fingerprint
-from alignment.ray.config import RayGRPOConfig, validate_ray
 from alignment.config.settings import write_run_settings
+from alignment.ray.config import RayGRPOConfig, validate_ray
+from alignment.run.checkpoint import fingerprint
 from scripts import train_grpo_ray as script
 
 BASE = RayGRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=4)
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"strategy": "async"}, "--strategy 'async' is not one of colocated-sync, colocated-multistep"),
-    ({"multistep_k": 0}, "--multistep-k must be >= 1"),
-    ({"multistep_k": 4}, "--multistep-k (4) applies only to --strategy colocated-multistep"),
-    ({"strategy": "colocated-multistep", "multistep_k": 2}, "pass --loss-type grpo_clip (got 'reinforce_with_baseline')"),
-    ({"strategy": "colocated-multistep", "multistep_k": 2, "loss_type": "grpo_clip", "epochs_per_rollout_batch": 2},
-     "keep --epochs-per-rollout-batch 1"),
-    ({"strategy": "replay-buffer", "buffer_capacity": 1}, "--buffer-capacity (1) must hold at least one rollout batch (2 groups"),
-    ({"buffer_policy": "lifo"}, "--buffer-policy 'lifo' is not one of fifo, uniform, newest"),
-    ({"weight_sync": "rdma"}, "--weight-sync 'rdma' is not one of object_store, nccl, gloo"),
-    ({"weight_sync": "nccl"}, "--weight-sync nccl needs two actors; --strategy colocated-sync"),
-    ({"ray_timeout_s": 0}, "--ray-timeout-s must be > 0"),
-    ({"group_size": 3}, "--rollout-batch-size (8) must be divisible by --group-size (3)"),  # GRPOConfig's own checks too
-    ({"dynamic_sampling": True, "loss_type": "grpo_clip"}, "--dynamic-sampling is not available with --strategy colocated-sync"),
-    ({"loss_type": "gspo", "loss_aggregation": "token_mean"}, "--loss-type gspo is a per-sequence objective: --loss-aggregation token_mean"),
-    ({"learner_processes": 0}, "--learner-processes must be >= 1, got 0"),
-    ({"learner_processes": 2}, "--learner-processes 2 needs learner actors of their own: use --strategy "
-                               "disaggregated-one-behind or replay-buffer (--strategy colocated-sync"),
-    ({"learner_processes": 2, "strategy": "replay-buffer", "lora_rank": 4}, "--learner-processes 2 with --lora-rank 4"),
-    ({"learner_processes": 2, "strategy": "replay-buffer", "backend": "transformer_lm"},
-     "--learner-processes 2 shards a transformers model; --backend transformer_lm"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"strategy": "async"}, "--strategy 'async' is not one of colocated-sync, colocated-multistep"),
+        ({"multistep_k": 0}, "--multistep-k must be >= 1"),
+        ({"multistep_k": 4}, "--multistep-k (4) applies only to --strategy colocated-multistep"),
+        (
+            {"strategy": "colocated-multistep", "multistep_k": 2},
+            "pass --loss-type grpo_clip (got 'reinforce_with_baseline')",
+        ),
+        (
+            {
+                "strategy": "colocated-multistep",
+                "multistep_k": 2,
+                "loss_type": "grpo_clip",
+                "epochs_per_rollout_batch": 2,
+            },
+            "keep --epochs-per-rollout-batch 1",
+        ),
+        (
+            {"strategy": "replay-buffer", "buffer_capacity": 1},
+            "--buffer-capacity (1) must hold at least one rollout batch (2 groups",
+        ),
+        ({"buffer_policy": "lifo"}, "--buffer-policy 'lifo' is not one of fifo, uniform, newest"),
+        ({"weight_sync": "rdma"}, "--weight-sync 'rdma' is not one of object_store, nccl, gloo"),
+        ({"weight_sync": "nccl"}, "--weight-sync nccl needs two actors; --strategy colocated-sync"),
+        ({"ray_timeout_s": 0}, "--ray-timeout-s must be > 0"),
+        (
+            {"group_size": 3},
+            "--rollout-batch-size (8) must be divisible by --group-size (3)",
+        ),  # GRPOConfig's own checks too
+        (
+            {"dynamic_sampling": True, "loss_type": "grpo_clip"},
+            "--dynamic-sampling is not available with --strategy colocated-sync",
+        ),
+        (
+            {"loss_type": "gspo", "loss_aggregation": "token_mean"},
+            "--loss-type gspo is a per-sequence objective: --loss-aggregation token_mean",
+        ),
+        ({"learner_processes": 0}, "--learner-processes must be >= 1, got 0"),
+        (
+            {"learner_processes": 2},
+            "--learner-processes 2 needs learner actors of their own: use --strategy "
+            "disaggregated-one-behind or replay-buffer (--strategy colocated-sync",
+        ),
+        (
+            {"learner_processes": 2, "strategy": "replay-buffer", "lora_rank": 4},
+            "--learner-processes 2 with --lora-rank 4",
+        ),
+        (
+            {"learner_processes": 2, "strategy": "replay-buffer", "backend": "transformer_lm"},
+            "--learner-processes 2 shards a transformers model; --backend transformer_lm",
+        ),
+    ],
+)
 def test_bad_flags_are_named(overrides, message):
     with pytest.raises(ValueError) as info:
         validate_ray(replace(BASE, **overrides))
@@ -54,19 +87,41 @@ def test_multistep_runs_k_passes_and_resuming_may_change_transport_and_timeout()
 
 def test_script_reads_ray_settings_from_file_and_flags(tmp_path, monkeypatch):
     seen = {}
-    monkeypatch.setattr(script, "train_grpo_ray", lambda config, resume=False: seen.update(config=config, resume=resume))
+    monkeypatch.setattr(
+        script, "train_grpo_ray", lambda config, resume=False: seen.update(config=config, resume=resume)
+    )
     monkeypatch.setattr(script, "report", lambda output_dir: None)
     path = tmp_path / "run.toml"
     path.write_text('strategy = "replay-buffer"\nbuffer_policy = "uniform"\ngroup_size = 4\n')
-    result = CliRunner().invoke(script.app, ["--config", str(path), "--buffer-capacity", "16", "--output-dir", str(tmp_path / "r"),
-                                             "--learner-processes", "2", "--ray-address", "auto"])
+    result = CliRunner().invoke(
+        script.app,
+        [
+            "--config",
+            str(path),
+            "--buffer-capacity",
+            "16",
+            "--output-dir",
+            str(tmp_path / "r"),
+            "--learner-processes",
+            "2",
+            "--ray-address",
+            "auto",
+        ],
+    )
     assert result.exit_code == 0, result.output
     config = seen["config"]
-    assert (config.strategy, config.buffer_policy, config.buffer_capacity, config.group_size) == ("replay-buffer", "uniform", 16, 4)
+    assert (config.strategy, config.buffer_policy, config.buffer_capacity, config.group_size) == (
+        "replay-buffer",
+        "uniform",
+        16,
+        4,
+    )
     assert (config.learner_processes, config.ray_address) == (2, "auto")
     assert seen["resume"] is False
     write_run_settings(config)
-    result = CliRunner().invoke(script.app, ["--resume", str(tmp_path / "r"), "--ray-timeout-s", "5", "--weight-sync", "gloo"])
+    result = CliRunner().invoke(
+        script.app, ["--resume", str(tmp_path / "r"), "--ray-timeout-s", "5", "--weight-sync", "gloo"]
+    )
     assert result.exit_code == 0, result.output
     assert seen["resume"] is True and seen["config"] == replace(config, ray_timeout_s=5.0, weight_sync="gloo")
     result = CliRunner().invoke(script.app, ["--resume", str(tmp_path / "r"), "--buffer-capacity", "8"])

@@ -17,14 +17,14 @@ import pytest
 import torch
 
 from alignment.grpo.sampler import rollout_sampling
-from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.ray.learner_group import LearnerGroup
 from alignment.models.loading import load_model_and_tokenizer
 from alignment.prompts import format_prompt
 from alignment.ray.actors import Learner
 from alignment.ray.cluster import ActorFailure
-from alignment.ray.env import ray
 from alignment.ray.driver import train_grpo_ray
+from alignment.ray.env import ray
+from alignment.ray.learner_group import LearnerGroup
+from alignment.rollout.hf_engine import HFRolloutEngine
 from tests.test_ray_strategies import TASK, check_rows, config_for, logged
 
 QUESTIONS = [0, 1, 2, 3]
@@ -48,9 +48,20 @@ def fixed_batch(config) -> tuple[list, list]:
 
 
 def test_two_learner_actors_update_as_one_and_restore_their_shards(cluster, tiny_model_dir, tmp_path):
-    config = config_for(tiny_model_dir, tmp_path, learning_rate=1e-3, rollout_batch_size=12, group_size=3,
-                        train_batch_size=6, gradient_accumulation_steps=3, loss_type="grpo_clip", seed=3,
-                        loss_aggregation="token_mean", mask_truncated=True, strategy="disaggregated-one-behind")
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        learning_rate=1e-3,
+        rollout_batch_size=12,
+        group_size=3,
+        train_batch_size=6,
+        gradient_accumulation_steps=3,
+        loss_type="grpo_clip",
+        seed=3,
+        loss_aggregation="token_mean",
+        mask_truncated=True,
+        strategy="disaggregated-one-behind",
+    )
     group = LearnerGroup.spawn(replace(config, learner_processes=2), TASK, "cpu", 1, 0, 1)  # starts while we sample
     rollouts, scores = fixed_batch(config)
     threads = torch.get_num_threads()
@@ -98,8 +109,11 @@ def test_a_dead_learner_rank_stops_the_run_and_it_resumes(cluster, tiny_model_di
             ray.kill(actors.names["Learner 1"])
 
     # rank 0's next collective fails on the lost peer; the run names the dead rank and the last checkpoint
-    with pytest.raises(ActorFailure, match=r"actor Learner 1 died while Learner: learn on batch 1 .*; the last "
-                                           r"checkpoint is step 1 in .*--resume"):
+    with pytest.raises(
+        ActorFailure,
+        match=r"actor Learner 1 died while Learner: learn on batch 1 .*; the last "
+        r"checkpoint is step 1 in .*--resume",
+    ):
         train_grpo_ray(config, TASK, TASK, on_step=kill_rank_1)
     resumed = train_grpo_ray(config, TASK, TASK, resume=True)
     assert [row["grpo_step"] for row in resumed] == [2, 3]

@@ -8,13 +8,13 @@ from dataclasses import replace
 
 import pytest
 
+from alignment.data.task import Task
 from alignment.models.loading import load_model_and_tokenizer
 from alignment.ray.actors import weights_digest
 from alignment.ray.cluster import ActorFailure
 from alignment.ray.config import RayGRPOConfig
-from alignment.ray.env import ray
 from alignment.ray.driver import train_grpo_ray
-from alignment.data.task import Task
+from alignment.ray.env import ray
 from tests.test_grpo_loop import QUESTIONS
 
 PHASES = {"time_rollout_s", "time_grading_s", "time_train_s", "time_weight_sync_s", "time_step_s"}
@@ -41,10 +41,23 @@ def cluster():
 
 def config_for(model_dir, tmp_path, **overrides) -> RayGRPOConfig:
     base = RayGRPOConfig(
-        model=str(model_dir), n_grpo_steps=3, learning_rate=1e-2, rollout_batch_size=4, group_size=2,
-        train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2,
-        eval_every=1, n_eval_examples=4, checkpoint_every=1, grader_workers=1, backend="hf",
-        output_dir=tmp_path / "run", prompt="question_only", ray_timeout_s=120.0,
+        model=str(model_dir),
+        n_grpo_steps=3,
+        learning_rate=1e-2,
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=2,
+        eval_every=1,
+        n_eval_examples=4,
+        checkpoint_every=1,
+        grader_workers=1,
+        backend="hf",
+        output_dir=tmp_path / "run",
+        prompt="question_only",
+        ray_timeout_s=120.0,
     )
     return replace(base, **overrides)
 
@@ -58,7 +71,9 @@ def check_rows(rows: list[dict], max_lag: int) -> None:
         assert PHASES <= set(row) and row["samples_per_s"] > 0 and row["device_hours"] > 0
         assert row["tokens_checksum_trained"] == row["tokens_checksum_sent"]  # trained on exactly what was sent
         assert 0 <= row["version_lag"] <= max_lag and row["weights_version"] == row["grpo_step"]
-    assert len({row["tokens_checksum_sent"] for row in rows}) == len({row["grpo_step"] for row in rows})  # new data each step
+    assert len({row["tokens_checksum_sent"] for row in rows}) == len(
+        {row["grpo_step"] for row in rows}
+    )  # new data each step
 
 
 def test_colocated_sync_a_light_scorer_and_a_dead_learner(cluster, tiny_model_dir, tmp_path):
@@ -67,12 +82,20 @@ def test_colocated_sync_a_light_scorer_and_a_dead_learner(cluster, tiny_model_di
 
     def look_then_kill_worker(step, actors):
         if step == 1:
-            scorer_imports.append(ray.get(actors.scorer.__ray_call__.remote(
-                lambda scorer: [m for m in ("torch", "transformers") if m in sys.modules]), timeout=60))
+            scorer_imports.append(
+                ray.get(
+                    actors.scorer.__ray_call__.remote(
+                        lambda scorer: [m for m in ("torch", "transformers") if m in sys.modules]
+                    ),
+                    timeout=60,
+                )
+            )
         if step == 2:
             ray.kill(actors.learner)
 
-    with pytest.raises(ActorFailure, match=r"actor ColocatedWorker died while .*; the last checkpoint is step 2 in .*--resume"):
+    with pytest.raises(
+        ActorFailure, match=r"actor ColocatedWorker died while .*; the last checkpoint is step 2 in .*--resume"
+    ):
         train_grpo_ray(config, TASK, TASK, on_step=look_then_kill_worker)
     assert scorer_imports == [[]]  # the scorer's process starts without torch
     rows = [row for row in logged(config) if "loss" in row]
@@ -83,7 +106,9 @@ def test_colocated_sync_a_light_scorer_and_a_dead_learner(cluster, tiny_model_di
 
 
 def test_colocated_multistep_takes_k_steps_per_batch(cluster, tiny_model_dir, tmp_path):
-    config = config_for(tiny_model_dir, tmp_path, strategy="colocated-multistep", multistep_k=2, loss_type="grpo_clip", n_grpo_steps=2)
+    config = config_for(
+        tiny_model_dir, tmp_path, strategy="colocated-multistep", multistep_k=2, loss_type="grpo_clip", n_grpo_steps=2
+    )
     rows = train_grpo_ray(config, TASK, TASK)
     assert [row["grpo_step"] for row in rows] == [1, 1, 2, 2]  # k optimizer steps per rollout batch
     check_rows(rows, max_lag=0)
@@ -114,11 +139,24 @@ def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_mode
 
 
 def test_replay_buffer_over_the_gloo_direct_transport_from_a_learner_of_two_actors(cluster, tiny_model_dir, tmp_path):
-    config = config_for(tiny_model_dir, tmp_path, strategy="replay-buffer", buffer_capacity=3, buffer_policy="uniform",
-                        weight_sync="gloo", learner_processes=2)
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="replay-buffer",
+        buffer_capacity=3,
+        buffer_policy="uniform",
+        weight_sync="gloo",
+        learner_processes=2,
+    )
     digests = []
-    rows = train_grpo_ray(config, TASK, TASK, on_step=lambda step, actors: digests.append(
-        ray.get([actors.learner.digest.remote(), actors.generator.digest.remote()], timeout=60)))
+    rows = train_grpo_ray(
+        config,
+        TASK,
+        TASK,
+        on_step=lambda step, actors: digests.append(
+            ray.get([actors.learner.digest.remote(), actors.generator.digest.remote()], timeout=60)
+        ),
+    )
     assert [row["grpo_step"] for row in rows] == [1, 2, 3]
     # the learner's two FSDP2 ranks saved their shards each step; each sync sent the whole weights from rank 0
     assert json.loads((config.output_dir / "checkpoint" / "state.json").read_text())["processes"] == 2
@@ -127,4 +165,3 @@ def test_replay_buffer_over_the_gloo_direct_transport_from_a_learner_of_two_acto
     assert [row["buffer_size"] for row in rows] == [2, 3, 3] and rows[-1]["buffer_evicted"] == 3  # 2 groups per batch
     assert all(0 <= row["staleness_mean"] <= row["staleness_max"] <= 2 for row in rows)
     assert all(row["time_weight_sync_s"] > 0 for row in rows)
-

@@ -9,7 +9,9 @@ from alignment.rollout.interface import Rollout
 
 
 def group(question: int, version: int) -> Group:
-    rollout = Rollout(prompt_index=0, text=f"answer {question}", token_ids=[question], logprobs=[-1.0], finish_reason="stop")
+    rollout = Rollout(
+        prompt_index=0, text=f"answer {question}", token_ids=[question], logprobs=[-1.0], finish_reason="stop"
+    )
     return Group(question, [rollout], [{"reward": float(question % 2)}], version)
 
 
@@ -50,7 +52,10 @@ def test_uniform_draws_distinct_entries_reproducibly_and_keeps_them():
 
 def test_staleness_counts_versions_behind_the_learner():
     buffer = filled("newest")
-    assert staleness(buffer.sample(4), version=3) == {"staleness_mean": 1.5, "staleness_max": 2.0}  # versions 1, 1, 2, 2
+    assert staleness(buffer.sample(4), version=3) == {
+        "staleness_mean": 1.5,
+        "staleness_max": 2.0,
+    }  # versions 1, 1, 2, 2
 
 
 def test_state_round_trip_continues_the_same_draws():
@@ -62,10 +67,13 @@ def test_state_round_trip_continues_the_same_draws():
     assert [g.question for g in restored.sample(3)] == [g.question for g in buffer.sample(3)]
 
 
-@pytest.mark.parametrize("capacity,policy,message", [
-    (0, "fifo", "--buffer-capacity must be >= 1, got 0"),
-    (4, "lifo", "--buffer-policy 'lifo' is not one of fifo, uniform, newest"),
-])
+@pytest.mark.parametrize(
+    "capacity,policy,message",
+    [
+        (0, "fifo", "--buffer-capacity must be >= 1, got 0"),
+        (4, "lifo", "--buffer-policy 'lifo' is not one of fifo, uniform, newest"),
+    ],
+)
 def test_bad_settings_name_their_flag(capacity, policy, message):
     with pytest.raises(ValueError, match=message):
         ReplayBuffer(capacity, policy)

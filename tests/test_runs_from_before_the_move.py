@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from alignment.grpo_run import train_grpo
 from scripts import train_sft as train_sft_script
 from tests.test_grpo_loop import TASK, tiny_config
-from tests.test_sft_scripts import data, sft_flags  # noqa: F401  (data: a fixture)
+from tests.test_sft_scripts import sft_flags
 
 BEFORE_THE_MOVE = "c955495"  # the last commit of the flat alignment/ (82 modules in one folder)
 REPO = Path(__file__).resolve().parents[1]
@@ -45,12 +45,16 @@ train_grpo(GRPOConfig(**settings), task, task)
 @pytest.fixture(scope="module")
 def old_code(tmp_path_factory) -> Path:
     """The pre-move package, prompts and scripts, extracted from git history."""
-    found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{BEFORE_THE_MOVE}^{{commit}}"],
-                           capture_output=True)
+    found = subprocess.run(
+        ["git", "-C", str(REPO), "cat-file", "-e", f"{BEFORE_THE_MOVE}^{{commit}}"], capture_output=True
+    )
     if found.returncode:
         pytest.skip(f"this clone has no commit {BEFORE_THE_MOVE} (a shallow clone): the old code cannot be read")
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE_THE_MOVE, "alignment", "prompts", "scripts",
-                              "data/keywords.txt"], capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", BEFORE_THE_MOVE, "alignment", "prompts", "scripts", "data/keywords.txt"],
+        capture_output=True,
+        check=True,
+    ).stdout
     root = tmp_path_factory.mktemp("before-the-move")
     tarfile.open(fileobj=io.BytesIO(archive)).extractall(root, filter="data")
     return root
@@ -81,7 +85,7 @@ def test_a_grpo_run_of_the_flat_package_resumes_here(old_code, tiny_model_dir, t
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
 
 
-def test_an_sft_run_of_the_flat_package_resumes_here(old_code, tiny_model_dir, data, tmp_path):  # noqa: F811
+def test_an_sft_run_of_the_flat_package_resumes_here(old_code, tiny_model_dir, data, tmp_path):
     data = data | {"model": tiny_model_dir}
     old, new = tmp_path / "old", tmp_path / "new"
     killed = run_old(old_code, ["scripts/train_sft.py", *sft_flags(data, old)], "checkpoint_write:2")

@@ -30,8 +30,19 @@ def invoke(app, *args: str):
 def test_eval_zero_shot_end_to_end(tiny_model_dir, dataset, tmp_path):
     out = tmp_path / "eval"
     result = invoke(
-        eval_zero_shot.app, "--dataset", dataset, "--model", tiny_model_dir, "--max-tokens", 8,
-        "--output-dir", out, "--backend", "hf", "--grader-workers", 1,
+        eval_zero_shot.app,
+        "--dataset",
+        dataset,
+        "--model",
+        tiny_model_dir,
+        "--max-tokens",
+        8,
+        "--output-dir",
+        out,
+        "--backend",
+        "hf",
+        "--grader-workers",
+        1,
     )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
@@ -52,8 +63,27 @@ def test_eval_zero_shot_end_to_end(tiny_model_dir, dataset, tmp_path):
 def test_best_of_n_end_to_end(tiny_model_dir, dataset, tmp_path):
     out = tmp_path / "bon"
     result = invoke(
-        best_of_n.app, "--dataset", dataset, "--model", tiny_model_dir, "--n-max", 4, "--ns", 1, "--ns", 2,
-        "--ns", 4, "--max-tokens", 6, "--output-dir", out, "--backend", "hf", "--grader-workers", 1,
+        best_of_n.app,
+        "--dataset",
+        dataset,
+        "--model",
+        tiny_model_dir,
+        "--n-max",
+        4,
+        "--ns",
+        1,
+        "--ns",
+        2,
+        "--ns",
+        4,
+        "--max-tokens",
+        6,
+        "--output-dir",
+        out,
+        "--backend",
+        "hf",
+        "--grader-workers",
+        1,
     )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
@@ -81,6 +111,18 @@ def test_eval_bad_input_names_the_flag(dataset, tmp_path, args, flag):
 
 
 def test_best_of_n_rejects_n_larger_than_samples(dataset, tmp_path):
-    result = invoke(best_of_n.app, "--dataset", dataset, "--model", "unused", "--n-max", 4, "--ns", 8, "--output-dir", tmp_path / "o")
+    result = invoke(
+        best_of_n.app,
+        "--dataset",
+        dataset,
+        "--model",
+        "unused",
+        "--n-max",
+        4,
+        "--ns",
+        8,
+        "--output-dir",
+        tmp_path / "o",
+    )
     assert result.exit_code != 0
     assert "--ns" in result.output and "--n-max=4" in result.output

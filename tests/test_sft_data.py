@@ -5,15 +5,15 @@ import json
 import pytest
 
 from alignment.data.math_datasets import MathExample
+from alignment.data.sft_examples import gsm8k_trace, load_sft_examples, strip_calculator_annotations
 from alignment.grader import r1_zero_reward_fn
 from alignment.prompts import format_prompt, load_prompt
-from alignment.data.sft_examples import gsm8k_trace, load_sft_examples, strip_calculator_annotations
 
 NATALIA = {
     "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-                "How many clips did Natalia sell altogether in April and May?",
+    "How many clips did Natalia sell altogether in April and May?",
     "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
-              "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72",
+    "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72",
 }
 
 
@@ -41,11 +41,18 @@ def test_gsm8k_trace_is_an_r1_zero_answer_the_grader_accepts(tmp_path):
 
 def test_sft_jsonl_loads_with_limit_and_optional_truth(tmp_path):
     path = tmp_path / "sft.jsonl"
-    rows = [{"prompt": "P1", "response": "R1", "ground_truth": "1"}, {"prompt": "P2", "response": "R2"},
-            {"prompt": "P3", "response": "R3", "ground_truth": 3}]
+    rows = [
+        {"prompt": "P1", "response": "R1", "ground_truth": "1"},
+        {"prompt": "P2", "response": "R2"},
+        {"prompt": "P3", "response": "R3", "ground_truth": 3},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     examples = load_sft_examples(str(path), "sft", "{question}")
-    assert [(e.prompt, e.response, e.ground_truth) for e in examples] == [("P1", "R1", "1"), ("P2", "R2", None), ("P3", "R3", "3")]
+    assert [(e.prompt, e.response, e.ground_truth) for e in examples] == [
+        ("P1", "R1", "1"),
+        ("P2", "R2", None),
+        ("P3", "R3", "3"),
+    ]
     assert len(load_sft_examples(str(path), "sft", "{question}", limit=2)) == 2
 
 

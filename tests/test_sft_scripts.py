@@ -9,38 +9,52 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from alignment.supervised import trainer as sft_trainer
-from alignment.run.checkpoint import complete_step
 from alignment.expert_iteration import correct_examples
-from alignment.prompts import format_prompt, load_prompt
 from alignment.rollout.interface import Rollout
-from alignment.supervised.config import EIConfig, SFTConfig, flag
+from alignment.run.checkpoint import complete_step
 from alignment.sft_run import train_sft
-from scripts import expert_iteration, train_sft as train_sft_script
+from alignment.supervised import trainer as sft_trainer
+from alignment.supervised.config import EIConfig, SFTConfig, flag
+from scripts import expert_iteration
+from scripts import train_sft as train_sft_script
 
 runner = CliRunner()
-QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 * 2?", "8"), ("What is 9 - 1?", "8"),
-             ("What is 1 + 1?", "2"), ("What is 6 / 2?", "3"), ("What is 7 + 0?", "7")]
-
-
-@pytest.fixture
-def data(tmp_path) -> dict[str, Path]:
-    template = load_prompt("r1_zero")
-    sft = tmp_path / "sft.jsonl"
-    sft.write_text("".join(json.dumps({"prompt": format_prompt(template, q), "response": f"easy. </think> <answer> {a} </answer>",
-                                       "ground_truth": a}) + "\n" for q, a in QUESTIONS))
-    gsm8k = tmp_path / "gsm8k.jsonl"
-    gsm8k.write_text("".join(json.dumps({"question": q, "answer": f"so {a}\n#### {a}"}) + "\n" for q, a in QUESTIONS))
-    held_out = tmp_path / "held_out.jsonl"  # questions the runs do not train on
-    held_out.write_text("".join(json.dumps({"question": f"What is {n} + {n}?", "answer": f"#### {2 * n}"}) + "\n" for n in range(10, 14)))
-    return {"sft": sft, "gsm8k": gsm8k, "held_out": held_out}
 
 
 def sft_flags(data, out: Path, *extra) -> list[str]:
-    flags = ["--model", data["model"], "--dataset", data["sft"], "--data-format", "sft", "--validation-dataset", data["held_out"],
-             "--n-eval-examples", 2, "--eval-max-tokens", 4, "--batch-size", 4, "--gradient-accumulation-steps", 2,
-             "--learning-rate", 1e-3, "--max-seq-length", 256, "--eval-every", 1, "--checkpoint-every", 1,
-             "--backend", "hf", "--grader-workers", 1, "--output-dir", out, *extra]
+    flags = [
+        "--model",
+        data["model"],
+        "--dataset",
+        data["sft"],
+        "--data-format",
+        "sft",
+        "--validation-dataset",
+        data["held_out"],
+        "--n-eval-examples",
+        2,
+        "--eval-max-tokens",
+        4,
+        "--batch-size",
+        4,
+        "--gradient-accumulation-steps",
+        2,
+        "--learning-rate",
+        1e-3,
+        "--max-seq-length",
+        256,
+        "--eval-every",
+        1,
+        "--checkpoint-every",
+        1,
+        "--backend",
+        "hf",
+        "--grader-workers",
+        1,
+        "--output-dir",
+        out,
+        *extra,
+    ]
     return [str(f) for f in flags]
 
 
@@ -67,7 +81,9 @@ def test_train_sft_end_to_end(sft_run, tiny_model_dir):
     assert metrics[0] == {"grpo_step": 0, "n_examples_loaded": 6}
     generations = rows(out / "rollouts.jsonl")
     assert len(generations) == 3 * 2 and {g["kind"] for g in generations} == {"eval"}
-    assert {"prompt", "response", "ground_truth", "format_reward", "answer_reward", "reward", "token_entropy"} <= set(generations[0])
+    assert {"prompt", "response", "ground_truth", "format_reward", "answer_reward", "reward", "token_entropy"} <= set(
+        generations[0]
+    )
     assert complete_step(out) == 2
     # policy/ is a standard HF folder with trained weights
     assert (out / "policy" / "config.json").is_file() and (out / "policy" / "tokenizer.json").is_file()
@@ -77,9 +93,22 @@ def test_train_sft_end_to_end(sft_run, tiny_model_dir):
 
 
 def test_resume_continues_exactly(tiny_model_dir, data, tmp_path, monkeypatch):
-    base = dict(model=str(tiny_model_dir), dataset=str(data["sft"]), data_format="sft", validation_dataset=str(data["held_out"]),
-                n_eval_examples=1, eval_max_tokens=2, batch_size=2, gradient_accumulation_steps=1, learning_rate=1e-3,
-                max_seq_length=256, eval_every=10, checkpoint_every=1, backend="hf", grader_workers=1)
+    base = dict(
+        model=str(tiny_model_dir),
+        dataset=str(data["sft"]),
+        data_format="sft",
+        validation_dataset=str(data["held_out"]),
+        n_eval_examples=1,
+        eval_max_tokens=2,
+        batch_size=2,
+        gradient_accumulation_steps=1,
+        learning_rate=1e-3,
+        max_seq_length=256,
+        eval_every=10,
+        checkpoint_every=1,
+        backend="hf",
+        grader_workers=1,
+    )
     whole = SFTConfig(**base, output_dir=tmp_path / "whole")
     train_sft(whole)
     calls = {"n": 0}
@@ -100,7 +129,10 @@ def test_resume_continues_exactly(tiny_model_dir, data, tmp_path, monkeypatch):
     resumed = runner.invoke(train_sft_script.app, ["--resume", str(stopped.output_dir)])  # its settings.json alone
     assert resumed.exit_code == 0, resumed.output
     assert [r["grpo_step"] for r in rows(stopped.output_dir / "metrics.jsonl") if "loss" in r] == [1, 2, 3]
-    a, b = load_file(whole.output_dir / "policy" / "model.safetensors"), load_file(stopped.output_dir / "policy" / "model.safetensors")
+    a, b = (
+        load_file(whole.output_dir / "policy" / "model.safetensors"),
+        load_file(stopped.output_dir / "policy" / "model.safetensors"),
+    )
     assert all(torch.equal(a[k], b[k]) for k in a)
     losses = lambda folder: [r["loss"] for r in rows(folder / "metrics.jsonl") if "loss" in r]  # noqa: E731
     assert losses(stopped.output_dir) == losses(whole.output_dir)
@@ -121,7 +153,9 @@ def test_bad_input_is_named_and_keeps_the_earlier_run(sft_run, tmp_path):
         (["--batch-size", "3"], "--batch-size 3 is not a multiple of --gradient-accumulation-steps 2"),
     ]
     for extra, message in cases:
-        result = runner.invoke(train_sft_script.app, sft_flags(data, out, "--overwrite", *extra), env={"COLUMNS": "300"})
+        result = runner.invoke(
+            train_sft_script.app, sft_flags(data, out, "--overwrite", *extra), env={"COLUMNS": "300"}
+        )
         assert result.exit_code != 0
         assert message in " ".join(result.output.replace("│", " ").split()), (extra, result.output)
         assert (out / "metrics.jsonl").read_text() == before
@@ -132,10 +166,38 @@ def test_bad_input_is_named_and_keeps_the_earlier_run(sft_run, tmp_path):
 def test_expert_iteration_from_an_sft_policy(sft_run, tmp_path):
     data, sft_out = sft_run
     out = tmp_path / "ei"
-    flags = ["--model", sft_out / "policy", "--dataset", data["gsm8k"], "--validation-dataset", data["held_out"],
-             "--n-eval-examples", 2, "--eval-max-tokens", 4, "--n-ei-steps", 2, "--questions-per-step", 2,
-             "--rollouts-per-question", 2, "--sampling-max-tokens", 5, "--batch-size", 2, "--gradient-accumulation-steps", 1,
-             "--max-seq-length", 256, "--backend", "hf", "--grader-workers", 1, "--output-dir", out]
+    flags = [
+        "--model",
+        sft_out / "policy",
+        "--dataset",
+        data["gsm8k"],
+        "--validation-dataset",
+        data["held_out"],
+        "--n-eval-examples",
+        2,
+        "--eval-max-tokens",
+        4,
+        "--n-ei-steps",
+        2,
+        "--questions-per-step",
+        2,
+        "--rollouts-per-question",
+        2,
+        "--sampling-max-tokens",
+        5,
+        "--batch-size",
+        2,
+        "--gradient-accumulation-steps",
+        1,
+        "--max-seq-length",
+        256,
+        "--backend",
+        "hf",
+        "--grader-workers",
+        1,
+        "--output-dir",
+        out,
+    ]
     result = runner.invoke(expert_iteration.app, [str(f) for f in flags])
     assert result.exit_code == 0, result.output
     metrics = rows(out / "metrics.jsonl")
@@ -148,10 +210,16 @@ def test_expert_iteration_from_an_sft_policy(sft_run, tmp_path):
 
 
 def test_correct_rollouts_become_sft_examples():
-    rollouts = [Rollout(0, "a </answer>", [1], [0.0], "stop"), Rollout(0, "b", [1], [0.0], "length"),
-                Rollout(1, "c </answer>", [1], [0.0], "stop")]
+    rollouts = [
+        Rollout(0, "a </answer>", [1], [0.0], "stop"),
+        Rollout(0, "b", [1], [0.0], "length"),
+        Rollout(1, "c </answer>", [1], [0.0], "stop"),
+    ]
     kept = correct_examples(["P0", "P1"], ["5", "8"], rollouts, [{"reward": 1.0}, {"reward": 0.0}, {"reward": 1.0}])
-    assert [(e.prompt, e.response, e.ground_truth) for e in kept] == [("P0", "a </answer>", "5"), ("P1", "c </answer>", "8")]
+    assert [(e.prompt, e.response, e.ground_truth) for e in kept] == [
+        ("P0", "a </answer>", "5"),
+        ("P1", "c </answer>", "8"),
+    ]
 
 
 @pytest.mark.parametrize(("app", "config_cls"), [(train_sft_script.app, SFTConfig), (expert_iteration.app, EIConfig)])
@@ -180,15 +248,47 @@ def test_sft_then_expert_iteration_with_lora(tiny_model_dir, data, tmp_path):
     assert [r["grad_norm"] > 0 for r in rows(sft_out / "metrics.jsonl") if "loss" in r] == [True, True]
     adapter = load_file(sft_out / "checkpoint" / "policy" / "adapter_model.safetensors")
     assert adapter and all(".lora_A." in k or ".lora_B." in k for k in adapter)
-    trained, initial = load_file(sft_out / "policy" / "model.safetensors"), load_file(tiny_model_dir / "model.safetensors")
+    trained, initial = (
+        load_file(sft_out / "policy" / "model.safetensors"),
+        load_file(tiny_model_dir / "model.safetensors"),
+    )
     changed = {k for k in initial if not torch.equal(trained[k], initial[k])}
     assert changed and all("proj" in k for k in changed)  # the frozen embedding and norms are as they were
     assert (sft_out / "policy" / "adapter" / "adapter_config.json").is_file()
     out = tmp_path / "ei"
-    flags = ["--model", sft_out / "policy", "--dataset", data["gsm8k"], "--validation-dataset", data["held_out"],
-             "--n-eval-examples", 2, "--eval-max-tokens", 4, "--n-ei-steps", 2, "--questions-per-step", 2,
-             "--rollouts-per-question", 2, "--sampling-max-tokens", 5, "--batch-size", 2, "--gradient-accumulation-steps", 1,
-             "--max-seq-length", 256, "--backend", "hf", "--grader-workers", 1, "--output-dir", out, *lora]
+    flags = [
+        "--model",
+        sft_out / "policy",
+        "--dataset",
+        data["gsm8k"],
+        "--validation-dataset",
+        data["held_out"],
+        "--n-eval-examples",
+        2,
+        "--eval-max-tokens",
+        4,
+        "--n-ei-steps",
+        2,
+        "--questions-per-step",
+        2,
+        "--rollouts-per-question",
+        2,
+        "--sampling-max-tokens",
+        5,
+        "--batch-size",
+        2,
+        "--gradient-accumulation-steps",
+        1,
+        "--max-seq-length",
+        256,
+        "--backend",
+        "hf",
+        "--grader-workers",
+        1,
+        "--output-dir",
+        out,
+        *lora,
+    ]
     result = runner.invoke(expert_iteration.app, [str(f) for f in flags])
     assert result.exit_code == 0, result.output
     assert [r["grpo_step"] for r in rows(out / "metrics.jsonl") if "kept_fraction" in r] == [1, 2]

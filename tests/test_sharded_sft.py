@@ -21,8 +21,8 @@ import pytest
 from safetensors.torch import load_file
 
 from alignment.expert_iteration import expert_iteration
-from alignment.supervised.config import EIConfig, SFTConfig
 from alignment.sft_run import train_sft
+from alignment.supervised.config import EIConfig, SFTConfig
 from tests.sharded_sft_worker import sft_config, write_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +38,9 @@ def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     torchrun would leave running)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    with subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as process:
+    with subprocess.Popen(
+        command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -57,7 +58,10 @@ def test_two_processes_train_sft_as_one_and_run_expert_iteration(tiny_model_dir,
     train_sft(sft_config(str(tiny_model_dir), data, one / "sft"))  # the same run in this one unsharded process
 
     initial = load_file(tiny_model_dir / "model.safetensors")
-    a, b = load_file(one / "sft" / "policy" / "model.safetensors"), load_file(two / "sft" / "policy" / "model.safetensors")
+    a, b = (
+        load_file(one / "sft" / "policy" / "model.safetensors"),
+        load_file(two / "sft" / "policy" / "model.safetensors"),
+    )
     assert a.keys() == b.keys() == initial.keys()  # the tied head written once, as one process writes it
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     assert max((a[k] - initial[k]).abs().max().item() for k in a) > 1e-4  # the weights did move
@@ -85,10 +89,13 @@ def test_two_processes_train_sft_as_one_and_run_expert_iteration(tiny_model_dir,
     assert max((trained[k] - initial[k]).abs().max().item() for k in initial) > 1e-4
 
 
-@pytest.mark.parametrize("config,flag", [
-    (SFTConfig(backend="vllm"), "--backend vllm under torchrun"),
-    (EIConfig(lora_rank=8, backend="hf"), "--lora-rank > 0 under torchrun"),
-])
+@pytest.mark.parametrize(
+    "config,flag",
+    [
+        (SFTConfig(backend="vllm"), "--backend vllm under torchrun"),
+        (EIConfig(lora_rank=8, backend="hf"), "--lora-rank > 0 under torchrun"),
+    ],
+)
 def test_torchrun_refuses_what_the_sharded_learner_cannot_do(config, flag, tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")

@@ -55,7 +55,10 @@ def test_two_processes_update_as_one(tiny_model_dir, tmp_path):
         assert a.keys() == b.keys()
         assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5, name
         assert max((a[k] - initial[k]).abs().max().item() for k in initial) > 1e-4, name  # the weights did move
-        steps_a, steps_b = json.loads((one / f"{name}.json").read_text()), json.loads((two / f"{name}.json").read_text())
+        steps_a, steps_b = (
+            json.loads((one / f"{name}.json").read_text()),
+            json.loads((two / f"{name}.json").read_text()),
+        )
         assert len(steps_a) == len(steps_b) == (4 if name == "kl_monitors" else 2)
         for x, y in zip(steps_a, steps_b):
             assert x["grad_norm"] > 0
@@ -88,14 +91,19 @@ def test_a_killed_rank_ends_the_run_and_resume_matches_an_uninterrupted_one(tiny
     crash = run([*TORCHRUN, "2", *worker, str(killed), "3"], ALIGNMENT_FAULT="optimizer_step:2@1")
     assert crash.returncode != 0
     # torchrun ends the other rank and names the one that died
-    assert re.search(r"Root Cause.*?rank\s*: 1 \(local_rank: 1\)\s*exitcode\s*: -9", crash.stderr, re.S), crash.stderr[-2000:]
+    assert re.search(r"Root Cause.*?rank\s*: 1 \(local_rank: 1\)\s*exitcode\s*: -9", crash.stderr, re.S), crash.stderr[
+        -2000:
+    ]
     assert (killed / "checkpoint" / "COMPLETE").read_text() == "1"
     resumed = run([*TORCHRUN, "2", *worker, str(killed), "3", "resume"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = load_file(whole / "policy" / "model.safetensors"), load_file(killed / "policy" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (whole / "metrics.jsonl").read_text().count("loss") == 3
-    rows = lambda folder: [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+    def rows(folder):
+        return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
     assert [r.get("loss") for r in rows(whole)] == [r.get("loss") for r in rows(killed)]
     # the 2-process checkpoint re-shards: loaded by 1 process and by 2, weights and AdamW moments are the same
     for count in ("1", "2"):

@@ -7,11 +7,11 @@ import torch
 from transformers import LlamaForCausalLM
 
 import alignment.grpo.shared_prompt as shared_prompt
-from alignment.logprobs import get_response_log_probs
-from alignment.rollout.interface import Rollout
 from alignment.grpo.batch import collate
 from alignment.grpo.shared_prompt import can_share_prompts, packing_pays, shared_prompt_log_probs
+from alignment.logprobs import get_response_log_probs
 from alignment.models.transformer_lm import TransformerLM, config_from_llama, from_llama_state_dict
+from alignment.rollout.interface import Rollout
 
 
 def rollout(prompt_index: int, tokens: list[int]) -> Rollout:
@@ -20,10 +20,18 @@ def rollout(prompt_index: int, tokens: list[int]) -> Rollout:
 
 def make_batch(tokenizer, group_size: int = 3):
     """Three prompts of different lengths (so the shared pass is left-padded), responses of different lengths."""
-    prompts = [tokenizer(p)["input_ids"] for p in ("Name a river.", "What is two plus two? Answer briefly, please.", "Hi there")]
+    prompts = [
+        tokenizer(p)["input_ids"]
+        for p in ("Name a river.", "What is two plus two? Answer briefly, please.", "Hi there")
+    ]
     generator = torch.Generator().manual_seed(0)
     rollouts = [
-        rollout(p, torch.randint(5, 1000, (int(torch.randint(1, 9, (1,), generator=generator)),), generator=generator).tolist())
+        rollout(
+            p,
+            torch.randint(
+                5, 1000, (int(torch.randint(1, 9, (1,), generator=generator)),), generator=generator
+            ).tolist(),
+        )
         for p in range(len(prompts))
         for _ in range(group_size)
     ]
@@ -33,9 +41,15 @@ def make_batch(tokenizer, group_size: int = 3):
 
 def scored(model, batch, shared: bool):
     model.zero_grad(set_to_none=True)
-    fn = shared_prompt_log_probs if shared else lambda *a, **k: get_response_log_probs(*a[:3], k["return_token_entropy"], response_mask=a[3])
+    fn = (
+        shared_prompt_log_probs
+        if shared
+        else lambda *a, **k: get_response_log_probs(*a[:3], k["return_token_entropy"], response_mask=a[3])
+    )
     out = fn(model, batch.input_ids, batch.labels, batch.response_mask, return_token_entropy=True)
-    weights = torch.linspace(-1, 1, batch.labels.numel()).view_as(batch.labels)  # a loss that weighs every token differently
+    weights = torch.linspace(-1, 1, batch.labels.numel()).view_as(
+        batch.labels
+    )  # a loss that weighs every token differently
     (out["log_probs"] * weights).sum().backward()
     return out, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
@@ -52,7 +66,9 @@ def as_transformer_lm(model: LlamaForCausalLM) -> TransformerLM:
 @pytest.fixture(params=["transformers", "transformer_lm"])
 def policy(request, tiny_model, tiny_llama):
     """A tiny transformers model (Llama or Qwen2), or the tiny Llama's weights in our own TransformerLM."""
-    return copy.deepcopy(tiny_model).train() if request.param == "transformers" else as_transformer_lm(tiny_llama).train()
+    return (
+        copy.deepcopy(tiny_model).train() if request.param == "transformers" else as_transformer_lm(tiny_llama).train()
+    )
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "cached"])
@@ -65,7 +81,9 @@ def test_shared_prompts_match_full_rows(policy, tokenizer, packed, monkeypatch):
     full, full_grads = scored(model, batch, shared=False)
     torch.testing.assert_close(shared["log_probs"], full["log_probs"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(shared["token_entropy"], full["token_entropy"], atol=1e-5, rtol=1e-5)
-    assert (shared["log_probs"][~batch.response_mask] == 0).all() and (shared["log_probs"][batch.response_mask] < 0).all()
+    assert (shared["log_probs"][~batch.response_mask] == 0).all() and (
+        shared["log_probs"][batch.response_mask] < 0
+    ).all()
     assert shared_grads.keys() == full_grads.keys()
     for name, grad in full_grads.items():
         assert torch.isfinite(shared_grads[name]).all(), name
@@ -94,7 +112,9 @@ def test_sharing_is_off_under_gradient_checkpointing(tiny_model, tokenizer, chec
 
 def test_one_token_prompt_is_scored_in_full(tiny_model, tokenizer):
     """A one-token prompt leaves nothing to share (its only token predicts the first response token)."""
-    batch = collate([[tokenizer.bos_token_id or 1]], [rollout(0, [7, 8]), rollout(0, [9])], torch.zeros(2), torch.zeros(2), 0)
+    batch = collate(
+        [[tokenizer.bos_token_id or 1]], [rollout(0, [7, 8]), rollout(0, [9])], torch.zeros(2), torch.zeros(2), 0
+    )
     assert not can_share_prompts(tiny_model, batch.response_mask)
     with torch.no_grad():
         out = shared_prompt_log_probs(tiny_model, batch.input_ids, batch.labels, batch.response_mask)

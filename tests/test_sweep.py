@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from alignment.run.checkpoint import MARKER, STATE
 from alignment.experiments.sweep import load_preset, results_table, run_state, toml_value, write_run_config
+from alignment.run.checkpoint import MARKER, STATE
 from scripts import sweep as script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,18 +42,23 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("text,message", [
-    ('[shared]\nn_grpo_steps = 2\n', "needs at least one [arms.<name>] table"),
-    ('colour = 1\n[arms.a]\nn_grpo_steps = 2\n', "unknown top-level keys colour"),
-    ('[arms.a]\nn_grpo_steps = 2\nlearning_rat = 1.0\n', "arm 'a': unknown settings learning_rat"),
-    ('[arms.a]\nn_grpo_steps = 2\nrollout_batch_size = 10\ngroup_size = 4\n',
-     "arm 'a': --rollout-batch-size (10) must be divisible by --group-size (4)"),
-    ('[arms.a]\nlearning_rate = 1.0\n', "arm 'a': n_grpo_steps is not set"),
-    ('seeds = []\n[arms.a]\nn_grpo_steps = 2\n', "seeds must be a non-empty list of integers"),
-    ('script = "train_nothing"\n[arms.a]\nn_grpo_steps = 2\n', "no scripts/train_nothing.py"),
-    ('base = "missing.toml"\n[arms.a]\nn_grpo_steps = 2\n', "no such base settings file"),
-    ('[arms.a\n', "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("[shared]\nn_grpo_steps = 2\n", "needs at least one [arms.<name>] table"),
+        ("colour = 1\n[arms.a]\nn_grpo_steps = 2\n", "unknown top-level keys colour"),
+        ("[arms.a]\nn_grpo_steps = 2\nlearning_rat = 1.0\n", "arm 'a': unknown settings learning_rat"),
+        (
+            "[arms.a]\nn_grpo_steps = 2\nrollout_batch_size = 10\ngroup_size = 4\n",
+            "arm 'a': --rollout-batch-size (10) must be divisible by --group-size (4)",
+        ),
+        ("[arms.a]\nlearning_rate = 1.0\n", "arm 'a': n_grpo_steps is not set"),
+        ("seeds = []\n[arms.a]\nn_grpo_steps = 2\n", "seeds must be a non-empty list of integers"),
+        ('script = "train_nothing"\n[arms.a]\nn_grpo_steps = 2\n', "no scripts/train_nothing.py"),
+        ('base = "missing.toml"\n[arms.a]\nn_grpo_steps = 2\n', "no such base settings file"),
+        ("[arms.a\n", "not valid TOML"),
+    ],
+)
 def test_bad_presets_name_the_problem(tmp_path, text, message):
     path = write(tmp_path / "bad.toml", text)
     with pytest.raises(ValueError, match="bad.toml") as err:
@@ -63,11 +68,18 @@ def test_bad_presets_name_the_problem(tmp_path, text, message):
 
 def test_seeds_and_base_expand_into_labelled_runs(tmp_path):
     write(tmp_path / "base.toml", "n_grpo_steps = 3\nlearning_rate = 1e-4\n")
-    path = write(tmp_path / "p.toml", 'base = "base.toml"\nseeds = [3, 4]\n[shared]\nlearning_rate = 2e-4\n'
-                                      '[arms.x]\nloss_type = "no_baseline"\n[arms.y]\nn_grpo_steps = 5\n')
+    path = write(
+        tmp_path / "p.toml",
+        'base = "base.toml"\nseeds = [3, 4]\n[shared]\nlearning_rate = 2e-4\n'
+        '[arms.x]\nloss_type = "no_baseline"\n[arms.y]\nn_grpo_steps = 5\n',
+    )
     preset = load_preset(path)
     assert [(r.label, r.arm, r.seed) for r in preset.runs] == [
-        ("x_seed3", "x", 3), ("x_seed4", "x", 4), ("y_seed3", "y", 3), ("y_seed4", "y", 4)]
+        ("x_seed3", "x", 3),
+        ("x_seed4", "x", 4),
+        ("y_seed3", "y", 3),
+        ("y_seed4", "y", 4),
+    ]
     assert preset.runs[0].settings == {"n_grpo_steps": 3, "learning_rate": 2e-4, "loss_type": "no_baseline", "seed": 3}
     assert [preset.total_steps(r) for r in preset.runs] == [3, 3, 5, 5]
 
@@ -99,8 +111,16 @@ def test_run_state(tmp_path):
 
 
 def test_run_config_round_trips_through_toml(tmp_path):
-    settings = {"model": 'a "quoted" \\ path', "output_dir": Path("out/x"), "learning_rate": 3e-5, "seed": 0,
-                "kl_prev": False, "stop": ["</answer>", "\n"], "normalize_constant": None, "cliprange": float("inf")}
+    settings = {
+        "model": 'a "quoted" \\ path',
+        "output_dir": Path("out/x"),
+        "learning_rate": 3e-5,
+        "seed": 0,
+        "kl_prev": False,
+        "stop": ["</answer>", "\n"],
+        "normalize_constant": None,
+        "cliprange": float("inf"),
+    }
     loaded = tomllib.loads(write_run_config(tmp_path / "c" / "run.toml", settings).read_text())
     expected = {k: v for k, v in settings.items() if v is not None} | {"output_dir": "out/x"}
     assert loaded == expected  # None (the script's default) is left out
@@ -171,24 +191,33 @@ def test_tiny_preset_end_to_end_restart_skip_and_resume(tiny_model_dir, tmp_path
         assert run_state(root / arm, 1) == "finished"
         assert [r["grpo_step"] for r in rows_of(root / arm) if "eval_reward" in r] == [0, 1]
         assert tomllib.loads((root / "configs" / f"{arm}.toml").read_text())["output_dir"] == str(root / arm)
-    assert {"eval_reward_vs_step.png", "eval_reward_vs_time.png", "token_entropy.png", "grad_norm.png",
-            "response_length.png", "clip_fraction.png"} <= {p.name for p in (root / "plots").iterdir()}
+    assert {
+        "eval_reward_vs_step.png",
+        "eval_reward_vs_time.png",
+        "token_entropy.png",
+        "grad_norm.png",
+        "response_length.png",
+        "clip_fraction.png",
+    } <= {p.name for p in (root / "plots").iterdir()}
     results = (root / "results.md").read_text()
     assert all(f"| {arm} | {arm} |  | 1 |" in results for arm in ("plain", "clip"))
 
     plain_before, clip_before = (root / "plain" / "metrics.jsonl").read_bytes(), rows_of(root / "clip")
-    write(preset, TINY.format(model=tiny_model_dir, clip_steps="").replace("learning_rate = 1e-3", "learning_rate = 2e-3"))
+    write(
+        preset, TINY.format(model=tiny_model_dir, clip_steps="").replace("learning_rate = 1e-3", "learning_rate = 2e-3")
+    )
     result = runner.invoke(script.app, [str(preset), "--output-root", str(tmp_path / "out")])
     assert result.exit_code != 0 and "run plain finished with other settings (learning_rate)" in result.output
     write(preset, TINY.format(model=tiny_model_dir, clip_steps="n_grpo_steps = 2"))  # the clip run is now unfinished
-    result = runner.invoke(script.app, [str(preset), "--output-root", str(tmp_path / "out"),
-                                        "--launcher", "ray", "--gpus-per-arm", "0"])
+    result = runner.invoke(
+        script.app, [str(preset), "--output-root", str(tmp_path / "out"), "--launcher", "ray", "--gpus-per-arm", "0"]
+    )
     assert result.exit_code == 0, result.output + (root / "logs" / "clip.log").read_text()
     assert "plain: finished" in result.output and "clip: resume" in result.output
     assert (root / "plain" / "metrics.jsonl").read_bytes() == plain_before  # skipped, untouched
     clip_after = rows_of(root / "clip")
-    assert clip_after[:len(clip_before)] == clip_before  # continued from the step-1 checkpoint, nothing redone
-    assert [r["grpo_step"] for r in clip_after[len(clip_before):]] == [2, 2]  # the step's row and its validation
+    assert clip_after[: len(clip_before)] == clip_before  # continued from the step-1 checkpoint, nothing redone
+    assert [r["grpo_step"] for r in clip_after[len(clip_before) :]] == [2, 2]  # the step's row and its validation
     assert run_state(root / "clip", 2) == "finished"
     commands = [line for line in (root / "logs" / "clip.log").read_text().splitlines() if line.startswith("$ ")]
     assert len(commands) == 2 and "--resume" not in commands[0] and f"--resume {root / 'clip'}" in commands[1]
@@ -215,10 +244,21 @@ def test_bad_flags_and_preset_are_reported(tmp_path):
     assert result.exit_code != 0 and "must be >= 0" in result.output
 
 
-@pytest.mark.parametrize("backend,build,gpus", [("vllm", "cpu", 2), ("auto", "cuda", 2), ("auto", None, 1),
-                                                ("auto", "cpu", 1), ("hf", "cuda", 1), ("transformer_lm", "cuda", 1)])
+@pytest.mark.parametrize(
+    "backend,build,gpus",
+    [
+        ("vllm", "cpu", 2),
+        ("auto", "cuda", 2),
+        ("auto", None, 1),
+        ("auto", "cpu", 1),
+        ("hf", "cuda", 1),
+        ("transformer_lm", "cuda", 1),
+    ],
+)
 def test_a_run_gets_a_rollout_gpu_when_vllm_generates(monkeypatch, backend, build, gpus):
     import alignment.experiments.sweep
 
-    monkeypatch.setattr(alignment.experiments.sweep, "vllm_build", lambda: build)  # which vLLM wheel a GPU machine has installed
+    monkeypatch.setattr(
+        alignment.experiments.sweep, "vllm_build", lambda: build
+    )  # which vLLM wheel a GPU machine has installed
     assert alignment.experiments.sweep.gpus_needed({"backend": backend}) == gpus

@@ -11,22 +11,26 @@ from scripts import train_grpo as script
 from tests.test_grpo_loop import TASK, tiny_config
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    seen = {}
-    monkeypatch.setattr(script, "train_grpo", lambda config, resume=False: seen.update(config=config, resume=resume))
-    monkeypatch.setattr(script, "report", lambda output_dir: None)
-    return seen
-
-
-@pytest.mark.parametrize("suffix,text", [
-    (".toml", 'task = "keywords"\nlearning_rate = 3e-5\noutput_dir = "from_file"\ngroup_size = 4\nkeywords_dataset = "kw"\n'),
-    (".yaml", "task: keywords\nlearning_rate: 3.0e-5\noutput_dir: from_file\ngroup_size: 4\nkeywords_dataset: kw\n"),
-])
+@pytest.mark.parametrize(
+    "suffix,text",
+    [
+        (
+            ".toml",
+            'task = "keywords"\nlearning_rate = 3e-5\noutput_dir = "from_file"\ngroup_size = 4\nkeywords_dataset = '
+            '"kw"\n',
+        ),
+        (
+            ".yaml",
+            "task: keywords\nlearning_rate: 3.0e-5\noutput_dir: from_file\ngroup_size: 4\nkeywords_dataset: kw\n",
+        ),
+    ],
+)
 def test_flags_override_the_config_file(tmp_path, captured, suffix, text):
     path = tmp_path / f"run{suffix}"
     path.write_text(text)
-    result = CliRunner().invoke(script.app, ["--config", str(path), "--learning-rate", "0.5", "--no-use-std-normalization"])
+    result = CliRunner().invoke(
+        script.app, ["--config", str(path), "--learning-rate", "0.5", "--no-use-std-normalization"]
+    )
     assert result.exit_code == 0, result.output
     config = captured["config"]
     assert config.task == "keywords" and config.group_size == 4 and config.output_dir == Path("from_file")  # file
@@ -43,7 +47,9 @@ def test_unknown_setting_is_named(tmp_path, captured):
 
 
 def test_invalid_flags_are_reported_before_any_model_loads(tmp_path):
-    result = CliRunner().invoke(script.app, ["--rollout-batch-size", "10", "--group-size", "4", "--model", "/nonexistent"])
+    result = CliRunner().invoke(
+        script.app, ["--rollout-batch-size", "10", "--group-size", "4", "--model", "/nonexistent"]
+    )
     text = " ".join(result.output.replace("│", " ").split())  # the message is wrapped inside an error panel
     assert result.exit_code != 0 and "--rollout-batch-size (10) must be divisible by --group-size (4)" in text
 
@@ -59,14 +65,56 @@ def test_wandb_offline_needs_no_network(tiny_model_dir, tmp_path, monkeypatch):
 
 OBJECTIVES = {  # each variant as the flags a user types (configs/experiments/objectives.toml has the same arms)
     "dr_grpo": ["--loss-type", "grpo_clip", "--no-use-std-normalization", "--loss-aggregation", "constant"],
-    "dapo": ["--loss-type", "grpo_clip", "--cliprange-high", "0.28", "--loss-aggregation", "token_mean",
-             "--dynamic-sampling", "--dynamic-sampling-max-draws", "2", "--overlong-buffer", "3"],
+    "dapo": [
+        "--loss-type",
+        "grpo_clip",
+        "--cliprange-high",
+        "0.28",
+        "--loss-aggregation",
+        "token_mean",
+        "--dynamic-sampling",
+        "--dynamic-sampling-max-draws",
+        "2",
+        "--overlong-buffer",
+        "3",
+    ],
     "overlong_filtering": ["--loss-type", "grpo_clip", "--loss-aggregation", "token_mean", "--mask-truncated"],
-    "gspo": ["--loss-type", "gspo", "--cliprange-low", "3e-4", "--cliprange-high", "4e-4",
-             "--tis-cap", "2", "--rollout-correction", "sequence_tis"],
-    "cispo": ["--loss-type", "cispo", "--cliprange-low", "1.0", "--cliprange-high", "0.28", "--loss-aggregation", "token_mean",
-              "--tis-cap", "2", "--rollout-correction", "token_mask"],
-    "rloo": ["--loss-type", "grpo_clip", "--advantage-estimator", "rloo", "--tis-cap", "1.5", "--rollout-correction", "sequence_mask"],
+    "gspo": [
+        "--loss-type",
+        "gspo",
+        "--cliprange-low",
+        "3e-4",
+        "--cliprange-high",
+        "4e-4",
+        "--tis-cap",
+        "2",
+        "--rollout-correction",
+        "sequence_tis",
+    ],
+    "cispo": [
+        "--loss-type",
+        "cispo",
+        "--cliprange-low",
+        "1.0",
+        "--cliprange-high",
+        "0.28",
+        "--loss-aggregation",
+        "token_mean",
+        "--tis-cap",
+        "2",
+        "--rollout-correction",
+        "token_mask",
+    ],
+    "rloo": [
+        "--loss-type",
+        "grpo_clip",
+        "--advantage-estimator",
+        "rloo",
+        "--tis-cap",
+        "1.5",
+        "--rollout-correction",
+        "sequence_mask",
+    ],
     "reinforce_pp": ["--loss-type", "grpo_clip", "--advantage-estimator", "reinforce_pp"],
 }  # with the rollout corrections beyond token TIS on three of them
 
@@ -78,13 +126,49 @@ def test_every_objective_trains_two_steps_from_its_flags(tiny_model_dir, tmp_pat
     from alignment.grpo_run import train_grpo
 
     seen = {}
-    monkeypatch.setattr(script, "train_grpo", lambda config, resume=False: seen.setdefault("rows", train_grpo(config, TASK, TASK, resume)))
+    monkeypatch.setattr(
+        script,
+        "train_grpo",
+        lambda config, resume=False: seen.setdefault("rows", train_grpo(config, TASK, TASK, resume)),
+    )
     monkeypatch.setattr(script, "report", lambda output_dir: None)
-    flags = ["--model", str(tiny_model_dir), "--backend", "hf", "--prompt", "question_only", "--n-grpo-steps", "2",
-             "--rollout-batch-size", "4", "--group-size", "2", "--train-batch-size", "2", "--gradient-accumulation-steps", "1",
-             "--sampling-max-tokens", "6", "--sampling-min-tokens", "2", "--learning-rate", "1e-3", "--n-eval-examples", "2",
-             "--eval-every", "2", "--checkpoint-every", "2", "--grader-workers", "1", "--no-kl-reference", "--no-kl-prev",
-             "--output-dir", str(tmp_path / name), *OBJECTIVES[name]]
+    flags = [
+        "--model",
+        str(tiny_model_dir),
+        "--backend",
+        "hf",
+        "--prompt",
+        "question_only",
+        "--n-grpo-steps",
+        "2",
+        "--rollout-batch-size",
+        "4",
+        "--group-size",
+        "2",
+        "--train-batch-size",
+        "2",
+        "--gradient-accumulation-steps",
+        "1",
+        "--sampling-max-tokens",
+        "6",
+        "--sampling-min-tokens",
+        "2",
+        "--learning-rate",
+        "1e-3",
+        "--n-eval-examples",
+        "2",
+        "--eval-every",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--grader-workers",
+        "1",
+        "--no-kl-reference",
+        "--no-kl-prev",
+        "--output-dir",
+        str(tmp_path / name),
+        *OBJECTIVES[name],
+    ]
     result = CliRunner().invoke(script.app, flags)
     assert result.exit_code == 0, result.output
     rows = seen["rows"]

@@ -46,8 +46,8 @@ def reference(loss_type: str, constant: float | None = None) -> tuple[float, np.
         denom = constant if constant is not None else sum(MASK[b])
         for t in range(4):
             if MASK[b][t]:
-                l, dl = token_loss_and_grad(loss_type, b, t)
-                total += l / denom / batch / G
+                term, dl = token_loss_and_grad(loss_type, b, t)
+                total += term / denom / batch / G
                 grad[b, t] = dl / denom / batch / G
     return total, grad
 
@@ -110,8 +110,13 @@ def test_old_log_probs_receive_no_gradient():
     old = torch.tensor(OLD, requires_grad=True)
     logp = leaf(LOGP)
     run_grpo_microbatch_train_step(
-        logp, torch.tensor(MASK), G, "grpo_clip", advantages=torch.tensor(ADV).unsqueeze(1),
-        old_log_probs=old.detach(), cliprange=0.2,
+        logp,
+        torch.tensor(MASK),
+        G,
+        "grpo_clip",
+        advantages=torch.tensor(ADV).unsqueeze(1),
+        old_log_probs=old.detach(),
+        cliprange=0.2,
     )
     assert old.grad is None and logp.grad is not None
 

@@ -18,8 +18,15 @@ def test_transformer_lm_trains_like_the_transformers_model_with_its_weights(tiny
     """Same weights, same seeded samples: the first step's metrics agree between the two implementations."""
     runs = {}
     for backend in ("hf", "transformer_lm"):
-        config = tiny_config(tiny_model_dir, tmp_path / backend, backend=backend, loss_type="grpo_clip", n_grpo_steps=2,
-                             kl_reference=True, kl_prev=True)
+        config = tiny_config(
+            tiny_model_dir,
+            tmp_path / backend,
+            backend=backend,
+            loss_type="grpo_clip",
+            n_grpo_steps=2,
+            kl_reference=True,
+            kl_prev=True,
+        )
         runs[backend] = train_grpo(config, TASK, TASK)
     hf, ours = runs["hf"], runs["transformer_lm"]
     assert [r["train_reward"] for r in ours] == [r["train_reward"] for r in hf]
@@ -29,7 +36,9 @@ def test_transformer_lm_trains_like_the_transformers_model_with_its_weights(tiny
     assert ours[0]["grad_norm"] > 0 and ours[0]["kl_prev_k3"] > 0
 
     initial, _ = load_transformer_lm(tiny_model_dir)
-    trained = load_transformer_lm(tmp_path / "transformer_lm" / "run" / "policy")[0].state_dict()  # saved as a Llama folder
+    trained = load_transformer_lm(tmp_path / "transformer_lm" / "run" / "policy")[
+        0
+    ].state_dict()  # saved as a Llama folder
     assert isinstance(initial, TransformerLM) and set(trained) == set(initial.state_dict())
     assert any(not torch.equal(trained[k], v) for k, v in initial.state_dict().items())
 
@@ -48,7 +57,10 @@ def test_a_run_trains_on_a_built_keyword_dataset(tiny_model_dir, tmp_path):
     folder = tmp_path / "keywords"
     folder.mkdir()
     words = ["river", "apple", "lamp", "cloud", "stone", "bread"]
-    records = [{"prompt": f"Write a sentence with the word {w}.", "answer": f"The {w} is here.", "keywords": [w]} for w in words]
+    records = [
+        {"prompt": f"Write a sentence with the word {w}.", "answer": f"The {w} is here.", "keywords": [w]}
+        for w in words
+    ]
     write_records(folder / "train.jsonl", records[:4])
     write_records(folder / "validation.jsonl", records[4:])
     config = tiny_config(tiny_model_dir, tmp_path, task="keywords", keywords_dataset=folder, n_eval_examples=1)
@@ -63,7 +75,9 @@ def test_a_run_trains_on_a_built_keyword_dataset(tiny_model_dir, tmp_path):
 def test_a_bad_keyword_dataset_fails_before_the_model_loads(tmp_path):
     folder = tmp_path / "keywords"
     folder.mkdir()
-    write_records(folder / "train.jsonl", [{"prompt": "Use river.", "answer": "no keyword here", "keywords": ["river"]}])
+    write_records(
+        folder / "train.jsonl", [{"prompt": "Use river.", "answer": "no keyword here", "keywords": ["river"]}]
+    )
     write_records(folder / "validation.jsonl", [{"prompt": "Use lamp.", "answer": "a lamp", "keywords": ["lamp"]}])
     config = replace(tiny_config("no-such-model", tmp_path), task="keywords", keywords_dataset=folder)
     with pytest.raises(ValueError, match=r"train.jsonl:1.*'answer'"):

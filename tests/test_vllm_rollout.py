@@ -9,8 +9,8 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from typer.testing import CliRunner
 
-from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.backends import resolve_backend, vllm_build, vllm_usable
+from alignment.rollout.interface import SamplingConfig
 
 BUILD = vllm_build()
 DEVICE = "cuda:0" if BUILD == "cuda" else "cpu"
@@ -29,9 +29,17 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     """conftest's tiny random Llama, with head_dim 64: vLLM's CPU attention has no kernel for its head_dim 16."""
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny-llama-vllm")
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -41,8 +49,9 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
 def engine(tiny_model_dir):
     from alignment.rollout.vllm_engine import VLLMRolloutEngine
 
-    return VLLMRolloutEngine(str(tiny_model_dir), DEVICE, torch.float32, seed=0, gpu_memory_utilization=0.3,
-                             cpu_kv_cache_bytes=64 << 20)
+    return VLLMRolloutEngine(
+        str(tiny_model_dir), DEVICE, torch.float32, seed=0, gpu_memory_utilization=0.3, cpu_kv_cache_bytes=64 << 20
+    )
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +97,9 @@ def test_stop_strings_are_kept_and_min_tokens_holds_them_off(engine):
     cut = free.text.index(stop) + len(stop)
     assert stopped.text == free.text[:cut] and stopped.finish_reason == "stop"
     assert stopped.token_ids == free.token_ids[: len(stopped.token_ids)]
-    dropped = engine.generate(PROMPTS[:1], 1, SamplingConfig(max_tokens=12, stop=(stop,), seed=3, include_stop_str_in_output=False))[0]
+    dropped = engine.generate(
+        PROMPTS[:1], 1, SamplingConfig(max_tokens=12, stop=(stop,), seed=3, include_stop_str_in_output=False)
+    )[0]
     assert dropped.text == free.text[: free.text.index(stop)]
     held = engine.generate(PROMPTS[:1], 1, SamplingConfig(max_tokens=12, min_tokens=12, stop=(stop,), seed=3))[0]
     assert len(held.token_ids) == 12 and held.finish_reason == "length"
@@ -131,12 +142,44 @@ def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_
 
     # the script's flags and run, on a task whose reward varies within a group (a random model earns no
     # keyword or math reward, so its advantages, and its updates, would all be zero)
-    monkeypatch.setattr(script, "train_grpo", lambda config, resume=False: train_grpo(config, TASK, TASK, resume=resume))
+    monkeypatch.setattr(
+        script, "train_grpo", lambda config, resume=False: train_grpo(config, TASK, TASK, resume=resume)
+    )
     out = tmp_path / "run"
-    args = ["--model", str(tiny_model_dir), "--backend", "vllm", "--prompt", "question_only", "--n-eval-examples", "2",
-            "--rollout-batch-size", "4", "--group-size", "2", "--train-batch-size", "4", "--gradient-accumulation-steps", "2",
-            "--sampling-max-tokens", "6", "--learning-rate", "1e-2", "--loss-type", "grpo_clip", "--eval-every", "1",
-            "--checkpoint-every", "1", "--grader-workers", "1", "--no-kl-reference", "--no-kl-prev", "--tis-cap", "2.0"]
+    args = [
+        "--model",
+        str(tiny_model_dir),
+        "--backend",
+        "vllm",
+        "--prompt",
+        "question_only",
+        "--n-eval-examples",
+        "2",
+        "--rollout-batch-size",
+        "4",
+        "--group-size",
+        "2",
+        "--train-batch-size",
+        "4",
+        "--gradient-accumulation-steps",
+        "2",
+        "--sampling-max-tokens",
+        "6",
+        "--learning-rate",
+        "1e-2",
+        "--loss-type",
+        "grpo_clip",
+        "--eval-every",
+        "1",
+        "--checkpoint-every",
+        "1",
+        "--grader-workers",
+        "1",
+        "--no-kl-reference",
+        "--no-kl-prev",
+        "--tis-cap",
+        "2.0",
+    ]
     first = CliRunner().invoke(script.app, args + ["--output-dir", str(out), "--n-grpo-steps", "1"])
     assert first.exit_code == 0, first.output
     resumed = CliRunner().invoke(script.app, ["--resume", str(out), "--n-grpo-steps", "2"])  # the run's own settings
@@ -158,9 +201,23 @@ def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_
 
     dataset = tmp_path / "tiny.jsonl"
     dataset.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
-    result = CliRunner().invoke(eval_zero_shot.app, [  # vLLM loads the trained policy folder as a model
-        "--dataset", str(dataset), "--model", str(out / "policy"), "--backend", "vllm", "--grader-workers", "1",
-        "--max-tokens", "4", "--output-dir", str(tmp_path / "eval")])
+    result = CliRunner().invoke(
+        eval_zero_shot.app,
+        [  # vLLM loads the trained policy folder as a model
+            "--dataset",
+            str(dataset),
+            "--model",
+            str(out / "policy"),
+            "--backend",
+            "vllm",
+            "--grader-workers",
+            "1",
+            "--max-tokens",
+            "4",
+            "--output-dir",
+            str(tmp_path / "eval"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "eval" / "summary.json").read_text())["backend"] == "vllm"
 
@@ -172,12 +229,16 @@ def test_eval_and_best_of_n_scripts_with_vllm(tiny_model_dir, tmp_path):
     dataset = tmp_path / "tiny.jsonl"
     dataset.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
     common = ["--dataset", str(dataset), "--model", str(tiny_model_dir), "--backend", "vllm", "--grader-workers", "1"]
-    result = CliRunner().invoke(eval_zero_shot.app, common + ["--max-tokens", "8", "--output-dir", str(tmp_path / "eval")])
+    result = CliRunner().invoke(
+        eval_zero_shot.app, common + ["--max-tokens", "8", "--output-dir", str(tmp_path / "eval")]
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert summary["backend"] == "vllm" and summary["num_examples"] == 3 and summary["generated_tokens"] > 0
-    result = CliRunner().invoke(best_of_n.app, common + ["--n-max", "4", "--ns", "1", "--ns", "4", "--max-tokens", "6",
-                                                         "--output-dir", str(tmp_path / "bon")])
+    result = CliRunner().invoke(
+        best_of_n.app,
+        common + ["--n-max", "4", "--ns", "1", "--ns", "4", "--max-tokens", "6", "--output-dir", str(tmp_path / "bon")],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "bon" / "summary.json").read_text())
     assert summary["best_at"]["1"] == pytest.approx(summary["pass_at"]["1"])
@@ -201,11 +262,27 @@ def test_ray_generator_holding_vllm_receives_the_learners_weights(cluster, tiny_
     from tests.test_ray_strategies import TASK  # its reward ships by value to the actors
 
     ray = cluster
-    config = RayGRPOConfig(model=str(tiny_model_dir), backend="vllm", rollout_batch_size=4, group_size=2,
-                           train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2,
-                           learning_rate=1e-2, prompt="question_only", kl_reference=False, kl_prev=False)
-    learner, generator = spawn(Learner, 1, 0, config, TASK, "cpu", 1), spawn(Generator, 1, 0, config, TASK, TASK, "cpu", 1)
-    sync = WeightSync("object_store", learner, [generator], ray.get([learner.placement.remote(), generator.placement.remote()]), 120)
+    config = RayGRPOConfig(
+        model=str(tiny_model_dir),
+        backend="vllm",
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=2,
+        learning_rate=1e-2,
+        prompt="question_only",
+        kl_reference=False,
+        kl_prev=False,
+    )
+    learner, generator = (
+        spawn(Learner, 1, 0, config, TASK, "cpu", 1),
+        spawn(Generator, 1, 0, config, TASK, TASK, "cpu", 1),
+    )
+    sync = WeightSync(
+        "object_store", learner, [generator], ray.get([learner.placement.remote(), generator.placement.remote()]), 120
+    )
 
     def step(questions: list[int], index: int) -> dict:
         generated, _ = generator.generate.options(num_returns=2).remote(questions, index)
@@ -246,10 +323,26 @@ def test_lora_grpo_on_vllm_samples_the_merged_adapters(tiny_model_dir, tmp_path)
     from tests.test_grpo_loop import TASK
 
     config = GRPOConfig(
-        model=str(tiny_model_dir), backend="vllm", prompt="question_only", n_eval_examples=2, rollout_batch_size=4,
-        group_size=2, train_batch_size=4, gradient_accumulation_steps=2, sampling_max_tokens=6, learning_rate=1e-2,
-        loss_type="grpo_clip", eval_every=2, checkpoint_every=2, grader_workers=1, kl_reference=False, kl_prev=False,
-        lora_rank=4, lora_alpha=16.0, n_grpo_steps=2, output_dir=tmp_path / "run",
+        model=str(tiny_model_dir),
+        backend="vllm",
+        prompt="question_only",
+        n_eval_examples=2,
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        learning_rate=1e-2,
+        loss_type="grpo_clip",
+        eval_every=2,
+        checkpoint_every=2,
+        grader_workers=1,
+        kl_reference=False,
+        kl_prev=False,
+        lora_rank=4,
+        lora_alpha=16.0,
+        n_grpo_steps=2,
+        output_dir=tmp_path / "run",
     )
     steps = [row for row in train_grpo(config, TASK, TASK) if "loss" in row]
     assert [row["grpo_step"] for row in steps] == [1, 2] and all(row["grad_norm"] > 0 for row in steps)
@@ -264,14 +357,16 @@ def test_lora_grpo_on_vllm_samples_the_merged_adapters(tiny_model_dir, tmp_path)
 def test_a_vllm_engine_serving_lora_samples_the_adapted_policy(tiny_model_dir, tokenizer):
     """The adapters alone (what a LoRA learner's weight sync sends) become the engine's next adapter version, and
     its log-probs are the adapted policy's; a second version replaces the first."""
-    from alignment.models.lora import LoRASettings, sync_state_dict
     from alignment.models.loading import load_model_and_tokenizer
+    from alignment.models.lora import LoRASettings, sync_state_dict
     from alignment.rollout.vllm_engine import VLLMRolloutEngine
 
     lora = LoRASettings(lora_rank=8, lora_alpha=16.0)
     torch.manual_seed(0)
     policy, _ = load_model_and_tokenizer(str(tiny_model_dir), lora=lora)
-    engine = VLLMRolloutEngine(str(tiny_model_dir), DEVICE, torch.float32, seed=0, cpu_kv_cache_bytes=64 << 20, lora=lora)
+    engine = VLLMRolloutEngine(
+        str(tiny_model_dir), DEVICE, torch.float32, seed=0, cpu_kv_cache_bytes=64 << 20, lora=lora
+    )
     sampling = SamplingConfig(max_tokens=5, min_tokens=5, seed=0)
     for version in (1, 2):
         with torch.no_grad():
@@ -296,11 +391,43 @@ def test_expert_iteration_with_lora_on_vllm(tiny_model_dir, tmp_path):
     dataset = tmp_path / "tiny.jsonl"
     dataset.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
     out = tmp_path / "ei"
-    flags = ["--model", tiny_model_dir, "--dataset", dataset, "--validation-dataset", dataset, "--n-eval-examples", 2,
-             "--allow-validation-overlap",  # a few problems serve both: the test is about LoRA on vLLM
-             "--eval-max-tokens", 4, "--n-ei-steps", 2, "--questions-per-step", 2, "--rollouts-per-question", 2,
-             "--sampling-max-tokens", 5, "--batch-size", 2, "--gradient-accumulation-steps", 1, "--max-seq-length", 256,
-             "--backend", "vllm", "--grader-workers", 1, "--output-dir", out, "--lora-rank", 4, "--eval-every", 2]
+    flags = [
+        "--model",
+        tiny_model_dir,
+        "--dataset",
+        dataset,
+        "--validation-dataset",
+        dataset,
+        "--n-eval-examples",
+        2,
+        "--allow-validation-overlap",  # a few problems serve both: the test is about LoRA on vLLM
+        "--eval-max-tokens",
+        4,
+        "--n-ei-steps",
+        2,
+        "--questions-per-step",
+        2,
+        "--rollouts-per-question",
+        2,
+        "--sampling-max-tokens",
+        5,
+        "--batch-size",
+        2,
+        "--gradient-accumulation-steps",
+        1,
+        "--max-seq-length",
+        256,
+        "--backend",
+        "vllm",
+        "--grader-workers",
+        1,
+        "--output-dir",
+        out,
+        "--lora-rank",
+        4,
+        "--eval-every",
+        2,
+    ]
     result = CliRunner().invoke(expert_iteration.app, [str(f) for f in flags])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

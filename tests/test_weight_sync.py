@@ -17,11 +17,14 @@ def test_cpu_transports_are_accepted_on_cpus(transport):
     check_transport(transport, CPU)
 
 
-@pytest.mark.parametrize("placements,message", [
-    (CPU, "--weight-sync nccl needs every actor on a GPU, but Learner, Generator run on the CPU"),
-    ([Placement("Learner", "cuda", "node/0"), Placement("Generator", "cpu")], "but Generator run on the CPU"),
-    ([Placement("Learner", "cuda", "node/0"), Placement("Generator", "cuda", "node/0")], "needs one GPU per actor"),
-])
+@pytest.mark.parametrize(
+    "placements,message",
+    [
+        (CPU, "--weight-sync nccl needs every actor on a GPU, but Learner, Generator run on the CPU"),
+        ([Placement("Learner", "cuda", "node/0"), Placement("Generator", "cpu")], "but Generator run on the CPU"),
+        ([Placement("Learner", "cuda", "node/0"), Placement("Generator", "cuda", "node/0")], "needs one GPU per actor"),
+    ],
+)
 def test_nccl_is_refused_unless_each_actor_has_its_own_gpu(placements, message):
     with pytest.raises(ValueError, match=message):
         check_transport("nccl", placements)
@@ -40,9 +43,20 @@ def keep_threads():
 
 
 def test_learner_weights_reach_the_generator_bit_for_bit(tiny_model_dir, keep_threads):
-    config = RayGRPOConfig(model=str(tiny_model_dir), rollout_batch_size=4, group_size=2, train_batch_size=4,
-                           gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2, learning_rate=1e-2,
-                           prompt="question_only", backend="hf", kl_reference=False, kl_prev=False)
+    config = RayGRPOConfig(
+        model=str(tiny_model_dir),
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=2,
+        learning_rate=1e-2,
+        prompt="question_only",
+        backend="hf",
+        kl_reference=False,
+        kl_prev=False,
+    )
     learner, generator = Learner(config, TASK, "cpu", 1), Generator(config, TASK, TASK, "cpu", 1)
     assert learner.digest() == generator.digest()  # both loaded the same checkpoint
 
@@ -61,9 +75,21 @@ def test_learner_weights_reach_the_generator_bit_for_bit(tiny_model_dir, keep_th
 
 
 def test_a_lora_learner_sends_only_its_adapters_and_the_generator_matches_it(tiny_model_dir, keep_threads):
-    config = RayGRPOConfig(model=str(tiny_model_dir), rollout_batch_size=4, group_size=2, train_batch_size=4,
-                           gradient_accumulation_steps=2, sampling_max_tokens=6, sampling_min_tokens=2, learning_rate=1e-2,
-                           prompt="question_only", backend="hf", kl_reference=False, kl_prev=False, lora_rank=4)
+    config = RayGRPOConfig(
+        model=str(tiny_model_dir),
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=2,
+        learning_rate=1e-2,
+        prompt="question_only",
+        backend="hf",
+        kl_reference=False,
+        kl_prev=False,
+        lora_rank=4,
+    )
     learner, generator = Learner(config, TASK, "cpu", 1), Generator(config, TASK, TASK, "cpu", 1)
     generated, _ = generator.generate([0, 1], step=0)
     learner.learn([0, 1], generated.rollouts, [hash_reward(r.text, "") for r in generated.rollouts])

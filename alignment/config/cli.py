@@ -13,7 +13,15 @@ from typing import Any
 import typer
 import yaml
 
-from alignment.config.settings import SETTINGS_FILE, choices_of, default_of, flag, help_of, read_run_settings, typed_values
+from alignment.config.settings import (
+    SETTINGS_FILE,
+    choices_of,
+    default_of,
+    flag,
+    help_of,
+    read_run_settings,
+    typed_values,
+)
 
 WIDTH = 80  # help is laid out for an 80-column terminal
 HELP_COLUMN = 30  # where click starts the help text of an option
@@ -92,7 +100,9 @@ def read_config_file(path: Path, config_cls: type) -> dict[str, Any]:
         raise bad_flag("--config", str(err)) from None
 
 
-def resumed_settings(folder: Path, config_cls: type, changes: dict[str, Any], resumable: frozenset[str]) -> dict[str, Any]:
+def resumed_settings(
+    folder: Path, config_cls: type, changes: dict[str, Any], resumable: frozenset[str]
+) -> dict[str, Any]:
     """The settings a run in `folder` was started with, updated by `changes` where that is safe mid-run."""
     try:
         saved = read_run_settings(folder, config_cls)
@@ -107,20 +117,25 @@ def resumed_settings(folder: Path, config_cls: type, changes: dict[str, Any], re
     return saved | changed | {"output_dir": folder}
 
 
-def run_settings(ctx: typer.Context, config_cls: type, config: Path | None, resume: Path | None,
-                 flags: dict[str, Any]) -> dict[str, Any]:
+def run_settings(
+    ctx: typer.Context, config_cls: type, config: Path | None, resume: Path | None, flags: dict[str, Any]
+) -> dict[str, Any]:
     """Defaults, overridden by the --config file, overridden by flags given on the command line; with --resume,
     the run folder's own settings, of which only the resumable ones may be changed (by file or flag)."""
-    given = {name: value for name, value in flags.items()  # typer may vendor click: compare the enum by name
-             if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"}
+    given = {
+        name: value
+        for name, value in flags.items()  # typer may vendor click: compare the enum by name
+        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+    }
     changes = (read_config_file(config, config_cls) if config else {}) | given
     if resume is not None:
         return resumed_settings(resume, config_cls, changes, config_cls.RESUMABLE)
     return flags | changes
 
 
-def run_command(config_cls: type, run: Callable[..., Any], summary: str,
-                options: Sequence[inspect.Parameter] = ()) -> typer.Typer:
+def run_command(
+    config_cls: type, run: Callable[..., Any], summary: str, options: Sequence[inspect.Parameter] = ()
+) -> typer.Typer:
     """A training script: --config FILE, --resume DIR and one flag per field; calls run(config, resuming).
 
     `options` are flags that are not settings of the run (such as --plan-memory): run gets them as keywords.
@@ -132,9 +147,21 @@ def run_command(config_cls: type, run: Callable[..., Any], summary: str,
 
     parameters = [
         inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
-        inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
-                          default=typer.Option(None, help="TOML, YAML or JSON file of settings; flags override it.")),
-        inspect.Parameter("resume", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None,
-                          default=typer.Option(None, help=f"Continue the run in this folder with its own settings ({SETTINGS_FILE}); only settings safe to change mid-run may be given with it.")),
+        inspect.Parameter(
+            "config",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Path | None,
+            default=typer.Option(None, help="TOML, YAML or JSON file of settings; flags override it."),
+        ),
+        inspect.Parameter(
+            "resume",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Path | None,
+            default=typer.Option(
+                None,
+                help=f"Continue the run in this folder with its own settings ({SETTINGS_FILE}); only settings safe to "
+                "change mid-run may be given with it.",
+            ),
+        ),
     ]
     return typer_app(main, parameters + list(options) + option_parameters(config_cls), summary)

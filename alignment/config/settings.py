@@ -63,10 +63,15 @@ def flag(name: str) -> str:
 
 
 def check_choices(config: Any) -> None:
-    """Each `Literal` setting holds one of its values (None where the type allows it); else a ValueError naming the flag."""
+    """Each `Literal` setting holds one of its values (None where the type allows it); else a ValueError naming the
+    flag."""
     for f in fields(config):
         choices, value = choices_of(f.type), getattr(config, f.name)
-        if choices is not None and value not in choices and not (value is None and type(None) in typing.get_args(f.type)):
+        if (
+            choices is not None
+            and value not in choices
+            and not (value is None and type(None) in typing.get_args(f.type))
+        ):
             raise ValueError(f"{flag(f.name)} {value!r} is not one of {', '.join(map(str, choices))}")
 
 
@@ -107,7 +112,9 @@ def typed_values(config_cls: type, values: dict[str, Any], source: Path) -> dict
     unknown = sorted(set(values) - set(hints))
     if unknown:
         raise ValueError(f"{source}: unknown settings {', '.join(unknown)}")
-    return {k: Path(v) if v is not None and Path in (hints[k], *typing.get_args(hints[k])) else v for k, v in values.items()}
+    return {
+        k: Path(v) if v is not None and Path in (hints[k], *typing.get_args(hints[k])) else v for k, v in values.items()
+    }
 
 
 def write_run_settings(config: Any) -> None:

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from alignment.utils.atomic import atomic_write_jsonl
 from alignment.data.keywords import TEMPLATES, keyword_inclusion_reward_fn
+from alignment.data.task import Task
 from alignment.prompts import format_prompt
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
-from alignment.data.task import Task
+from alignment.utils.atomic import atomic_write_jsonl
 
 TRAIN_FILE, VALIDATION_FILE = "train.jsonl", "validation.jsonl"
 VALIDATION_FRACTION = 0.2
@@ -60,7 +60,10 @@ def build_keyword_dataset(
     rollouts = engine.generate([format_prompt(template, q) for q, _ in pairs], samples_per_prompt, sampling)
     answers: dict[int, str] = {}
     for r in rollouts:
-        if r.prompt_index not in answers and keyword_inclusion_reward_fn(r.text, pairs[r.prompt_index][1])["reward"] == 1:
+        if (
+            r.prompt_index not in answers
+            and keyword_inclusion_reward_fn(r.text, pairs[r.prompt_index][1])["reward"] == 1
+        ):
             answers[r.prompt_index] = r.text.strip()
     records = [{"prompt": q, "answer": answers[i], "keywords": k} for i, (q, k) in enumerate(pairs) if i in answers]
     random.Random(seed).shuffle(records)
@@ -103,8 +106,14 @@ def read_keyword_records(path: Path) -> list[dict[str, Any]]:
             if not isinstance(record.get(field), str) or not record[field].strip():
                 raise ValueError(f"{where}: field {field!r} must be a non-empty string")
         keywords = record.get("keywords")
-        if not isinstance(keywords, list) or not keywords or not all(isinstance(k, str) and k.isalpha() for k in keywords):
-            raise ValueError(f"{where}: field 'keywords' must be a non-empty list of words (letters only), got {keywords!r}")
+        if (
+            not isinstance(keywords, list)
+            or not keywords
+            or not all(isinstance(k, str) and k.isalpha() for k in keywords)
+        ):
+            raise ValueError(
+                f"{where}: field 'keywords' must be a non-empty list of words (letters only), got {keywords!r}"
+            )
         if keyword_inclusion_reward_fn(record["answer"], keywords)["reward"] != 1:
             raise ValueError(f"{where}: field 'answer' does not contain every keyword of {keywords}")
         records.append(record)

@@ -42,7 +42,9 @@ def load_keywords(path: Path = DEFAULT_KEYWORDS) -> list[str]:
     return words
 
 
-def keyword_prompts(words: Sequence[str], count: int, keywords_per_prompt: int, seed: int) -> list[tuple[str, list[str]]]:
+def keyword_prompts(
+    words: Sequence[str], count: int, keywords_per_prompt: int, seed: int
+) -> list[tuple[str, list[str]]]:
     """`count` (instruction, keywords) pairs drawn without repeats of a keyword within a prompt."""
     rng = random.Random(seed)
     pairs = []

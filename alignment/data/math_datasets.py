@@ -89,7 +89,9 @@ def math_answer(record: dict[str, Any], where: str) -> str:
         raise ValueError(f"{where}: missing field 'answer' (and no 'solution' to take a \\boxed{{}} answer from)")
     boxed = last_boxed(_field(record, "solution", where))
     if boxed is None or not boxed.strip():
-        raise ValueError(f"{where}: missing field 'answer', and field 'solution' has no \\boxed{{}} or \\fbox{{}} answer")
+        raise ValueError(
+            f"{where}: missing field 'answer', and field 'solution' has no \\boxed{{}} or \\fbox{{}} answer"
+        )
     return boxed.strip()
 
 
@@ -181,7 +183,9 @@ def load_hub(source: str, config: str | None, split: str) -> Rows:
     files = jsonl_splits(Path(location))
     if files:
         if split not in files:
-            raise ValueError(f"{location} has no split {split!r} (its files: {', '.join(p.name for p in files.values())})")
+            raise ValueError(
+                f"{location} has no split {split!r} (its files: {', '.join(p.name for p in files.values())})"
+            )
         return read_jsonl(files[split])
     import datasets
 

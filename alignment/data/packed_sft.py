@@ -16,8 +16,8 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerBase
 
 from alignment.data.math_datasets import read_jsonl
-from alignment.prompts import PROMPTS_DIR
 from alignment.data.sft_examples import to_sft_example
+from alignment.prompts import PROMPTS_DIR
 
 ALPACA_TEMPLATE = (PROMPTS_DIR / "alpaca_sft.prompt").read_text()
 
@@ -27,7 +27,8 @@ def alpaca_text(instruction: str, response: str) -> str:
 
 
 class PackedSFTDataset(Dataset):
-    """Fixed-length language-modeling blocks over one token stream: items {"input_ids", "labels"}, each (seq_length,)."""
+    """Fixed-length language-modeling blocks over one token stream: items {"input_ids", "labels"}, each
+    (seq_length,)."""
 
     def __init__(self, tokens: Sequence[int], seq_length: int) -> None:
         if seq_length < 1:
@@ -42,8 +43,10 @@ class PackedSFTDataset(Dataset):
         if not 0 <= i < len(self):
             raise IndexError(f"block {i} of {len(self)}")
         start = i * self.seq_length
-        return {"input_ids": self.tokens[start : start + self.seq_length],
-                "labels": self.tokens[start + 1 : start + self.seq_length + 1]}
+        return {
+            "input_ids": self.tokens[start : start + self.seq_length],
+            "labels": self.tokens[start + 1 : start + self.seq_length + 1],
+        }
 
 
 def document_tokens(tokenizer: PreTrainedTokenizerBase, instruction: str, response: str) -> list[int]:
@@ -65,5 +68,6 @@ def get_packed_sft_dataset(
 
 
 def iterate_batches(dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
-    """Iterating it once is one epoch of batches {"input_ids", "labels"}: (batch, seq_length) each; the last may be smaller."""
+    """Iterating it once is one epoch of batches {"input_ids", "labels"}: (batch, seq_length) each; the last may be
+    smaller."""
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle)

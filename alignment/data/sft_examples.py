@@ -5,7 +5,8 @@ Two sources, one shape (`SFTExample`):
   `ground_truth` (needed only to filter by correctness), from a .jsonl path, a local dataset folder or a hub id;
 - `gsm8k`: GSM8K question/answer records turned into r1_zero traces: the worked solution, with its `<<48/2=24>>`
   calculator annotations stripped, is the thinking and the `#### N` number the answer.
-A malformed line or a missing field raises ValueError naming file, line (hub row) and field, as alignment.data.math_datasets does.
+A malformed line or a missing field raises ValueError naming file, line (hub row) and field, as
+alignment.data.math_datasets does.
 """
 
 import re

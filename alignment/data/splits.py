@@ -13,7 +13,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from alignment.data.math_datasets import HUB_DATASETS, DatasetKind, MathExample, dataset_splits, evaluation_split, load_math_examples, spread_subset
+from alignment.data.math_datasets import (
+    HUB_DATASETS,
+    DatasetKind,
+    MathExample,
+    dataset_splits,
+    evaluation_split,
+    load_math_examples,
+    spread_subset,
+)
 
 MAX_OVERLAP = 0.01
 HOLDOUT_SHARE = 10  # a single-split source holds out a tenth of itself for validation
@@ -37,7 +45,10 @@ def overlap(train_questions: Iterable[str], validation_questions: Sequence[str])
 
 
 def check_overlap(
-    train_questions: Iterable[str], validation_questions: Sequence[str], train_name: str, validation_name: str,
+    train_questions: Iterable[str],
+    validation_questions: Sequence[str],
+    train_name: str,
+    validation_name: str,
     allow: bool,
 ) -> str:
     """A note with the overlap count; ValueError naming both sources when over 1% of validation and not `allow`."""
@@ -80,7 +91,11 @@ def holdout(examples: list[MathExample], size: int) -> tuple[list[MathExample], 
 
 
 def run_data(
-    dataset: str, split: str, validation_dataset: str | None, n_validation: int, allow_overlap: bool = False,
+    dataset: str,
+    split: str,
+    validation_dataset: str | None,
+    n_validation: int,
+    allow_overlap: bool = False,
     kind: DatasetKind | None = None,
 ) -> RunData:
     """Training examples from `dataset` and `n_validation` validation examples that are not trained on.
@@ -109,9 +124,16 @@ def run_data(
         size = max(1, len(train) // HOLDOUT_SHARE)
         train, held = holdout(train, size)
         validation, validation_name = spread_subset(held, n_validation), f"held-out slice of {where}"
-        notes.append(f"{where} has no separate validation split: {size} of its {size + len(train)} questions held "
-                     f"out (a tenth, fixed seed), {len(train)} trained on")
-    notes.insert(0, f"training on {len(train)} questions of {where}; validating on {len(validation)} of {validation_name}")
-    notes.append(check_overlap((e.question for e in train), [e.question for e in validation], where, validation_name,
-                               allow_overlap))
+        notes.append(
+            f"{where} has no separate validation split: {size} of its {size + len(train)} questions held "
+            f"out (a tenth, fixed seed), {len(train)} trained on"
+        )
+    notes.insert(
+        0, f"training on {len(train)} questions of {where}; validating on {len(validation)} of {validation_name}"
+    )
+    notes.append(
+        check_overlap(
+            (e.question for e in train), [e.question for e in validation], where, validation_name, allow_overlap
+        )
+    )
     return RunData(train, validation, notes)

@@ -22,7 +22,12 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import StorageMeta
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
 from transformers import PreTrainedTokenizerBase
 
 from alignment.distributed.sharding import ShardGroup, shard_group
@@ -57,8 +62,13 @@ class _SafeReader(FileSystemReader):
         return metadata
 
 
-def save_shards(staging: Path, policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
-                optimizer: torch.optim.Optimizer, group: ShardGroup) -> dict[str, Any]:
+def save_shards(
+    staging: Path,
+    policy: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    optimizer: torch.optim.Optimizer,
+    group: ShardGroup,
+) -> dict[str, Any]:
     """Write the shards (every rank), the whole policy and the RNG (rank 0); returns the optimizer's JSON part."""
     whole = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if group.main:  # the gathered state dict lives on rank 0 only
@@ -70,7 +80,11 @@ def save_shards(staging: Path, policy: torch.nn.Module, tokenizer: PreTrainedTok
         save_file({_RNG: torch.get_rng_state()}, staging / RNG_FILE)
     del whole
     weights, optimizer_state = get_state_dict(policy, optimizer)
-    dcp.save({"model": weights, "optimizer": optimizer_state["state"]}, checkpoint_id=staging / SHARDS, process_group=group.group)
+    dcp.save(
+        {"model": weights, "optimizer": optimizer_state["state"]},
+        checkpoint_id=staging / SHARDS,
+        process_group=group.group,
+    )
     return {"param_groups": optimizer_state["param_groups"]}
 
 
@@ -80,6 +94,10 @@ def load_shards(target: Path, policy: torch.nn.Module, optimizer: torch.optim.Op
     state = {"model": weights, "optimizer": optimizer_state["state"]}
     group = shard_group(policy)  # its own group: under Ray the process group may hold more processes than the learners
     dcp.load(state, storage_reader=_SafeReader(target / SHARDS), process_group=None if group is None else group.group)
-    set_state_dict(policy, optimizer, model_state_dict=state["model"],
-                   optim_state_dict={"state": state["optimizer"], "param_groups": saved["param_groups"]})
+    set_state_dict(
+        policy,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict={"state": state["optimizer"], "param_groups": saved["param_groups"]},
+    )
     torch.set_rng_state(load_file(target / RNG_FILE)[_RNG])

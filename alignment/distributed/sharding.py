@@ -56,8 +56,12 @@ class ShardGroup:
     def merged(self, *parts: Any) -> tuple[Any, ...]:
         """Each of `parts` (a list, or a dict of lists) joined over every rank in rank order, on every rank."""
         everyone = self.gather(parts)
-        return tuple({key: sum((theirs[i][key] for theirs in everyone), []) for key in part} if isinstance(part, dict)
-                     else sum((theirs[i] for theirs in everyone), []) for i, part in enumerate(parts))
+        return tuple(
+            {key: sum((theirs[i][key] for theirs in everyone), []) for key in part}
+            if isinstance(part, dict)
+            else sum((theirs[i] for theirs in everyone), [])
+            for i, part in enumerate(parts)
+        )
 
     def split_work(self, count: int, compute: Callable[[slice], list[T]]) -> list[T]:
         """`compute` of this rank's contiguous share of `count` items (`my_slice`; not called on an empty share),
@@ -123,7 +127,8 @@ def sharded_copy(model: nn.Module) -> nn.Module:
         for name, mine in [*copy.named_parameters(), *copy.named_buffers()]:
             source = theirs[name]
             (mine.to_local() if isinstance(mine, DTensor) else mine).copy_(
-                source.to_local() if isinstance(source, DTensor) else source)
+                source.to_local() if isinstance(source, DTensor) else source
+            )
     return copy
 
 

@@ -28,7 +28,9 @@ def read_rows(path: Path) -> list[dict]:
         return read_metrics_jsonl(path)
     runs = read_wandb_export(path)
     if len(runs) > 1:
-        raise ValueError(f"{path} holds {len(runs)} runs ({', '.join(runs)}); read it with alignment.experiments.run_table.load_runs")
+        raise ValueError(
+            f"{path} holds {len(runs)} runs ({', '.join(runs)}); read it with alignment.experiments.run_table.load_runs"
+        )
     return next(iter(runs.values()), [])
 
 
@@ -37,8 +39,15 @@ def series(rows: list[dict], key: str, x: str = "grpo_step") -> tuple[list[float
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def line_figure(runs: dict[str, list[dict]], keys: list[str], ylabel: str, path: Path, x: str = "grpo_step",
-                styles: dict[str, dict[str, Any]] | None = None, xlabel: str = "GRPO step") -> bool:
+def line_figure(
+    runs: dict[str, list[dict]],
+    keys: list[str],
+    ylabel: str,
+    path: Path,
+    x: str = "grpo_step",
+    styles: dict[str, dict[str, Any]] | None = None,
+    xlabel: str = "GRPO step",
+) -> bool:
     """One line per run and key; `styles` gives a run's line keyword arguments (colour per arm, dashes per
     seed), used where a figure has one key per run."""
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -87,16 +96,22 @@ def phase_figure(label: str, rows: list[dict], path: Path) -> bool:
     return True
 
 
-def plot_runs(paths: list[Path], labels: list[str], output_dir: Path,
-              styles: dict[str, dict[str, Any]] | None = None, phases: bool = True) -> list[Path]:
+def plot_runs(
+    paths: list[Path],
+    labels: list[str],
+    output_dir: Path,
+    styles: dict[str, dict[str, Any]] | None = None,
+    phases: bool = True,
+) -> list[Path]:
     if labels and len(labels) != len(paths):
         raise ValueError(f"got {len(labels)} labels for {len(paths)} runs (--label)")
     labels = labels or [p.parent.name or p.stem for p in paths]
     return plot_rows({label: read_rows(path) for label, path in zip(labels, paths)}, output_dir, styles, phases)
 
 
-def plot_rows(runs: dict[str, list[dict]], output_dir: Path, styles: dict[str, dict[str, Any]] | None = None,
-              phases: bool = True) -> list[Path]:
+def plot_rows(
+    runs: dict[str, list[dict]], output_dir: Path, styles: dict[str, dict[str, Any]] | None = None, phases: bool = True
+) -> list[Path]:
     """Every figure some run has data for, one line per run; `phases` adds one time-per-phase figure per run."""
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -117,7 +132,10 @@ def plot_rows(runs: dict[str, list[dict]], output_dir: Path, styles: dict[str, d
 SFT_FIGURES = {  # an SFT or EI run's figures: file name -> (y label, metric keys)
     "eval_rewards": ("held-out reward", ["eval_format_reward", "eval_answer_reward"]),
     "eval_token_entropy": ("held-out response entropy (nats/token)", ["eval_token_entropy"]),
-    "eval_response_length": ("held-out response tokens", ["eval_response_length", "eval_response_length_correct", "eval_response_length_incorrect"]),
+    "eval_response_length": (
+        "held-out response tokens",
+        ["eval_response_length", "eval_response_length_correct", "eval_response_length_incorrect"],
+    ),
     "train_loss": ("SFT loss (NLL per response token)", ["loss"]),
     "train_token_entropy": ("training response entropy (nats/token)", ["token_entropy"]),
     "kept_fraction": ("correct rollouts kept", ["kept_fraction"]),
@@ -130,5 +148,8 @@ def plot_sft_run(output_dir: Path) -> list[Path]:
     rows = read_rows(output_dir / "metrics.jsonl")
     (output_dir / "plots").mkdir(exist_ok=True)
     paths = [output_dir / "plots" / f"{name}.png" for name in SFT_FIGURES]
-    return [path for path, (ylabel, keys) in zip(paths, SFT_FIGURES.values())
-            if line_figure({output_dir.name: rows}, keys, ylabel, path, xlabel="step")]
+    return [
+        path
+        for path, (ylabel, keys) in zip(paths, SFT_FIGURES.values())
+        if line_figure({output_dir.name: rows}, keys, ylabel, path, xlabel="step")
+    ]

@@ -28,7 +28,9 @@ def _step_column(header: list[str], path: Path) -> str:
     for name in STEP_COLUMNS:
         if name in header:
             return name
-    raise ValueError(f"{path}: no step column (expected one of {', '.join(STEP_COLUMNS)}); columns: {', '.join(header)}")
+    raise ValueError(
+        f"{path}: no step column (expected one of {', '.join(STEP_COLUMNS)}); columns: {', '.join(header)}"
+    )
 
 
 def read_wandb_export(path: Path) -> dict[str, list[dict]]:
@@ -42,8 +44,11 @@ def read_wandb_export(path: Path) -> dict[str, list[dict]]:
         records = list(reader)
     step = _step_column(header, path)
     panel = [c for c in header if PANEL_SEPARATOR in c and not c.endswith(("__MIN", "__MAX"))]
-    columns = {c: tuple(c.split(PANEL_SEPARATOR, 1)) for c in panel} if panel else \
-        {c: (path.stem, c) for c in header if c != step and not c.startswith(DROPPED)}
+    columns = (
+        {c: tuple(c.split(PANEL_SEPARATOR, 1)) for c in panel}
+        if panel
+        else {c: (path.stem, c) for c in header if c != step and not c.startswith(DROPPED)}
+    )
     runs: dict[str, dict[float, dict]] = {}
     for record in records:
         at = _number(record[step])
@@ -99,8 +104,12 @@ def final_rewards(rows: list[dict]) -> dict[str, float] | None:
     if not evals:
         return None
     last = evals[-1]
-    return {"step": last["grpo_step"], "final": last["eval_reward"], "best": max(r["eval_reward"] for r in evals),
-            "time_s": last.get("time_elapsed_s", float("nan"))}
+    return {
+        "step": last["grpo_step"],
+        "final": last["eval_reward"],
+        "best": max(r["eval_reward"] for r in evals),
+        "time_s": last.get("time_elapsed_s", float("nan")),
+    }
 
 
 def final_rewards_table(runs: dict[str, list[dict]]) -> str:
@@ -108,6 +117,10 @@ def final_rewards_table(runs: dict[str, list[dict]]) -> str:
     lines = ["| run | step | final validation reward | best | wall time (s) |", "|---|---|---|---|---|"]
     for run, rows in runs.items():
         result = final_rewards(rows)
-        lines.append(f"| {run} | - | no validation | - | - |" if result is None else
-                     f"| {run} | {result['step']:g} | {result['final']:.3f} | {result['best']:.3f} | {result['time_s']:.0f} |")
+        lines.append(
+            f"| {run} | - | no validation | - | - |"
+            if result is None
+            else f"| {run} | {result['step']:g} | {result['final']:.3f} | {result['best']:.3f} | "
+            f"{result['time_s']:.0f} |"
+        )
     return "\n".join(lines) + "\n"

@@ -20,14 +20,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from alignment.utils.atomic import atomic_write_text
-from alignment.run.checkpoint import complete_step
+from alignment.config.settings import upgraded
+from alignment.experiments.run_table import final_rewards, read_metrics_jsonl
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.rollout.backends import vllm_build
-from alignment.experiments.run_table import final_rewards, read_metrics_jsonl
-from alignment.config.settings import upgraded
+from alignment.run.checkpoint import complete_step
 from alignment.supervised.config import EIConfig, SFTConfig
 from alignment.supervised.config import validate as validate_sft
+from alignment.utils.atomic import atomic_write_text
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts"
 # The setting that holds a script's total step count, to tell a finished run from an interrupted one; a script
@@ -35,7 +35,9 @@ SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts"
 STEPS_SETTING = {"train_grpo": "n_grpo_steps", "expert_iteration": "n_ei_steps"}
 # Each script's settings and checks, applied to every arm before any arm starts.
 CONFIGS: dict[str, tuple[type, Callable[[Any], None]]] = {
-    "train_grpo": (GRPOConfig, validate), "train_sft": (SFTConfig, validate_sft), "expert_iteration": (EIConfig, validate_sft),
+    "train_grpo": (GRPOConfig, validate),
+    "train_sft": (SFTConfig, validate_sft),
+    "expert_iteration": (EIConfig, validate_sft),
 }
 PRESET_KEYS = {"description", "script", "base", "seeds", "steps_setting", "shared", "arms"}
 
@@ -111,7 +113,9 @@ def load_preset(path: Path) -> Preset:
     return Preset(path.stem, script, steps_setting, runs)
 
 
-def _check_settings(path: Path, arm: str, settings: dict[str, Any], config_cls: type, check: Callable[[Any], None]) -> None:
+def _check_settings(
+    path: Path, arm: str, settings: dict[str, Any], config_cls: type, check: Callable[[Any], None]
+) -> None:
     """The script's own checks, before any arm starts: a bad arm must not surface hours into a sweep."""
     try:
         settings = upgraded(config_cls, settings)  # an earlier version's names, read as the script reads them
@@ -208,21 +212,29 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 def results_table(preset: Preset, root: Path) -> str:
     """Markdown: one row per run; with several seeds, one more row per arm with their mean and range."""
-    lines = ["| run | arm | seed | step | final validation reward | best | wall time (s) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| run | arm | seed | step | final validation reward | best | wall time (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     by_arm: dict[str, list[float]] = {}
     for run in preset.runs:
         result = final_rewards(read_metrics(root / run.label))
         if result is None:
-            lines.append(f"| {run.label} | {run.arm} | {run.seed if run.seed is not None else ''} | - | not run | - | - |")
+            lines.append(
+                f"| {run.label} | {run.arm} | {run.seed if run.seed is not None else ''} | - | not run | - | - |"
+            )
             continue
         by_arm.setdefault(run.arm, []).append(result["final"])
-        lines.append(f"| {run.label} | {run.arm} | {run.seed if run.seed is not None else ''} | {result['step']} | "
-                     f"{result['final']:.3f} | {result['best']:.3f} | {result['time_s']:.0f} |")
+        lines.append(
+            f"| {run.label} | {run.arm} | {run.seed if run.seed is not None else ''} | {result['step']} | "
+            f"{result['final']:.3f} | {result['best']:.3f} | {result['time_s']:.0f} |"
+        )
     if any(len(v) > 1 for v in by_arm.values()):
         lines += ["", "| arm | seeds | mean final validation reward | min | max |", "|---|---|---|---|---|"]
         for arm, finals in by_arm.items():
-            lines.append(f"| {arm} | {len(finals)} | {sum(finals) / len(finals):.3f} | {min(finals):.3f} | {max(finals):.3f} |")
+            lines.append(
+                f"| {arm} | {len(finals)} | {sum(finals) / len(finals):.3f} | {min(finals):.3f} | {max(finals):.3f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -231,5 +243,7 @@ def run_styles(runs: list[ArmRun]) -> dict[str, dict[str, Any]]:
     arms = list(dict.fromkeys(run.arm for run in runs))
     seeds = list(dict.fromkeys(run.seed for run in runs))
     dashes = ["-", "--", ":", "-."]
-    return {run.label: {"color": f"C{arms.index(run.arm) % 10}", "linestyle": dashes[seeds.index(run.seed) % len(dashes)]}
-            for run in runs}
+    return {
+        run.label: {"color": f"C{arms.index(run.arm) % 10}", "linestyle": dashes[seeds.index(run.seed) % len(dashes)]}
+        for run in runs
+    }

@@ -18,8 +18,28 @@ _MAX_NUMBER_CHARS = 400  # longer numerals are never an intended answer; Fractio
 _MAX_UNIT_CHARS = 80  # _UNIT_TAIL may backtrack polynomially, so it only sees short answers
 
 _DROPPED = (
-    "\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "~", "\\displaystyle",
-    "^{\\circ}", "^\\circ", "\\circ", "°", "\\degree", "\\%", "%", "\\$", "$", "\\(", "\\)", "\\[", "\\]",
+    "\\left",
+    "\\right",
+    "\\!",
+    "\\,",
+    "\\;",
+    "\\:",
+    "\\ ",
+    "~",
+    "\\displaystyle",
+    "^{\\circ}",
+    "^\\circ",
+    "\\circ",
+    "°",
+    "\\degree",
+    "\\%",
+    "%",
+    "\\$",
+    "$",
+    "\\(",
+    "\\)",
+    "\\[",
+    "\\]",
 )
 
 

@@ -15,8 +15,24 @@ _TOKEN = re.compile(r"\d+(?:\.\d*)?|\\[a-zA-Z]+|\S")
 _OPEN_CLOSE = {"{": "}", "(": ")", "[": "]"}
 _BINOMIALS = {"\\binom", "\\dbinom", "\\tbinom"}
 _OPERATORS = {  # commands that join atoms rather than being one
-    "\\cdot", "\\times", "\\div", "\\pm", "\\mp", "\\le", "\\leq", "\\ge", "\\geq", "\\ne", "\\neq", "\\approx",
-    "\\to", "\\in", "\\cup", "\\cap", "\\quad", "\\qquad",
+    "\\cdot",
+    "\\times",
+    "\\div",
+    "\\pm",
+    "\\mp",
+    "\\le",
+    "\\leq",
+    "\\ge",
+    "\\geq",
+    "\\ne",
+    "\\neq",
+    "\\approx",
+    "\\to",
+    "\\in",
+    "\\cup",
+    "\\cap",
+    "\\quad",
+    "\\qquad",
 }
 _SIZING = {"\\left", "\\right", "\\big", "\\Big", "\\bigg", "\\Bigg"}  # presentation only
 

@@ -24,7 +24,11 @@ def parse_mmlu_response(mmlu_example: dict[str, Any], model_output: str) -> str 
     if lone:
         return lone.group(1)
     text = model_output.strip().rstrip(".").lower()
-    matches = [letter for letter, option in zip(MMLU_LETTERS, mmlu_example.get("options", [])) if option.strip().lower() == text]
+    matches = [
+        letter
+        for letter, option in zip(MMLU_LETTERS, mmlu_example.get("options", []))
+        if option.strip().lower() == text
+    ]
     return matches[0] if len(matches) == 1 else None
 
 

@@ -16,8 +16,13 @@ from alignment.grading.worker_process import WorkerProcess, serve
 _WORKER_MEMORY_BYTES = 4 * 1024**3
 # One of each common kind of answer: polynomials, fractions, radicals, tuples, intervals, sets, pi.
 _WARM_UP = [
-    ("x^2+2x+1", "(x+1)^2"), ("\\frac{1}{2}", "0.5"), ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"), ("(1,2)", "(1, 2)"),
-    ("[0,1)", "[0, 1)"), ("\\{1,2\\}", "\\{2,1\\}"), ("2\\pi", "2 \\pi"),
+    ("x^2+2x+1", "(x+1)^2"),
+    ("\\frac{1}{2}", "0.5"),
+    ("\\frac{\\sqrt{2}}{2}", "\\sqrt{2}/2"),
+    ("(1,2)", "(1, 2)"),
+    ("[0,1)", "[0, 1)"),
+    ("\\{1,2\\}", "\\{2,1\\}"),
+    ("2\\pi", "2 \\pi"),
 ]
 
 

@@ -102,8 +102,12 @@ class WorkerProcess:
     def _spawn(self) -> None:
         self._ready = False
         self._proc = subprocess.Popen(
-            self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            self._command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
 
     def _read_line(self, timeout_s: float) -> str | None:

@@ -1,14 +1,14 @@
 """GRPO beyond the handouts' primitives: the parts the loop in alignment/grpo_run.py composes.
 
-    config.py         GRPOConfig: every setting of a run (help and choices beside each field) and its checks
-    objective.py      Objective: reward shaping, advantage estimator, loss, clip range, rollout correction and
-                      aggregation, resolved once from the settings; the learner calls nothing else of them
-    sampler.py        GRPOSampler: draws questions, generates group_size rollouts each, grades them (DAPO's
-                      dynamic sampling); the sampling settings of a step
-    learner.py        GRPOLearner: graded rollouts -> training batch -> old / reference log-probs -> optimizer
-                      steps; used by the single-process loop, the Ray learner and the colocated worker alike
-    batch.py          RolloutBatch: rollouts as right-padded training tensors
-    scoring.py        the batch's log-probs without gradient, and a microbatch's with gradient only where the
-                      backward matters (--skip-zero-advantage)
-    shared_prompt.py  response log-probs with each distinct prompt run through the model once
+config.py         GRPOConfig: every setting of a run (help and choices beside each field) and its checks
+objective.py      Objective: reward shaping, advantage estimator, loss, clip range, rollout correction and
+                  aggregation, resolved once from the settings; the learner calls nothing else of them
+sampler.py        GRPOSampler: draws questions, generates group_size rollouts each, grades them (DAPO's
+                  dynamic sampling); the sampling settings of a step
+learner.py        GRPOLearner: graded rollouts -> training batch -> old / reference log-probs -> optimizer
+                  steps; used by the single-process loop, the Ray learner and the colocated worker alike
+batch.py          RolloutBatch: rollouts as right-padded training tensors
+scoring.py        the batch's log-probs without gradient, and a microbatch's with gradient only where the
+                  backward matters (--skip-zero-advantage)
+shared_prompt.py  response log-probs with each distinct prompt run through the model once
 """

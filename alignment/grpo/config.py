@@ -5,12 +5,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from alignment.advantages import AdvantageEstimator
+from alignment.config.settings import check_choices, override, setting
 from alignment.grpo_step import LossAggregation
-from alignment.models.lora import check_lora
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
+from alignment.models.lora import check_lora
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
-from alignment.config.settings import check_choices, override, setting
 from alignment.run.training_settings import TrainingSettings
 
 Task = Literal["math", "keywords"]
@@ -22,53 +22,147 @@ ReuseRolloutForward = Literal["auto", "on", "off"]
 class GRPOConfig(TrainingSettings):
     task: Task = setting("math", "math: graded answers to --dataset; keywords: write text that uses given words.")
     keywords_file: Path | None = setting(None, "keywords task: one word per line (default: data/keywords.txt).")
-    keywords_dataset: Path | None = setting(None, "keywords task: a folder built by scripts/build_keyword_dataset.py (train.jsonl, validation.jsonl) instead of prompts generated from --keywords-file.")
+    keywords_dataset: Path | None = setting(
+        None,
+        "keywords task: a folder built by scripts/build_keyword_dataset.py (train.jsonl, validation.jsonl) instead of "
+        "prompts generated from --keywords-file.",
+    )
     keywords_per_prompt: int = setting(2, "keywords task: words each prompt asks for.")
     n_train_prompts: int = setting(1024, "keywords task: training prompts generated.")
-    dataset: str = setting("math", "Training questions: `math` (MATH's 7,500 training problems), `math500`, `competition_math`, `hendrycks_math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id (alignment/data/math_datasets.py; $ALIGNMENT_DATA_MIRROR holds local copies of hub repos).")
+    dataset: str = setting(
+        "math",
+        "Training questions: `math` (MATH's 7,500 training problems), `math500`, `competition_math`, "
+        "`hendrycks_math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id "
+        "(alignment/data/math_datasets.py; $ALIGNMENT_DATA_MIRROR holds local copies of hub repos).",
+    )
     dataset_split: str = setting("train", "Split of --dataset to train on (a source with one split trains on it).")
-    validation_dataset: str | None = setting(None, "Validation questions (default: --dataset's test or validation split, e.g. MATH's 5,000 test problems for `math`; for a source with one split, a held-out slice of it).")
+    validation_dataset: str | None = setting(
+        None,
+        "Validation questions (default: --dataset's test or validation split, e.g. MATH's 5,000 test problems for "
+        "`math`; for a source with one split, a held-out slice of it).",
+    )
     n_grpo_steps: int = setting(200, "GRPO steps (rollout batches) to run.")
     advantage_eps: float = setting(1e-6, "Added to the group std before dividing.")
     rollout_batch_size: int = setting(256, "Rollouts per step (questions x group size).")
     group_size: int = setting(8, "Samples per question.")
     sampling_temperature: float = setting(1.0, "Rollout temperature.")
     sampling_top_p: float = setting(1.0, "Rollout nucleus mass.")
-    sampling_min_tokens: int = setting(4, "Rollouts are at least this long (as in Expert Iteration: no empty responses).")
+    sampling_min_tokens: int = setting(
+        4, "Rollouts are at least this long (as in Expert Iteration: no empty responses)."
+    )
     sampling_max_tokens: int = setting(1024, "Rollouts are at most this long.")
     epochs_per_rollout_batch: int = setting(1, "Passes over each rollout batch (> 1 is off-policy).")
     train_batch_size: int = setting(256, "Rollouts per optimizer step (< --rollout-batch-size is off-policy).")
-    gradient_accumulation_steps: int = setting(128, "Microbatches per optimizer step (microbatch 2 fits a 1.5B model on an 80 GB GPU).")
-    gpu_memory_utilization: float | None = setting(None, "vLLM: fraction of the rollout GPU's memory (default: 0.85 on a GPU of its own, as the handouts run; on a GPU shared with the policy, what the memory plan leaves it).")
-    loss_type: LossType = setting("reinforce_with_baseline", "Policy-gradient loss (alignment/losses.py): gspo clips the sequence ratio exp(mean token log-ratio) (GSPO); cispo weights log pi by the clipped, gradient-stopped ratio (MiniMax-M1).")
-    advantage_estimator: AdvantageEstimator = setting("group_norm", "group_norm: (r - group mean) / group std (GRPO); rloo: r minus the mean of the group's other samples (RLOO); reinforce_pp: r - group mean, then normalized across the batch (REINFORCE++-baseline).")
+    gradient_accumulation_steps: int = setting(
+        128, "Microbatches per optimizer step (microbatch 2 fits a 1.5B model on an 80 GB GPU)."
+    )
+    gpu_memory_utilization: float | None = setting(
+        None,
+        "vLLM: fraction of the rollout GPU's memory (default: 0.85 on a GPU of its own, as the handouts run; on a GPU "
+        "shared with the policy, what the memory plan leaves it).",
+    )
+    loss_type: LossType = setting(
+        "reinforce_with_baseline",
+        "Policy-gradient loss (alignment/losses.py): gspo clips the sequence ratio exp(mean token log-ratio) (GSPO); "
+        "cispo weights log pi by the clipped, gradient-stopped ratio (MiniMax-M1).",
+    )
+    advantage_estimator: AdvantageEstimator = setting(
+        "group_norm",
+        "group_norm: (r - group mean) / group std (GRPO); rloo: r minus the mean of the group's other samples (RLOO); "
+        "reinforce_pp: r - group mean, then normalized across the batch (REINFORCE++-baseline).",
+    )
     use_std_normalization: bool = setting(True, "group_norm: divide advantages by the group std (off: Dr. GRPO).")
-    cliprange: float = setting(0.2, "Clip epsilon of grpo_clip, gspo and cispo: the ratio stays in [1 - low, 1 + high], both this by default.")
+    cliprange: float = setting(
+        0.2, "Clip epsilon of grpo_clip, gspo and cispo: the ratio stays in [1 - low, 1 + high], both this by default."
+    )
     cliprange_low: float | None = setting(None, "Lower clip range (default: --cliprange).")
     cliprange_high: float | None = setting(None, "Upper clip range (default: --cliprange; DAPO's clip-higher: 0.28).")
-    loss_aggregation: LossAggregation = setting("sequence_mean", "How token losses become the step's loss: sequence_mean: each response's mean, then the batch mean (the handouts); token_mean: one mean over every token of the step (DAPO); constant: each response's sum / --normalize-constant, then the batch mean (Dr. GRPO).")
-    normalize_constant: float | None = setting(None, "Constant of --loss-aggregation constant (default: --sampling-max-tokens).")
-    tis_cap: float | None = setting(None, "Rollout correction bound C: weight each token's policy-gradient loss by --rollout-correction of pi_train / pi_rollout, to correct the rollout engine's log-prob mismatch (off by default).")
-    rollout_correction: RolloutCorrection = setting("token_tis", "With --tis-cap C: token_tis: min(ratio, C) per token; sequence_tis: min(sequence ratio, C); token_mask / sequence_mask: drop tokens / whole sequences whose ratio is outside [1/C, C] (alignment/rollout_correction.py).")
-    dynamic_sampling: bool = setting(False, "DAPO's dynamic sampling: drop groups whose rewards all agree and draw more questions until the batch holds --rollout-batch-size / --group-size groups, at most --dynamic-sampling-max-draws draws a step (then train on what there is).")
-    dynamic_sampling_max_draws: int = setting(4, "Generation rounds a step may take with --dynamic-sampling (the first included).")
-    overlong_buffer: int | None = setting(None, "DAPO's soft overlong punishment: over the last L tokens before --sampling-max-tokens the reward falls linearly, by up to --overlong-penalty (off by default).")
-    overlong_penalty: float = setting(1.0, "Reward taken from a response of --sampling-max-tokens tokens by --overlong-buffer.")
-    mask_truncated: bool = setting(False, "Leave responses cut at --sampling-max-tokens out of the loss and its denominators (DAPO's overlong filtering).")
-    skip_zero_advantage: bool = setting(True, "Rows whose advantage (the reward, for no_baseline) is exactly 0, or that --mask-truncated leaves out, add exactly 0 to the gradient: score them without gradient, for the loss value and metrics, and leave them out of the backward. The same update up to rounding under every loss, estimator, aggregation and correction here (each multiplies every token term by the row's weight; denominators count tokens, not gradients).")
+    loss_aggregation: LossAggregation = setting(
+        "sequence_mean",
+        "How token losses become the step's loss: sequence_mean: each response's mean, then the batch mean (the "
+        "handouts); token_mean: one mean over every token of the step (DAPO); constant: each response's sum / "
+        "--normalize-constant, then the batch mean (Dr. GRPO).",
+    )
+    normalize_constant: float | None = setting(
+        None, "Constant of --loss-aggregation constant (default: --sampling-max-tokens)."
+    )
+    tis_cap: float | None = setting(
+        None,
+        "Rollout correction bound C: weight each token's policy-gradient loss by --rollout-correction of pi_train / "
+        "pi_rollout, to correct the rollout engine's log-prob mismatch (off by default).",
+    )
+    rollout_correction: RolloutCorrection = setting(
+        "token_tis",
+        "With --tis-cap C: token_tis: min(ratio, C) per token; sequence_tis: min(sequence ratio, C); token_mask / "
+        "sequence_mask: drop tokens / whole sequences whose ratio is outside [1/C, C] "
+        "(alignment/rollout_correction.py).",
+    )
+    dynamic_sampling: bool = setting(
+        False,
+        "DAPO's dynamic sampling: drop groups whose rewards all agree and draw more questions until the batch holds "
+        "--rollout-batch-size / --group-size groups, at most --dynamic-sampling-max-draws draws a step (then train on "
+        "what there is).",
+    )
+    dynamic_sampling_max_draws: int = setting(
+        4, "Generation rounds a step may take with --dynamic-sampling (the first included)."
+    )
+    overlong_buffer: int | None = setting(
+        None,
+        "DAPO's soft overlong punishment: over the last L tokens before --sampling-max-tokens the reward falls "
+        "linearly, by up to --overlong-penalty (off by default).",
+    )
+    overlong_penalty: float = setting(
+        1.0, "Reward taken from a response of --sampling-max-tokens tokens by --overlong-buffer."
+    )
+    mask_truncated: bool = setting(
+        False,
+        "Leave responses cut at --sampling-max-tokens out of the loss and its denominators (DAPO's overlong "
+        "filtering).",
+    )
+    skip_zero_advantage: bool = setting(
+        True,
+        "Rows whose advantage (the reward, for no_baseline) is exactly 0, or that --mask-truncated leaves out, add "
+        "exactly 0 to the gradient: score them without gradient, for the loss value and metrics, and leave them out "
+        "of the backward. The same update up to rounding under every loss, estimator, aggregation and correction here "
+        "(each multiplies every token term by the row's weight; denominators count tokens, not gradients).",
+    )
     adam_beta1: float = setting(0.9, "AdamW beta1.")
     adam_beta2: float = setting(0.95, "AdamW beta2.")
     eval_max_tokens: int | None = setting(None, "Validation max tokens (default: --sampling-max-tokens).")
-    kl_reference: bool = setting(False, "Keep a frozen copy of the initial policy and log KL to it (a second copy of the model, two scoring passes a step; not in the handouts' loop).")
-    kl_prev: bool = setting(False, "Log KL between the policies before and after each step (two scoring passes a step; not in the handouts' loop).")
+    kl_reference: bool = setting(
+        False,
+        "Keep a frozen copy of the initial policy and log KL to it (a second copy of the model, two scoring passes a "
+        "step; not in the handouts' loop).",
+    )
+    kl_prev: bool = setting(
+        False,
+        "Log KL between the policies before and after each step (two scoring passes a step; not in the handouts' "
+        "loop).",
+    )
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward to save memory.")
-    reuse_rollout_forward: ReuseRolloutForward = setting("auto", "Train on the rollout's own forward pass: the sampler keeps every linear layer's output and the training forward replays them instead of multiplying again (the same gradient up to rounding, a third less train-phase arithmetic; alignment/rollout/forward_tape.py). Needs --backend hf or transformer_lm, one optimizer step per rollout batch, no --gradient-checkpointing, no dropout, and memory for every rollout token's linear-layer outputs (1.1 GB for configs/keyword_demo.toml). auto: used where all of that holds and it fits a quarter of memory.")
-    backend: Backend = setting("auto", "Rollout backend; transformer_lm: the policy is our own TransformerLM (--model: one of its folders, an HF Llama folder or smollm2-135m), sampled by its own decoder.")
+    reuse_rollout_forward: ReuseRolloutForward = setting(
+        "auto",
+        "Train on the rollout's own forward pass: the sampler keeps every linear layer's output and the training "
+        "forward replays them instead of multiplying again (the same gradient up to rounding, a third less "
+        "train-phase arithmetic; alignment/rollout/forward_tape.py). Needs --backend hf or transformer_lm, one "
+        "optimizer step per rollout batch, no --gradient-checkpointing, no dropout, and memory for every rollout "
+        "token's linear-layer outputs (1.1 GB for configs/keyword_demo.toml). auto: used where all of that holds and "
+        "it fits a quarter of memory.",
+    )
+    backend: Backend = setting(
+        "auto",
+        "Rollout backend; transformer_lm: the policy is our own TransformerLM (--model: one of its folders, an HF "
+        "Llama folder or smollm2-135m), sampled by its own decoder.",
+    )
     output_dir: Path = override(TrainingSettings, "output_dir", Path("outputs/grpo"))
 
     # Settings a resumed run may change without changing what it computes: length, cadence, logging, placement.
     RESUMABLE: ClassVar[frozenset[str]] = TrainingSettings.RESUMABLE | {
-        "n_grpo_steps", "eval_max_tokens", "gpu_memory_utilization", "reuse_rollout_forward", "skip_zero_advantage",
+        "n_grpo_steps",
+        "eval_max_tokens",
+        "gpu_memory_utilization",
+        "reuse_rollout_forward",
+        "skip_zero_advantage",
     }
     # Settings renamed since earlier runs: old key -> (new key, old value -> new value)
     LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
@@ -113,20 +207,34 @@ def validate(config: GRPOConfig) -> None:
     """The handouts' asserts and value checks; each failure names the flags and their values."""
     c = config
     check_choices(c)
-    for name in ("n_grpo_steps", "rollout_batch_size", "group_size", "train_batch_size",
-                 "gradient_accumulation_steps", "epochs_per_rollout_batch", "sampling_max_tokens", "eval_every",
-                 "n_eval_examples", "checkpoint_every"):
+    for name in (
+        "n_grpo_steps",
+        "rollout_batch_size",
+        "group_size",
+        "train_batch_size",
+        "gradient_accumulation_steps",
+        "epochs_per_rollout_batch",
+        "sampling_max_tokens",
+        "eval_every",
+        "n_eval_examples",
+        "checkpoint_every",
+    ):
         if getattr(c, name) < 1:
             _fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(c, name)}")
     if c.rollout_batch_size % c.group_size:
         _fail(f"--rollout-batch-size ({c.rollout_batch_size}) must be divisible by --group-size ({c.group_size})")
     if c.train_batch_size % c.gradient_accumulation_steps:
-        _fail(f"--train-batch-size ({c.train_batch_size}) must be divisible by "
-              f"--gradient-accumulation-steps ({c.gradient_accumulation_steps})")
+        _fail(
+            f"--train-batch-size ({c.train_batch_size}) must be divisible by "
+            f"--gradient-accumulation-steps ({c.gradient_accumulation_steps})"
+        )
     if c.train_batch_size < c.group_size:
         _fail(f"--train-batch-size ({c.train_batch_size}) must be >= --group-size ({c.group_size})")
     if c.train_batch_size > c.rollout_batch_size or c.rollout_batch_size % c.train_batch_size:
-        _fail(f"--rollout-batch-size ({c.rollout_batch_size}) must be a multiple of --train-batch-size ({c.train_batch_size})")
+        _fail(
+            f"--rollout-batch-size ({c.rollout_batch_size}) must be a multiple of --train-batch-size "
+            f"({c.train_batch_size})"
+        )
     if c.task == "keywords" and c.keywords_per_prompt < 1:
         _fail(f"--keywords-per-prompt must be >= 1, got {c.keywords_per_prompt}")
     if c.backend == "transformer_lm" and c.gradient_checkpointing:
@@ -135,12 +243,17 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--loss-type grpo_clip needs --cliprange > 0, got {c.cliprange}")
     validate_objective(c)
     if c.tis_cap is not None and not (c.tis_cap > 0 and c.sampling_temperature == 1 and c.sampling_top_p == 1):
-        _fail(f"--tis-cap ({c.tis_cap}) must be > 0 and needs --sampling-temperature 1 and --sampling-top-p 1 "
-              "(rollout log-probs are those of the tempered distribution)")
+        _fail(
+            f"--tis-cap ({c.tis_cap}) must be > 0 and needs --sampling-temperature 1 and --sampling-top-p 1 "
+            "(rollout log-probs are those of the tempered distribution)"
+        )
     if c.normalize_constant is not None and c.normalize_constant <= 0:
         _fail(f"--normalize-constant must be > 0, got {c.normalize_constant}")
     if not 0 <= c.sampling_min_tokens <= c.sampling_max_tokens:
-        _fail(f"--sampling-min-tokens ({c.sampling_min_tokens}) must be in [0, --sampling-max-tokens={c.sampling_max_tokens}]")
+        _fail(
+            f"--sampling-min-tokens ({c.sampling_min_tokens}) must be in [0, "
+            f"--sampling-max-tokens={c.sampling_max_tokens}]"
+        )
     if c.eval_max_tokens is not None and c.eval_max_tokens < 1:
         _fail(f"--eval-max-tokens must be >= 1, got {c.eval_max_tokens}")
     if c.sampling_temperature < 0:
@@ -160,13 +273,20 @@ def validate_objective(c: GRPOConfig) -> None:
     if c.loss_type in ("gspo", "cispo") and not (c.clip_low > 0 or c.clip_high > 0):
         _fail(f"--loss-type {c.loss_type} needs a clip range > 0 (--cliprange, --cliprange-low, --cliprange-high)")
     if c.loss_type == "gspo" and c.loss_aggregation != "sequence_mean":
-        _fail(f"--loss-type gspo is a per-sequence objective: --loss-aggregation {c.loss_aggregation} would weigh "
-              "sequences by length; use --loss-aggregation sequence_mean")
+        _fail(
+            f"--loss-type gspo is a per-sequence objective: --loss-aggregation {c.loss_aggregation} would weigh "
+            "sequences by length; use --loss-aggregation sequence_mean"
+        )
     if c.loss_type == "gspo" and c.tis_cap is not None and c.rollout_correction not in SEQUENCE_LEVEL:
-        _fail(f"--loss-type gspo weighs whole sequences: --rollout-correction {c.rollout_correction} (with --tis-cap) "
-              "would weigh its tokens apart; use --rollout-correction sequence_tis or sequence_mask")
+        _fail(
+            f"--loss-type gspo weighs whole sequences: --rollout-correction {c.rollout_correction} (with --tis-cap) "
+            "would weigh its tokens apart; use --rollout-correction sequence_tis or sequence_mask"
+        )
     if c.tis_cap is not None and c.rollout_correction.endswith("mask") and not c.tis_cap > 1:
-        _fail(f"--rollout-correction {c.rollout_correction} keeps ratios in [1/C, C]: --tis-cap must be > 1, got {c.tis_cap}")
+        _fail(
+            f"--rollout-correction {c.rollout_correction} keeps ratios in [1/C, C]: --tis-cap must be > 1, got "
+            f"{c.tis_cap}"
+        )
     if c.advantage_estimator == "rloo" and c.group_size < 2:
         _fail(f"--advantage-estimator rloo needs --group-size >= 2 (the others of a group), got {c.group_size}")
     if c.advantage_estimator == "reinforce_pp" and c.train_batch_size < 2:
@@ -175,10 +295,12 @@ def validate_objective(c: GRPOConfig) -> None:
         if c.dynamic_sampling_max_draws < 1:
             _fail(f"--dynamic-sampling-max-draws must be >= 1, got {c.dynamic_sampling_max_draws}")
         if c.off_policy and not c.needs_old_log_probs:
-            _fail(f"--dynamic-sampling with off-policy steps (--epochs-per-rollout-batch {c.epochs_per_rollout_batch}, "
-                  f"--train-batch-size {c.train_batch_size}) needs a loss with old log-probs: --loss-type "
-                  f"{c.loss_type} would train the later steps on stale samples without a ratio "
-                  f"(use one of {', '.join(RATIO_LOSSES)})")
+            _fail(
+                f"--dynamic-sampling with off-policy steps (--epochs-per-rollout-batch {c.epochs_per_rollout_batch}, "
+                f"--train-batch-size {c.train_batch_size}) needs a loss with old log-probs: --loss-type "
+                f"{c.loss_type} would train the later steps on stale samples without a ratio "
+                f"(use one of {', '.join(RATIO_LOSSES)})"
+            )
     if c.overlong_buffer is not None and not 0 < c.overlong_buffer <= c.sampling_max_tokens:
         _fail(f"--overlong-buffer ({c.overlong_buffer}) must be in [1, --sampling-max-tokens={c.sampling_max_tokens}]")
     if c.overlong_penalty < 0:

@@ -16,10 +16,10 @@ import torch
 from alignment.advantages import AdvantageEstimator, estimate_advantages, overlong_penalty
 from alignment.grpo.batch import RolloutBatch
 from alignment.grpo.config import GRPOConfig
-from alignment.rollout_correction import RolloutCorrection
 from alignment.grpo_step import LossAggregation, grpo_microbatch_train_step
 from alignment.losses import RATIO_LOSSES, LossType
 from alignment.rollout.interface import Rollout
+from alignment.rollout_correction import RolloutCorrection
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,10 @@ class Objective:
         raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
         if not raw.isfinite().all():
             bad = int((~raw.isfinite()).nonzero()[0])
-            raise FloatingPointError(f"GRPO step {step}: the reward of rollout {bad} is {raw[bad].item()} "
-                                     f"(response {rollouts[bad].text[:80]!r}); no update was made")
+            raise FloatingPointError(
+                f"GRPO step {step}: the reward of rollout {bad} is {raw[bad].item()} "
+                f"(response {rollouts[bad].text[:80]!r}); no update was made"
+            )
         return raw if self.overlong_buffer is None else raw + self.length_penalties(rollouts)
 
     def length_penalties(self, rollouts: Sequence[Rollout]) -> torch.Tensor:
@@ -88,8 +90,9 @@ class Objective:
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """(n,) -> (n,) by the advantage estimator, over groups of `group_size` consecutive rewards."""
-        return estimate_advantages(rewards, self.group_size, self.estimator, self.advantage_eps,
-                                   self.use_std_normalization)
+        return estimate_advantages(
+            rewards, self.group_size, self.estimator, self.advantage_eps, self.use_std_normalization
+        )
 
     def row_weights(self, batch: RolloutBatch) -> torch.Tensor:
         """(batch,) what multiplies every token term of a row's loss: its advantage, or its reward for no_baseline.
@@ -97,9 +100,15 @@ class Objective:
         weight = batch.raw_rewards if self.loss_type == "no_baseline" else batch.advantages
         return weight.flatten()
 
-    def microbatch_loss(self, log_probs: torch.Tensor, loss_mask: torch.Tensor, micro: RolloutBatch,
-                        old_log_probs: torch.Tensor | None, batch_rows: int, batch_tokens: int
-                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def microbatch_loss(
+        self,
+        log_probs: torch.Tensor,
+        loss_mask: torch.Tensor,
+        micro: RolloutBatch,
+        old_log_probs: torch.Tensor | None,
+        batch_rows: int,
+        batch_tokens: int,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This microbatch's share of the optimizer step's loss, backpropagated (alignment/grpo_step.py).
 
         log_probs, loss_mask, old_log_probs: (rows, seq) on the policy's device; `batch_rows` / `batch_tokens`
@@ -107,10 +116,20 @@ class Objective:
         """
         device = log_probs.device
         return grpo_microbatch_train_step(
-            log_probs, loss_mask, self.gradient_accumulation_steps, self.loss_type,
-            raw_rewards=micro.raw_rewards.to(device), advantages=micro.advantages.to(device),
-            old_log_probs=old_log_probs, cliprange=self.clip_low, normalize_constant=self.constant,
-            rollout_log_probs=micro.rollout_log_probs.to(device), tis_cap=self.correction_cap,
-            cliprange_high=self.clip_high, loss_aggregation=self.aggregation, rollout_correction=self.correction,
-            batch_rows=batch_rows, batch_tokens=batch_tokens,
+            log_probs,
+            loss_mask,
+            self.gradient_accumulation_steps,
+            self.loss_type,
+            raw_rewards=micro.raw_rewards.to(device),
+            advantages=micro.advantages.to(device),
+            old_log_probs=old_log_probs,
+            cliprange=self.clip_low,
+            normalize_constant=self.constant,
+            rollout_log_probs=micro.rollout_log_probs.to(device),
+            tis_cap=self.correction_cap,
+            cliprange_high=self.clip_high,
+            loss_aggregation=self.aggregation,
+            rollout_correction=self.correction,
+            batch_rows=batch_rows,
+            batch_tokens=batch_tokens,
         )

@@ -35,8 +35,11 @@ class Drawn:
 def rollout_sampling(c: GRPOConfig, step: int, draw: int = 0) -> SamplingConfig:
     """Sampling settings of step `step`'s rollouts, draw `draw` of its dynamic sampling (the Ray generators' too)."""
     return SamplingConfig(
-        temperature=c.sampling_temperature, top_p=c.sampling_top_p, max_tokens=c.sampling_max_tokens,
-        min_tokens=c.sampling_min_tokens, stop=c.stop,
+        temperature=c.sampling_temperature,
+        top_p=c.sampling_top_p,
+        max_tokens=c.sampling_max_tokens,
+        min_tokens=c.sampling_min_tokens,
+        stop=c.stop,
         seed=c.seed * 1_000_003 + step + draw * 1_000_000_007,
     )
 
@@ -44,8 +47,14 @@ def rollout_sampling(c: GRPOConfig, step: int, draw: int = 0) -> SamplingConfig:
 def validation_sampling(c: GRPOConfig) -> SamplingConfig:
     """One sample per validation question with the rollout settings, up to eval_max_tokens."""
     max_tokens = c.eval_max_tokens or c.sampling_max_tokens
-    return SamplingConfig(temperature=c.sampling_temperature, top_p=c.sampling_top_p, max_tokens=max_tokens,
-                          min_tokens=min(c.sampling_min_tokens, max_tokens), stop=c.stop, seed=c.seed)
+    return SamplingConfig(
+        temperature=c.sampling_temperature,
+        top_p=c.sampling_top_p,
+        max_tokens=max_tokens,
+        min_tokens=min(c.sampling_min_tokens, max_tokens),
+        stop=c.stop,
+        seed=c.seed,
+    )
 
 
 def informative_groups(rewards: torch.Tensor, group_size: int) -> list[bool]:
@@ -70,8 +79,14 @@ def rollout_stats(rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]
 class GRPOSampler:
     """The engine, task, grader and question order of a run; `draw(step)` is one step's graded groups."""
 
-    def __init__(self, config: GRPOConfig, engine: RolloutEngine, task: Task, grader: ParallelGrader,
-                 tape: ForwardTape | None = None) -> None:
+    def __init__(
+        self,
+        config: GRPOConfig,
+        engine: RolloutEngine,
+        task: Task,
+        grader: ParallelGrader,
+        tape: ForwardTape | None = None,
+    ) -> None:
         self.config, self.engine, self.task, self.grader, self.tape = config, engine, task, grader, tape
         self.objective = Objective.from_settings(config)  # the rewards dynamic sampling compares
         self.order = PromptOrder(len(task.questions), config.seed)
@@ -116,8 +131,12 @@ class GRPOSampler:
         if c.overlong_buffer is not None:
             stats["overlong_penalty_mean"] = self.objective.length_penalties(drawn).mean().item()
         if c.dynamic_sampling:
-            stats |= {"dynamic_draws": attempt + 1, "dynamic_groups_drawn": len(every) // c.group_size,
-                      "dynamic_groups_dropped": dropped, "dynamic_groups_missing": n - kept}
+            stats |= {
+                "dynamic_draws": attempt + 1,
+                "dynamic_groups_drawn": len(every) // c.group_size,
+                "dynamic_groups_dropped": dropped,
+                "dynamic_groups_missing": n - kept,
+            }
         return Drawn(questions, rollouts, scores, stats)
 
     def generate(self, questions: Sequence[int], step: int, draw: int = 0) -> list[Rollout]:

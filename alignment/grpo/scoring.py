@@ -47,8 +47,9 @@ def rows_needing_backward(weights: torch.Tensor, in_loss: torch.Tensor | None) -
     return learn
 
 
-def score_for_update(policy: nn.Module, micro: RolloutBatch, learn: torch.Tensor,
-                     tape: ForwardTape | None = None) -> dict[str, torch.Tensor]:
+def score_for_update(
+    policy: nn.Module, micro: RolloutBatch, learn: torch.Tensor, tape: ForwardTape | None = None
+) -> dict[str, torch.Tensor]:
     """The policy's log-probs and entropies of a microbatch's labels, (rows, seq) each, differentiable at the rows
     `learn` (rows,) bool and scored without gradient elsewhere. `tape`: replay the sampler's recorded forward
     (alignment/rollout/forward_tape.py) at the batch's slots."""
@@ -56,8 +57,13 @@ def score_for_update(policy: nn.Module, micro: RolloutBatch, learn: torch.Tensor
 
     def scored(rows: RolloutBatch) -> dict[str, torch.Tensor]:
         return shared_prompt_log_probs(
-            policy, rows.input_ids.to(device), rows.labels.to(device), rows.response_mask.to(device),
-            return_token_entropy=True, tape=tape, slots=None if rows.slots is None else rows.slots.to(device),
+            policy,
+            rows.input_ids.to(device),
+            rows.labels.to(device),
+            rows.response_mask.to(device),
+            return_token_entropy=True,
+            tape=tape,
+            slots=None if rows.slots is None else rows.slots.to(device),
         )
 
     if learn.all():

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from alignment.rollout.forward_tape import ForwardTape
-from alignment.models.gqa_attention import NAME as GQA_NAME
-from alignment.logprobs import get_response_log_probs, label_log_probs_and_entropy, log_probs_of_labels, output_head
 from alignment.distributed.sharding import is_sharded, root_forward
+from alignment.logprobs import get_response_log_probs, label_log_probs_and_entropy, log_probs_of_labels, output_head
+from alignment.models.gqa_attention import NAME as GQA_NAME
 from alignment.models.transformer_lm import TransformerLM
+from alignment.rollout.forward_tape import ForwardTape
 
 
 def can_share_prompts(model: nn.Module, response_mask: torch.Tensor) -> bool:
@@ -98,8 +98,10 @@ def shared_prompt_log_probs(
     layers replay what the sampler computed.
     """
     if is_sharded(model):  # one decoder call per microbatch on every rank, the root's weights gathered around it
-        return root_forward(model, lambda: get_response_log_probs(
-            model, input_ids, labels, return_token_entropy, response_mask=response_mask))
+        return root_forward(
+            model,
+            lambda: get_response_log_probs(model, input_ids, labels, return_token_entropy, response_mask=response_mask),
+        )
     batch, seq = input_ids.shape
     device = input_ids.device
     tape = tape if slots is not None else None
@@ -122,8 +124,10 @@ def shared_prompt_log_probs(
         rows = torch.arange(batch, device=device)
         first = torch.full((len(unique),), batch, device=device).scatter_reduce(0, inverse, rows, "amin")
         layout = dataclasses.replace(
-            layout, prompt_slots=slots[first, : unique.shape[1]],
-            suffix_slots=slots.gather(1, gather_at).masked_fill(~valid, -1), tape=tape,
+            layout,
+            prompt_slots=slots[first, : unique.shape[1]],
+            suffix_slots=slots.gather(1, gather_at).masked_fill(~valid, -1),
+            tape=tape,
         )
     run = packed_hidden if packing_pays(model, prompt_length, inverse, length) else cached_hidden
     hidden = run(model, layout)  # (response tokens, d_model)
@@ -193,7 +197,9 @@ def packed_hidden(model: nn.Module, layout: Layout) -> torch.Tensor:
         if isinstance(model, TransformerLM):
             hidden, _ = model.forward_with_cache(ids, mask, positions=position_ids)
         else:
-            hidden = model.base_model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False).last_hidden_state
+            hidden = model.base_model(
+                input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False
+            ).last_hidden_state
     return hidden[at]
 
 
@@ -217,12 +223,18 @@ def cached_hidden(model: nn.Module, layout: Layout) -> torch.Tensor:
     else:
         with layout.replaying(prompt_slots):
             cache = model.base_model(
-                input_ids=prompt_ids, attention_mask=prompt_mask.long(), position_ids=source.clamp(min=0), use_cache=True
+                input_ids=prompt_ids,
+                attention_mask=prompt_mask.long(),
+                position_ids=source.clamp(min=0),
+                use_cache=True,
             ).past_key_values
         cache.reorder_cache(inverse)  # (prompts, ...) -> (batch, ...) by index_select, so gradients flow back
         with layout.replaying(layout.suffix_slots):
             hidden = model.base_model(
-                input_ids=suffix_ids, attention_mask=torch.cat([prompt_mask[inverse], valid], dim=1).long(),
-                position_ids=position, past_key_values=cache, use_cache=True,
+                input_ids=suffix_ids,
+                attention_mask=torch.cat([prompt_mask[inverse], valid], dim=1).long(),
+                position_ids=position,
+                past_key_values=cache,
+                use_cache=True,
             ).last_hidden_state
     return hidden[valid]

@@ -29,10 +29,10 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
-from alignment.utils.atomic import atomic_write_json, atomic_write_text
-from alignment.kissing.verifier import DIMENSION, KissingMetrics
 from alignment.kissing.llm_client import ChatModel, ChatReply, Message
+from alignment.kissing.verifier import DIMENSION, KissingMetrics
 from alignment.rollout.interface import SamplingConfig
+from alignment.utils.atomic import atomic_write_json, atomic_write_text
 
 Mode = Literal["best_of_n", "refine", "evolve"]
 Source = Literal["seed", "search-code", "llm"]
@@ -104,8 +104,10 @@ def clip_program(program: str, max_chars: int) -> str:
 
 
 def describe(candidate: Candidate, max_chars: int) -> str:
-    return (f"Program {candidate.id} (score {candidate.score:g}). Verifier: {candidate.verdict.get('message', '')}\n"
-            f"```python\n{clip_program(candidate.program or '', max_chars)}```")
+    return (
+        f"Program {candidate.id} (score {candidate.score:g}). Verifier: {candidate.verdict.get('message', '')}\n"
+        f"```python\n{clip_program(candidate.program or '', max_chars)}```"
+    )
 
 
 def sample_parent(candidates: list[Candidate], temperature: float, rng: random.Random) -> Candidate:
@@ -161,8 +163,13 @@ class Discovery:
     `run_info` (the script's settings: backend, model, ...) goes into the log as is; each construction (a start
     or a resume) opens a session, closed by `stop(reason)`."""
 
-    def __init__(self, output_dir: Path, settings: DiscoverySettings, evaluate: Callable[[str], KissingMetrics],
-                 run_info: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        output_dir: Path,
+        settings: DiscoverySettings,
+        evaluate: Callable[[str], KissingMetrics],
+        run_info: dict[str, Any] | None = None,
+    ) -> None:
         self.output_dir = output_dir
         self.settings = settings
         self.evaluate = evaluate
@@ -175,13 +182,22 @@ class Discovery:
         if log.exists():
             saved = json.loads(log.read_text(encoding="utf-8"))
             if not isinstance(saved, dict) or saved.get("format") != LOG_FORMAT:
-                raise ValueError(f"{log} is not a {LOG_FORMAT} log (written by an older version?); start over with --overwrite")
+                raise ValueError(
+                    f"{log} is not a {LOG_FORMAT} log (written by an older version?); start over with --overwrite"
+                )
             self.candidates = [Candidate(**row) for row in saved["candidates"]]
             self.sessions = saved["sessions"]
             self._offset_s = max([c.elapsed_s for c in self.candidates] + [s["ended_s"] or 0.0 for s in self.sessions])
-        self.sessions.append({"started_at": utc_now(), "began_s": round(self._offset_s, 3), "ended_s": None,
-                              "budget_s": settings.budget_s if math.isfinite(settings.budget_s) else None,
-                              "iterations": settings.iterations, "stopped": None})
+        self.sessions.append(
+            {
+                "started_at": utc_now(),
+                "began_s": round(self._offset_s, 3),
+                "ended_s": None,
+                "budget_s": settings.budget_s if math.isfinite(settings.budget_s) else None,
+                "iterations": settings.iterations,
+                "stopped": None,
+            }
+        )
 
     # --- the database -------------------------------------------------------------------------------
 
@@ -194,8 +210,15 @@ class Discovery:
 
     def log(self) -> dict[str, Any]:
         """conversation_log.json: everything a report, a resume or a reader needs."""
-        return {"format": LOG_FORMAT, "task": TASK_PROMPT, "system_prompt": SYSTEM_PROMPT, "dimension": DIMENSION,
-                "run": self.run_info, "sessions": self.sessions, "candidates": [asdict(c) for c in self.candidates]}
+        return {
+            "format": LOG_FORMAT,
+            "task": TASK_PROMPT,
+            "system_prompt": SYSTEM_PROMPT,
+            "dimension": DIMENSION,
+            "run": self.run_info,
+            "sessions": self.sessions,
+            "candidates": [asdict(c) for c in self.candidates],
+        }
 
     def save(self) -> None:
         atomic_write_json(self.output_dir / LOG_FILE, self.log())
@@ -217,22 +240,36 @@ class Discovery:
     def add(self, source: Source, program: str | None, metrics: KissingMetrics, **details: Any) -> Candidate:
         """Record a scored program; the log, and the best program if it improved, are rewritten atomically."""
         previous = self.best
-        candidate = Candidate(len(self.candidates), source, program, metrics.score, metrics.to_json(),
-                              round(self.elapsed_s(), 3), **details)
+        candidate = Candidate(
+            len(self.candidates),
+            source,
+            program,
+            metrics.score,
+            metrics.to_json(),
+            round(self.elapsed_s(), 3),
+            **details,
+        )
         self.candidates.append(candidate)
         if program is not None and (previous is None or candidate.score > previous.score):
             atomic_write_text(self.output_dir / BEST_PROGRAM, program)
-            atomic_write_json(self.output_dir / BEST_JSON, {
-                "score": candidate.score, "candidate": candidate.id, "source": source, "verdict": candidate.verdict,
-            })
+            atomic_write_json(
+                self.output_dir / BEST_JSON,
+                {
+                    "score": candidate.score,
+                    "candidate": candidate.id,
+                    "source": source,
+                    "verdict": candidate.verdict,
+                },
+            )
         self.save()
         return candidate
 
     def add_program(self, source: Source, program: str, note: str = "", generate_s: float | None = None) -> Candidate:
         began = time.monotonic()
         metrics = self.evaluate(program)
-        return self.add(source, program, metrics, note=note, generate_s=generate_s,
-                        verify_s=round(time.monotonic() - began, 3))
+        return self.add(
+            source, program, metrics, note=note, generate_s=generate_s, verify_s=round(time.monotonic() - began, 3)
+        )
 
     # --- prompts --------------------------------------------------------------------------------------
 
@@ -248,20 +285,27 @@ class Discovery:
         if s.mode == "best_of_n":  # every sample sees the best program from before the model's first step
             first = [c for c in pool if c.source != "llm"] or pool
             parent = max(first, key=lambda c: (c.score, -c.id))
-            body = f"A starting point:\n\n{describe(parent, s.prompt_program_chars)}\n\nWrite a program that scores higher."
+            start = describe(parent, s.prompt_program_chars)
+            body = f"A starting point:\n\n{start}\n\nWrite a program that scores higher."
         elif s.mode == "refine":
             parent = pool[-1]
-            body = (f"Your previous program:\n\n{describe(parent, s.prompt_program_chars)}\n\n"
-                    "Fix what the verifier reports and raise the score. Reply with the complete new program.")
+            body = (
+                f"Your previous program:\n\n{describe(parent, s.prompt_program_chars)}\n\n"
+                "Fix what the verifier reports and raise the score. Reply with the complete new program."
+            )
         else:
             parent = sample_parent(pool, s.parent_temperature, rng)
-            others = sorted((c for c in pool if c.id != parent.id), key=lambda c: (-c.score, c.id))[:s.inspirations]
+            others = sorted((c for c in pool if c.id != parent.id), key=lambda c: (-c.score, c.id))[: s.inspirations]
             shown = "\n\n".join(describe(c, s.prompt_program_chars) for c in others)
-            body = (f"Improve this program:\n\n{describe(parent, s.prompt_program_chars)}\n\n"
-                    + (f"Other programs from the database, best first:\n\n{shown}\n\n" if others else "")
-                    + f"Write a new program that scores higher than {parent.score:g}.")
-        messages = [{"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": f"{TASK_PROMPT}\n\n{body}"}]
+            body = (
+                f"Improve this program:\n\n{describe(parent, s.prompt_program_chars)}\n\n"
+                + (f"Other programs from the database, best first:\n\n{shown}\n\n" if others else "")
+                + f"Write a new program that scores higher than {parent.score:g}."
+            )
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": f"{TASK_PROMPT}\n\n{body}"},
+        ]
         return messages, parent.id
 
     # --- the loop -------------------------------------------------------------------------------------
@@ -273,16 +317,25 @@ class Discovery:
         rng = random.Random(s.seed * 1_000_003 + step)  # the same step draws the same parent after a resume
         messages, parent = self.prompt(rng)
         sampling = SamplingConfig(**(asdict(s.sampling) | {"seed": s.seed + step}))
-        request = {"model": s.model, "messages": messages, "temperature": sampling.temperature,
-                   "top_p": sampling.top_p, "max_tokens": sampling.max_tokens, "seed": sampling.seed}
+        request = {
+            "model": s.model,
+            "messages": messages,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+            "seed": sampling.seed,
+        }
         began = time.monotonic()
         reply = call_with_deadline(lambda: chat.chat(messages, sampling), self.remaining_s())
         asked = {"parent": parent, "request": request, "generate_s": round(time.monotonic() - began, 3)}
         if reply is None:
             cut = KissingMetrics(message=f"no reply within the run's budget of {s.budget_s:g} s (request abandoned)")
             return self.add("llm", None, cut, **asked)
-        answered = asked | {"reply": reply.text, "finish_reason": reply.finish_reason,
-                            "tokens": {"prompt": reply.prompt_tokens, "completion": reply.completion_tokens}}
+        answered = asked | {
+            "reply": reply.text,
+            "finish_reason": reply.finish_reason,
+            "tokens": {"prompt": reply.prompt_tokens, "completion": reply.completion_tokens},
+        }
         program = extract_program(reply.text)
         if program is None:
             return self.add("llm", None, KissingMetrics(message="no program found in the reply"), **answered)
@@ -297,12 +350,16 @@ class Discovery:
         with tqdm(total=s.iterations, initial=min(self.model_steps, s.iterations), desc=f"kissing {s.mode}") as bar:
             while self.model_steps < s.iterations:
                 if self.remaining_s() <= 0:
-                    return self.stop(f"budget of {s.budget_s:g} s spent after {self.model_steps} of {s.iterations} model steps")
+                    return self.stop(
+                        f"budget of {s.budget_s:g} s spent after {self.model_steps} of {s.iterations} model steps"
+                    )
                 assert chat is not None, "a model step is due: pass a chat model"
                 latest = self.step(chat)
                 bar.update(1)
                 bar.set_postfix(best=self.best.score if self.best else 0, last=latest.score)
                 if latest.reply is None:
-                    return self.stop(f"budget of {s.budget_s:g} s ran out while waiting for model step "
-                                     f"{self.model_steps} (its request is logged without a reply)")
+                    return self.stop(
+                        f"budget of {s.budget_s:g} s ran out while waiting for model step "
+                        f"{self.model_steps} (its request is logged without a reply)"
+                    )
         return self.stop(f"all {s.iterations} model steps done")

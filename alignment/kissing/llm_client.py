@@ -59,9 +59,17 @@ class ChatError(RuntimeError):
 class OpenAIChatClient:
     """POST {base_url}/chat/completions with the key from `api_key_env` (unset: no Authorization header)."""
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 120.0,
-                 max_retries: int = 4, backoff_s: float = 1.0, max_backoff_s: float = 30.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
         if timeout_s <= 0 or max_retries < 0 or backoff_s < 0:
@@ -82,8 +90,9 @@ class OpenAIChatClient:
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base_url + path, data=data, headers=headers,
-                                         method="POST" if body is not None else "GET")
+        request = urllib.request.Request(
+            self.base_url + path, data=data, headers=headers, method="POST" if body is not None else "GET"
+        )
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
             return json.loads(response.read().decode("utf-8"))
 
@@ -118,8 +127,13 @@ class OpenAIChatClient:
         return [entry["id"] for entry in self.call("/models").get("data", [])]
 
     def chat(self, messages: list[Message], sampling: SamplingConfig) -> ChatReply:
-        body = {"model": self.model, "messages": messages, "temperature": sampling.temperature,
-                "top_p": sampling.top_p, "max_tokens": sampling.max_tokens}
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+        }
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         if sampling.stop:
@@ -129,10 +143,16 @@ class OpenAIChatClient:
             choice = answer["choices"][0]
             text = choice["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
-            raise ChatError(f"{self.base_url} gave a reply without choices[0].message.content: {str(answer)[:300]}") from None
+            raise ChatError(
+                f"{self.base_url} gave a reply without choices[0].message.content: {str(answer)[:300]}"
+            ) from None
         usage = answer.get("usage") or {}
-        reply = ChatReply(text, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
-                          str(choice.get("finish_reason", "")))
+        reply = ChatReply(
+            text,
+            int(usage.get("prompt_tokens", 0)),
+            int(usage.get("completion_tokens", 0)),
+            str(choice.get("finish_reason", "")),
+        )
         self.usage.add(reply)
         return reply
 

@@ -33,9 +33,14 @@ def sampling_from_body(body: dict[str, Any], max_tokens_cap: int) -> SamplingCon
     stop = body.get("stop") or ()
     stop = (stop,) if isinstance(stop, str) else tuple(stop)
     try:
-        return SamplingConfig(temperature=float(body.get("temperature", 1.0)), top_p=float(body.get("top_p", 1.0)),
-                              max_tokens=max_tokens, stop=stop, include_stop_str_in_output=False,
-                              seed=body.get("seed"))
+        return SamplingConfig(
+            temperature=float(body.get("temperature", 1.0)),
+            top_p=float(body.get("top_p", 1.0)),
+            max_tokens=max_tokens,
+            stop=stop,
+            include_stop_str_in_output=False,
+            seed=body.get("seed"),
+        )
     except (TypeError, ValueError) as err:
         raise BadRequest(str(err)) from None
 
@@ -45,7 +50,11 @@ def messages_from_body(body: dict[str, Any], max_messages: int) -> list[dict[str
     if not isinstance(messages, list) or not 1 <= len(messages) <= max_messages:
         raise BadRequest(f"messages must be a list of 1 to {max_messages} messages")
     for i, m in enumerate(messages):
-        if not (isinstance(m, dict) and m.get("role") in ("system", "user", "assistant") and isinstance(m.get("content"), str)):
+        if not (
+            isinstance(m, dict)
+            and m.get("role") in ("system", "user", "assistant")
+            and isinstance(m.get("content"), str)
+        ):
             raise BadRequest(f"messages[{i}] must be {{'role': system|user|assistant, 'content': str}}")
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
@@ -70,7 +79,10 @@ class ChatHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": self.server.model_name, "object": "model", "owned_by": "local"}]})
+            self._send(
+                200,
+                {"object": "list", "data": [{"id": self.server.model_name, "object": "model", "owned_by": "local"}]},
+            )
         else:
             self._error(404, f"no route {self.path}")
 
@@ -80,7 +92,9 @@ class ChatHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length > self.server.max_body_bytes:
             self.close_connection = True
-            return self._error(413, f"request body of {length} bytes is over the {self.server.max_body_bytes}-byte limit")
+            return self._error(
+                413, f"request body of {length} bytes is over the {self.server.max_body_bytes}-byte limit"
+            )
         try:
             body = json.loads(self.rfile.read(length).decode("utf-8"))
             if not isinstance(body, dict):
@@ -96,14 +110,27 @@ class ChatHandler(BaseHTTPRequestHandler):
                 reply = self.server.model.chat(messages, sampling)
             except Exception as err:  # the model failed: a 500 the client may retry, never a dead server
                 return self._error(500, f"{type(err).__name__}: {err}", "server_error")
-        self._send(200, {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "object": "chat.completion", "created": int(time.time()),
-            "model": self.server.model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
-                         "finish_reason": reply.finish_reason}],
-            "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                      "total_tokens": reply.prompt_tokens + reply.completion_tokens},
-        })
+        self._send(
+            200,
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:16]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.server.model_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": reply.text},
+                        "finish_reason": reply.finish_reason,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                    "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                },
+            },
+        )
 
 
 class _Listener(ThreadingHTTPServer):
@@ -119,9 +146,17 @@ class _Listener(ThreadingHTTPServer):
 class OpenAIServer:
     """Serve `model` on host:port (port 0: a free one) in a background thread until stop()."""
 
-    def __init__(self, model: ChatModel, model_name: str, host: str = "127.0.0.1", port: int = 0,
-                 max_body_bytes: int = 1_000_000, max_tokens_cap: int = 4096, max_messages: int = 64,
-                 handler: type[ChatHandler] = ChatHandler) -> None:
+    def __init__(
+        self,
+        model: ChatModel,
+        model_name: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_body_bytes: int = 1_000_000,
+        max_tokens_cap: int = 4096,
+        max_messages: int = 64,
+        handler: type[ChatHandler] = ChatHandler,
+    ) -> None:
         self._listener = _Listener((host, port), handler)
         self._listener.model = model
         self._listener.model_name = model_name

@@ -33,7 +33,7 @@ NOBODY = 65534
 RESULT_MARKER = "@@sandbox-result@@"
 
 # Runs in the child: install the shim, run the program with its prints bounded, report the global as JSON.
-_RUNNER = r'''
+_RUNNER = r"""
 import io, json, os, socket, sys, traceback
 marker, variable, max_output = sys.argv[1], sys.argv[2], int(sys.argv[3])
 real_out = sys.stdout
@@ -122,7 +122,7 @@ result["output"] = printed.text()[-max_output:]
 sys.stdout = real_out
 real_out.write("\n" + marker + json.dumps(result, ensure_ascii=True) + "\n")
 real_out.flush()
-'''
+"""
 
 
 @dataclass
@@ -171,8 +171,16 @@ def _child_setup(limits: SandboxLimits, drop_user: bool) -> None:
 
 
 def _scrubbed_env(home: Path) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home), "LANG": "C.UTF-8",
-            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONHASHSEED": "0",
+    }
 
 
 def _read_bounded(proc: subprocess.Popen[bytes], deadline: float, max_bytes: int) -> tuple[bytes, str | None]:
@@ -212,8 +220,14 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 def _start(command: list[str], cwd: Path, limits: SandboxLimits, drop_user: bool) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        command, cwd=cwd, env=_scrubbed_env(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=lambda: _child_setup(limits, drop_user),
+        command,
+        cwd=cwd,
+        env=_scrubbed_env(cwd),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: _child_setup(limits, drop_user),
     )
 
 
@@ -245,27 +259,47 @@ def run_untrusted(source: str, variable: str, limits: SandboxLimits | None = Non
             _kill_group(proc)  # nothing it started outlives the run
             returncode = proc.wait()
         elapsed = time.monotonic() - start
-    protections = {"wall_clock_s": limits.timeout_s, "memory_bytes": limits.memory_bytes,
-                   "file_bytes": limits.max_file_bytes, "output_bytes": limits.max_output_bytes,
-                   "audit_hook": True, "scrubbed_env": True, "temp_folder": True}
+    protections = {
+        "wall_clock_s": limits.timeout_s,
+        "memory_bytes": limits.memory_bytes,
+        "file_bytes": limits.max_file_bytes,
+        "output_bytes": limits.max_output_bytes,
+        "audit_hook": True,
+        "scrubbed_env": True,
+        "temp_folder": True,
+    }
     text = raw.decode("utf-8", errors="replace")
     if problem == "timeout":
-        return SandboxResult(error=f"timed out after {limits.timeout_s:g} s (wall clock)", output=text[-2000:],
-                             elapsed_s=elapsed, protections=protections)
+        return SandboxResult(
+            error=f"timed out after {limits.timeout_s:g} s (wall clock)",
+            output=text[-2000:],
+            elapsed_s=elapsed,
+            protections=protections,
+        )
     if problem:
         return SandboxResult(error=problem, output=text[-2000:], elapsed_s=elapsed, protections=protections)
     head, marker, tail = text.rpartition(RESULT_MARKER)
     if not marker:
-        return SandboxResult(error=_death_message(returncode), output=text[-2000:], elapsed_s=elapsed,
-                             protections=protections)
+        return SandboxResult(
+            error=_death_message(returncode), output=text[-2000:], elapsed_s=elapsed, protections=protections
+        )
     try:
         report = json.loads(tail)
     except json.JSONDecodeError:
-        return SandboxResult(error="the program's result could not be read (its output was interleaved)",
-                             output=text[-2000:], elapsed_s=elapsed, protections=protections)
+        return SandboxResult(
+            error="the program's result could not be read (its output was interleaved)",
+            output=text[-2000:],
+            elapsed_s=elapsed,
+            protections=protections,
+        )
     protections |= report.get("protections", {})
-    return SandboxResult(value=report.get("value"), error=report.get("error"), output=report.get("output", ""),
-                         elapsed_s=elapsed, protections=protections)
+    return SandboxResult(
+        value=report.get("value"),
+        error=report.get("error"),
+        output=report.get("output", ""),
+        elapsed_s=elapsed,
+        protections=protections,
+    )
 
 
 def _death_message(returncode: int) -> str:

@@ -43,7 +43,7 @@ def conflict_graph(vectors: np.ndarray, limit: int, chunk_rows: int = 512) -> li
     """Adjacency lists of the graph joining rows whose inner product exceeds `limit` (vectors (n, d))."""
     adjacency: list[list[int]] = []
     for start in range(0, len(vectors), chunk_rows):
-        gram = vectors[start:start + chunk_rows] @ vectors.T
+        gram = vectors[start : start + chunk_rows] @ vectors.T
         for offset, row in enumerate(gram > limit):
             row[start + offset] = False
             adjacency.append(np.flatnonzero(row).tolist())
@@ -63,8 +63,8 @@ def distance_conflict_graph(vectors: np.ndarray, min_distance: int, chunk_rows: 
     norms = (vectors * vectors).sum(axis=1)
     adjacency: list[list[int]] = []
     for start in range(0, len(vectors), chunk_rows):
-        rows = vectors[start:start + chunk_rows]
-        distance = norms[start:start + chunk_rows, None] + norms[None, :] - 2 * rows @ vectors.T
+        rows = vectors[start : start + chunk_rows]
+        distance = norms[start : start + chunk_rows, None] + norms[None, :] - 2 * rows @ vectors.T
         for offset, row in enumerate(distance < min_distance):
             row[start + offset] = False
             adjacency.append(np.flatnonzero(row).tolist())
@@ -111,8 +111,13 @@ class IndependentSetSearch:
         for v in members:
             self._add(v)
 
-    def run(self, budget_s: float, start: Sequence[int] = (), on_improve: Callable[[int], None] | None = None,
-            target: int | None = None) -> list[int]:
+    def run(
+        self,
+        budget_s: float,
+        start: Sequence[int] = (),
+        on_improve: Callable[[int], None] | None = None,
+        target: int | None = None,
+    ) -> list[int]:
         """The best independent set found within `budget_s` seconds (or once it reaches `target`), grown from
         `start` (itself independent)."""
         began = time.monotonic()
@@ -151,7 +156,9 @@ def johnson_bound(dimension: int, weight: int, max_common: int) -> int:
     return dimension * johnson_bound(dimension - 1, weight - 1, max_common - 1) // weight
 
 
-def constant_weight_code(dimension: int, weight: int, max_common: int, budget_s: float, seed: int = 0) -> list[tuple[int, ...]]:
+def constant_weight_code(
+    dimension: int, weight: int, max_common: int, budget_s: float, seed: int = 0
+) -> list[tuple[int, ...]]:
     """Supports (weight-subsets of range(dimension)) pairwise sharing at most `max_common` coordinates; the
     search stops early at the Johnson bound."""
     blocks = list(itertools.combinations(range(dimension), weight))
@@ -174,8 +181,14 @@ def code_seed(dimension: int, budget_s: float, seed: int = 0) -> np.ndarray:
     return np.array(rows, dtype=np.int64)
 
 
-def search_shell(norm: int, dimension: int, budget_s: float, seed: int = 0, start: np.ndarray | None = None,
-                 on_improve: Callable[[int], None] | None = None) -> tuple[np.ndarray, list[tuple[float, int]]]:
+def search_shell(
+    norm: int,
+    dimension: int,
+    budget_s: float,
+    seed: int = 0,
+    start: np.ndarray | None = None,
+    on_improve: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, list[tuple[float, int]]]:
     """Local search over the whole shell of squared norm `norm`, from `start` (rows of that shell) if given.
 
     Returns the vectors found and the (seconds, size) history of improvements. Building the shell and its
@@ -208,7 +221,9 @@ def code_seeded_search(dimension: int, budget_s: float, seed: int = 0) -> tuple[
     seeded_s = time.monotonic() - began
     points, history = search_shell(4, dimension, max(0.0, budget_s - seeded_s), seed, start=start)
     shell_size = 2 * dimension + 16 * math.comb(dimension, 4)  # ±2e_i and ±1 on four coordinates
-    note = (f"code seed: {len(start)} points ({seeded_s:.1f} s); local search over the {shell_size} "
-            f"vectors of squared norm 4: {len(points)} points after {len(history) - 1} improvements "
-            f"({time.monotonic() - began:.1f} s in all)")
+    note = (
+        f"code seed: {len(start)} points ({seeded_s:.1f} s); local search over the {shell_size} "
+        f"vectors of squared norm 4: {len(points)} points after {len(history) - 1} improvements "
+        f"({time.monotonic() - began:.1f} s in all)"
+    )
     return points, note

@@ -47,7 +47,9 @@ class InvalidPoints(ValueError):
 def parse_points(value: Any, dimension: int = DIMENSION) -> list[list[int]]:
     """Check the shape and types; floats (even 2.0), booleans and strings are refused, not converted."""
     if not isinstance(value, (list, tuple)):
-        raise InvalidPoints(f"`points` must be a list of {dimension}-dimensional integer vectors, got {type(value).__name__}")
+        raise InvalidPoints(
+            f"`points` must be a list of {dimension}-dimensional integer vectors, got {type(value).__name__}"
+        )
     for i, point in enumerate(value):
         if not isinstance(point, (list, tuple)):
             raise InvalidPoints(f"point {i} is a {type(point).__name__}, not a list of {dimension} integers")
@@ -55,7 +57,9 @@ def parse_points(value: Any, dimension: int = DIMENSION) -> list[list[int]]:
             raise InvalidPoints(f"point {i} has {len(point)} coordinates; expected {dimension}")
         for j, c in enumerate(point):
             if type(c) is not int:
-                raise InvalidPoints(f"point {i}, coordinate {j} is {c!r} ({type(c).__name__}); coordinates must be integers")
+                raise InvalidPoints(
+                    f"point {i}, coordinate {j} is {c!r} ({type(c).__name__}); coordinates must be integers"
+                )
     return [list(point) for point in value]
 
 
@@ -132,4 +136,3 @@ def evaluate_program(source: str, limits: SandboxLimits | None = None, dimension
     metrics = verify_points(result.value, dimension)
     metrics.extra = extra
     return metrics
-

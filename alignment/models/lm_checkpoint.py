@@ -17,11 +17,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, LlamaConfig, PreTrainedTokenizerBase
 
-from alignment.utils.atomic import atomic_write_json
 from alignment.models.loading import load_tokenizer, resolve_model
 from alignment.models.transformer_lm import (
-    TransformerConfig, TransformerLM, config_from_llama, from_llama_state_dict, to_llama_state_dict,
+    TransformerConfig,
+    TransformerLM,
+    config_from_llama,
+    from_llama_state_dict,
+    to_llama_state_dict,
 )
+from alignment.utils.atomic import atomic_write_json
 
 FORMAT = "alignment.TransformerLM"
 FORMAT_VERSION = 1
@@ -35,19 +39,29 @@ def save_transformer_lm(model: TransformerLM, tokenizer: PreTrainedTokenizerBase
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILE).unlink(missing_ok=True)  # a folder being rewritten is incomplete until the end
     tied = model.config.tie_embeddings
-    weights = {k: v.detach().contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+    weights = {
+        k: v.detach().contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")
+    }
     save_file(weights, directory / WEIGHTS_FILE, metadata={"format": FORMAT})
     tokenizer.save_pretrained(directory)
-    atomic_write_json(directory / CONFIG_FILE, {"format": FORMAT, "format_version": FORMAT_VERSION} | asdict(model.config))
+    atomic_write_json(
+        directory / CONFIG_FILE, {"format": FORMAT, "format_version": FORMAT_VERSION} | asdict(model.config)
+    )
     return directory
 
 
 def llama_config(config: TransformerConfig) -> LlamaConfig:
     """The transformers LlamaConfig of the same architecture (the inverse of config_from_llama)."""
     return LlamaConfig(
-        vocab_size=config.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.n_layers,
-        num_attention_heads=config.n_heads, num_key_value_heads=config.n_kv_heads, intermediate_size=config.d_ff,
-        rope_theta=config.rope_theta, rms_norm_eps=config.norm_eps, tie_word_embeddings=config.tie_embeddings,
+        vocab_size=config.vocab_size,
+        hidden_size=config.d_model,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.n_kv_heads,
+        intermediate_size=config.d_ff,
+        rope_theta=config.rope_theta,
+        rms_norm_eps=config.norm_eps,
+        tie_word_embeddings=config.tie_embeddings,
     )
 
 
@@ -113,13 +127,17 @@ def load_ours(directory: Path) -> TransformerLM:
     weights_path = directory / WEIGHTS_FILE
     weights = read_weights(weights_path)
     model = TransformerLM(config)
-    expected = {k: v.shape for k, v in model.state_dict().items() if not (config.tie_embeddings and k == "lm_head.weight")}
+    expected = {
+        k: v.shape for k, v in model.state_dict().items() if not (config.tie_embeddings and k == "lm_head.weight")
+    }
     missing, unknown = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
     if missing or unknown:
         raise ValueError(f"{weights_path}: missing tensors {missing[:5]}, unknown tensors {unknown[:5]}")
     for name, shape in expected.items():
         if weights[name].shape != shape:
-            raise ValueError(f"{weights_path}: tensor {name} has shape {tuple(weights[name].shape)}, config needs {tuple(shape)}")
+            raise ValueError(
+                f"{weights_path}: tensor {name} has shape {tuple(weights[name].shape)}, config needs {tuple(shape)}"
+            )
     model.load_state_dict(weights, strict=not config.tie_embeddings)
     return model
 

@@ -75,8 +75,11 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
 
 
 def load_model_and_tokenizer(
-    name_or_path: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-    lora: LoRASettings | None = None, place: bool = True,
+    name_or_path: str,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    lora: LoRASettings | None = None,
+    place: bool = True,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM for training or generation; `smollm2-135m` names the packaged SmolLM2.
 

@@ -38,10 +38,24 @@ ALL_LINEAR = "all-linear"  # peft: every linear layer except the output head
 class LoRASettings:
     """The LoRA settings every training script shares (its config dataclass inherits them)."""
 
-    lora_rank: int = setting(0, "LoRA rank: train low-rank adapters (peft) on every --lora-target-modules layer of the frozen model instead of every weight; the optimizer then holds only the adapters, the KL reference is the model with its adapters off, checkpoints hold the adapter, and policy/ is the merged model with the adapter in policy/adapter/. 0: full fine-tuning.")
+    lora_rank: int = setting(
+        0,
+        "LoRA rank: train low-rank adapters (peft) on every --lora-target-modules layer of the frozen model instead "
+        "of every weight; the optimizer then holds only the adapters, the KL reference is the model with its adapters "
+        "off, checkpoints hold the adapter, and policy/ is the merged model with the adapter in policy/adapter/. 0: "
+        "full fine-tuning.",
+    )
     lora_alpha: float = setting(32.0, "LoRA scale numerator: adapters add (alpha / rank) * B A x.")
-    lora_target_modules: list[str] = setting([ALL_LINEAR], "Layers that get adapters: module names (q_proj, v_proj, ...; repeatable) or all-linear, every linear projection of the decoder layers (not the LM head).")
-    lora_dropout: float = setting(0.0, "Dropout on the adapters' input while training. Above 0 the training forward differs from the sampler's, which turns off --reuse-rollout-forward.")
+    lora_target_modules: list[str] = setting(
+        [ALL_LINEAR],
+        "Layers that get adapters: module names (q_proj, v_proj, ...; repeatable) or all-linear, every linear "
+        "projection of the decoder layers (not the LM head).",
+    )
+    lora_dropout: float = setting(
+        0.0,
+        "Dropout on the adapters' input while training. Above 0 the training forward differs from the sampler's, "
+        "which turns off --reuse-rollout-forward.",
+    )
 
 
 def check_lora(settings: LoRASettings, backend: str | None = None) -> None:
@@ -58,8 +72,10 @@ def check_lora(settings: LoRASettings, backend: str | None = None) -> None:
     if not s.lora_target_modules:
         raise ValueError("--lora-target-modules is empty: name the layers that get adapters, or all-linear")
     if backend == "transformer_lm":
-        raise ValueError("--lora-rank > 0 is not available with --backend transformer_lm: our TransformerLM's sampler "
-                         "multiplies its layers' weights directly; train it fully (--lora-rank 0) or use --backend hf")
+        raise ValueError(
+            "--lora-rank > 0 is not available with --backend transformer_lm: our TransformerLM's sampler "
+            "multiplies its layers' weights directly; train it fully (--lora-rank 0) or use --backend hf"
+        )
 
 
 def apply_lora(model: nn.Module, settings: LoRASettings) -> nn.Module:
@@ -69,11 +85,16 @@ def apply_lora(model: nn.Module, settings: LoRASettings) -> nn.Module:
     from peft import LoraConfig
 
     targets = settings.lora_target_modules
-    model.add_adapter(LoraConfig(  # type: ignore[operator]
-        r=settings.lora_rank, lora_alpha=settings.lora_alpha, lora_dropout=settings.lora_dropout,
-        target_modules=ALL_LINEAR if targets == [ALL_LINEAR] else list(targets),
-        base_model_name_or_path=model.name_or_path,  # type: ignore[union-attr]
-    ), adapter_name=ADAPTER)
+    model.add_adapter(
+        LoraConfig(  # type: ignore[operator]
+            r=settings.lora_rank,
+            lora_alpha=settings.lora_alpha,
+            lora_dropout=settings.lora_dropout,
+            target_modules=ALL_LINEAR if targets == [ALL_LINEAR] else list(targets),
+            base_model_name_or_path=model.name_or_path,  # type: ignore[union-attr]
+        ),
+        adapter_name=ADAPTER,
+    )
     return model
 
 
@@ -111,7 +132,9 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     layer, every other tensor as it is (shared, not copied). A model without adapters gives its own state_dict."""
     if not has_lora(model):
         return model.state_dict()
-    deltas = {f"{name}.base_layer.weight": layer.get_delta_weight(ADAPTER) for name, layer in lora_layers(model).items()}
+    deltas = {
+        f"{name}.base_layer.weight": layer.get_delta_weight(ADAPTER) for name, layer in lora_layers(model).items()
+    }
     merged = {}
     for key, tensor in model.state_dict().items():
         if ".lora_A." in key or ".lora_B." in key:
@@ -149,7 +172,8 @@ def save_adapter_folder(adapters: dict[str, torch.Tensor], settings: LoRASetting
 
     targets = sorted({key.split(".lora_")[0].rsplit(".", 1)[-1] for key in adapters})
     folder.mkdir(parents=True, exist_ok=True)
-    LoraConfig(r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=targets,
-               base_model_name_or_path=base).save_pretrained(folder)
+    LoraConfig(
+        r=settings.lora_rank, lora_alpha=settings.lora_alpha, target_modules=targets, base_model_name_or_path=base
+    ).save_pretrained(folder)
     save_file({adapter_file_key(k): v.detach().cpu().contiguous() for k, v in adapters.items()}, folder / ADAPTER_FILE)
     return folder

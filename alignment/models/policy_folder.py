@@ -19,7 +19,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from alignment.models.lm_checkpoint import save_llama_folder
 from alignment.models.lora import (
-    ADAPTER_CONFIG, ADAPTER_FILE, adapter_file_key, adapter_state_dict, has_lora, merged_state_dict, sync_state_dict,
+    ADAPTER_CONFIG,
+    ADAPTER_FILE,
+    adapter_file_key,
+    adapter_state_dict,
+    has_lora,
+    merged_state_dict,
+    sync_state_dict,
 )
 from alignment.models.transformer_lm import TransformerLM, load_llama_state_dict
 
@@ -97,8 +103,10 @@ def load_policy_weights(policy: torch.nn.Module, directory: Path) -> None:
     missing = sorted(name for name in set(live) - set(weights) if live[name].data_ptr() not in loaded)
     misshapen = sorted(name for name in set(weights) & set(live) if weights[name].shape != live[name].shape)
     if unknown or missing or misshapen:
-        raise ValueError(f"{directory}: weights do not fit the policy (missing {missing[:3]}, unknown {unknown[:3]}, "
-                         f"of another shape {misshapen[:3]})")
+        raise ValueError(
+            f"{directory}: weights do not fit the policy (missing {missing[:3]}, unknown {unknown[:3]}, "
+            f"of another shape {misshapen[:3]})"
+        )
     policy.load_state_dict(weights, strict=False)
 
 
@@ -110,8 +118,10 @@ def load_adapter_weights(policy: torch.nn.Module, directory: Path) -> None:
     missing, unknown = sorted(set(live) - set(weights)), sorted(set(weights) - set(live))
     misshapen = sorted(k for k in set(live) & set(weights) if live[k].shape != weights[k].shape)
     if missing or unknown or misshapen:
-        raise ValueError(f"{directory}: the adapter does not fit the policy's LoRA settings (missing {missing[:3]}, "
-                         f"unknown {unknown[:3]}, of another shape {misshapen[:3]})")
+        raise ValueError(
+            f"{directory}: the adapter does not fit the policy's LoRA settings (missing {missing[:3]}, "
+            f"unknown {unknown[:3]}, of another shape {misshapen[:3]})"
+        )
     with torch.no_grad():
         for key, tensor in live.items():
             tensor.copy_(weights[key])
@@ -123,4 +133,6 @@ def push_weights(engine, policy: torch.nn.Module) -> None:
     as a standard model's (LoRA adapters merged in)."""
     if getattr(engine, "model", None) is policy:
         return
-    engine.load_policy_weights(sync_state_dict(policy) if getattr(engine, "serves_lora", False) else merged_state_dict(policy))
+    engine.load_policy_weights(
+        sync_state_dict(policy) if getattr(engine, "serves_lora", False) else merged_state_dict(policy)
+    )

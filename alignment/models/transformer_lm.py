@@ -33,8 +33,10 @@ class TransformerConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads or self.head_dim % 2:
-            raise ValueError(f"need n_kv_heads | n_heads | d_model and an even head size; got d_model {self.d_model}, "
-                             f"n_heads {self.n_heads}, n_kv_heads {self.n_kv_heads}")
+            raise ValueError(
+                f"need n_kv_heads | n_heads | d_model and an even head size; got d_model {self.d_model}, "
+                f"n_heads {self.n_heads}, n_kv_heads {self.n_kv_heads}"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -99,7 +101,11 @@ class Attention(nn.Module):
         self.out = nn.Linear(c.n_heads * c.head_dim, c.d_model, bias=False)
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        past: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x: (batch, seq, d_model); mask: (batch, 1, seq, past + seq) bool, True where attention is allowed;
         past: cached (keys, values), each (batch, n_kv_heads, past, head_dim). Returns the output and the
@@ -135,7 +141,11 @@ class Block(nn.Module):
         self.ffn_norm, self.ffn = RMSNorm(c.d_model, c.norm_eps), SwiGLU(c)
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        past: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         attended, k, v = self.attn(self.attn_norm(x), positions, mask, past)
         x = x + attended
@@ -201,7 +211,12 @@ class TransformerLM(nn.Module):
         return self._run_blocks(input_ids, positions, mask, cache, key_mask)
 
     def _run_blocks(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: KVCache | None, key_mask: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        cache: KVCache | None,
+        key_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, KVCache]:
         x = self.embed(input_ids)
         keys, values = [], []
@@ -239,7 +254,8 @@ def config_from_llama(hf_config) -> TransformerConfig:
         "attention_bias": getattr(hf_config, "attention_bias", False),
         "mlp_bias": getattr(hf_config, "mlp_bias", False),
         "rope_type": rope.get("rope_type", rope.get("type", "default")) != "default",
-        "head_dim": getattr(hf_config, "head_dim", None) not in (None, hf_config.hidden_size // hf_config.num_attention_heads),
+        "head_dim": getattr(hf_config, "head_dim", None)
+        not in (None, hf_config.hidden_size // hf_config.num_attention_heads),
     }
     used = [name for name, is_used in unsupported.items() if is_used]
     if used:
@@ -289,4 +305,6 @@ def load_llama_state_dict(model: TransformerLM, state_dict: dict[str, torch.Tens
     unused = sorted(set(state_dict) - set(names.values()) - {"lm_head.weight"})
     if unused:
         raise ValueError(f"checkpoint has tensors this architecture does not use: {', '.join(unused[:5])}")
-    model.load_state_dict({ours: state_dict[theirs] for ours, theirs in names.items()}, strict=not model.config.tie_embeddings)
+    model.load_state_dict(
+        {ours: state_dict[theirs] for ours, theirs in names.items()}, strict=not model.config.tie_embeddings
+    )

@@ -1,13 +1,13 @@
 """GRPO on Ray: a driver that schedules actors wrapping the library's sampler, grader and learner.
 
-    driver.py         the driver and its strategies (colocated-sync, colocated-multistep,
-                      disaggregated-one-behind, replay-buffer): lag and checksum checks, logging, checkpoints
-    actors.py         Generator, Learner (a GRPOLearner), ColocatedWorker
-    learner_group.py  the learner as N actors sharing the policy with FSDP2 (--learner-processes)
-    scorer.py         the torch-free Scorer actor
-    cluster.py        starting actors, turning a dead one into a clear error and a checkpoint
-    config.py         RayGRPOConfig: GRPO's settings plus the strategy's
-    weight_sync.py    learner -> generator weights over the object store, NCCL or gloo, timed
-    replay_buffer.py  a bounded buffer of scored groups tagged with their policy version
-    env.py            import Ray through here (uv run's runtime env switched off)
+driver.py         the driver and its strategies (colocated-sync, colocated-multistep,
+                  disaggregated-one-behind, replay-buffer): lag and checksum checks, logging, checkpoints
+actors.py         Generator, Learner (a GRPOLearner), ColocatedWorker
+learner_group.py  the learner as N actors sharing the policy with FSDP2 (--learner-processes)
+scorer.py         the torch-free Scorer actor
+cluster.py        starting actors, turning a dead one into a clear error and a checkpoint
+config.py         RayGRPOConfig: GRPO's settings plus the strategy's
+weight_sync.py    learner -> generator weights over the object store, NCCL or gloo, timed
+replay_buffer.py  a bounded buffer of scored groups tagged with their policy version
+env.py            import Ray through here (uv run's runtime env switched off)
 """

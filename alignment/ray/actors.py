@@ -99,8 +99,9 @@ class Generator(_Actor):
             model, tokenizer = load_policy(config, device, dtype)
             self._attach(config, task, validation, model.eval(), build_engine(config, model, tokenizer, device, device))
 
-    def _attach(self, config: RayGRPOConfig, task: Task, validation: Task, model: torch.nn.Module | None,
-                engine: RolloutEngine) -> None:
+    def _attach(
+        self, config: RayGRPOConfig, task: Task, validation: Task, model: torch.nn.Module | None, engine: RolloutEngine
+    ) -> None:
         if hasattr(engine, "progress"):
             engine.progress = False  # the driver shows progress; bars from actors would interleave with it
         self.config, self.task, self.validation, self.model, self.engine = config, task, validation, model, engine
@@ -143,14 +144,19 @@ class Learner(_Actor):
         self.build()
 
     def build(self, group: dist.ProcessGroup | None = None) -> None:
-        """Load the policy, sharded over `group` when given (a rank of alignment/ray/learner_group.py), and its learner."""
+        """Load the policy, sharded over `group` when given (a rank of alignment/ray/learner_group.py), and its
+        learner."""
         config, device = self.config, self.device
         random.seed(config.seed)
         torch.manual_seed(config.seed)
-        policy, tokenizer = load_policy(config, device, model_dtype(config, device), shard=group is not None, group=group)
+        policy, tokenizer = load_policy(
+            config, device, model_dtype(config, device), shard=group is not None, group=group
+        )
         self.learner = GRPOLearner(config.learner_config(), policy, tokenizer, self.task)
 
-    def learn(self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]) -> Learned:
+    def learn(
+        self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]
+    ) -> Learned:
         """One GRPO update on these groups (prompt-major, group_size rollouts per question)."""
         timer = PhaseTimer()
         batch = self.learner.make_batch(questions, rollouts, scores)
@@ -172,8 +178,14 @@ class Learner(_Actor):
     def save(self, folder: Path, driver_state: dict[str, Any]) -> int:
         """Checkpoint the policy, optimizer and RNGs with the driver's state; returns the step saved."""
         learner = self.learner
-        save_checkpoint(folder, self.config, learner.policy, learner.tokenizer, learner.optimizer,
-                        driver_state | {"step": learner.step})
+        save_checkpoint(
+            folder,
+            self.config,
+            learner.policy,
+            learner.tokenizer,
+            learner.optimizer,
+            driver_state | {"step": learner.step},
+        )
         return learner.step
 
     def restore(self, folder: Path) -> dict[str, Any]:

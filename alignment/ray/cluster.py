@@ -10,15 +10,16 @@ light and its worker processes are its own). `devices` (GPUs, or CPU cores) is w
 import os
 from dataclasses import dataclass, field
 
-from alignment.ray.learner_group import LearnerGroup
+from ray.actor import ActorHandle
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from alignment.data.task import Task
 from alignment.ray.actors import ColocatedWorker, Generator, spawn
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.env import ray
+from alignment.ray.learner_group import LearnerGroup
 from alignment.ray.scorer import Scorer
-from alignment.data.task import Task
 from alignment.ray.weight_sync import Placement
-from ray.actor import ActorHandle
-from ray.exceptions import GetTimeoutError, RayActorError
 
 PROBE_TIMEOUT_S = 10.0  # a live actor busy with a long call answers later: it is reported as not answering
 
@@ -49,27 +50,47 @@ def start_actors(config: RayGRPOConfig, task: Task, validation: Task) -> Actors:
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
     cores = max(1, min(int(resources.get("CPU", 1)), os.cpu_count() or 1))
-    if config.weight_sync == "nccl" and gpus < 2:  # refused before any model loads; check_transport re-checks placements
-        raise ValueError(f"--weight-sync nccl needs the generator and the learner on GPUs of their own; this cluster "
-                         f"has {gpus} GPU(s): use --weight-sync object_store (or gloo)")
+    if (
+        config.weight_sync == "nccl" and gpus < 2
+    ):  # refused before any model loads; check_transport re-checks placements
+        raise ValueError(
+            f"--weight-sync nccl needs the generator and the learner on GPUs of their own; this cluster "
+            f"has {gpus} GPU(s): use --weight-sync object_store (or gloo)"
+        )
     n = config.learner_processes
     if gpus and n > 1 and gpus < n + 1:  # NCCL runs one rank per GPU
-        raise ValueError(f"--learner-processes {n} needs a GPU for each learner process and one for the generator "
-                         f"({n + 1}); this cluster has {gpus}")
+        raise ValueError(
+            f"--learner-processes {n} needs a GPU for each learner process and one for the generator "
+            f"({n + 1}); this cluster has {gpus}"
+        )
     scorer = spawn(Scorer, 0, 0, task, config.grader_workers)
     if config.colocated:
         cpus, gpu_share = (1, 1) if gpus else (cores, 0)
-        worker = spawn(ColocatedWorker, cpus, gpu_share, config, task, validation, "cuda" if gpus else "cpu", max(1, int(cpus)))
-        actors = Actors(worker, worker, scorer, 1 if gpus else cores, {"ColocatedWorker": worker, "Scorer": scorer},
-                        learner_names=["ColocatedWorker"])
+        worker = spawn(
+            ColocatedWorker, cpus, gpu_share, config, task, validation, "cuda" if gpus else "cpu", max(1, int(cpus))
+        )
+        actors = Actors(
+            worker,
+            worker,
+            scorer,
+            1 if gpus else cores,
+            {"ColocatedWorker": worker, "Scorer": scorer},
+            learner_names=["ColocatedWorker"],
+        )
     else:
         cpus, gpu_share = (1, 1 if gpus >= 2 else 0.5) if gpus else (cores / 2, 0)
         device = "cuda" if gpus else "cpu"
         generator = spawn(Generator, cpus, gpu_share, config, task, validation, device, max(1, int(cpus)))
         learner_cpus = cpus if gpus else cpus / n
         learner = LearnerGroup.spawn(config, task, device, learner_cpus, gpu_share, max(1, int(learner_cpus)))
-        actors = Actors(generator, learner, scorer, min(gpus, n + 1) if gpus else cores,
-                        {"Generator": generator, **learner.names, "Scorer": scorer}, learner_names=list(learner.names))
+        actors = Actors(
+            generator,
+            learner,
+            scorer,
+            min(gpus, n + 1) if gpus else cores,
+            {"Generator": generator, **learner.names, "Scorer": scorer},
+            learner_names=list(learner.names),
+        )
     try:
         ray.get([h.ping.remote() for h in actors.names.values()], timeout=config.ray_timeout_s)
         if isinstance(actors.learner, LearnerGroup):  # over gloo, the weight sync's group is the learners' world too
@@ -78,9 +99,11 @@ def start_actors(config: RayGRPOConfig, task: Task, validation: Task) -> Actors:
         actors.placements = ray.get([h.placement.remote() for h in models], timeout=config.ray_timeout_s)
     except GetTimeoutError:
         actors.stop()
-        raise ActorFailure(f"the actors ({', '.join(actors.names)}) did not start within --ray-timeout-s="
-                           f"{config.ray_timeout_s:g} s; the cluster has {resources.get('CPU', 0):g} CPUs and "
-                           f"{gpus} GPUs (is another run holding them?)") from None
+        raise ActorFailure(
+            f"the actors ({', '.join(actors.names)}) did not start within --ray-timeout-s="
+            f"{config.ray_timeout_s:g} s; the cluster has {resources.get('CPU', 0):g} CPUs and "
+            f"{gpus} GPUs (is another run holding them?)"
+        ) from None
     except RayActorError as err:
         actors.stop()
         raise ActorFailure(f"an actor failed to start: {err}") from None
@@ -99,4 +122,3 @@ def dead_actors(actors: Actors) -> list[str]:
         except GetTimeoutError:
             pass
     return dead
-

@@ -1,11 +1,12 @@
-"""Settings of a GRPO run on Ray: every GRPOConfig field plus the strategy, buffer, weight-sync and learner-group flags."""
+"""Settings of a GRPO run on Ray: every GRPOConfig field plus the strategy, buffer, weight-sync and learner-group
+flags."""
 
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
+from alignment.config.settings import setting
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.ray.replay_buffer import SAMPLING_POLICIES
-from alignment.config.settings import setting
 from alignment.ray.weight_sync import TRANSPORTS
 
 STRATEGIES = ("colocated-sync", "colocated-multistep", "disaggregated-one-behind", "replay-buffer")
@@ -19,14 +20,26 @@ Transport = Literal[TRANSPORTS]  # type: ignore[valid-type]
 
 @dataclass
 class RayGRPOConfig(GRPOConfig):
-    strategy: Strategy = setting("colocated-sync", "How generation and learning are scheduled (alignment/ray/driver.py).")
+    strategy: Strategy = setting(
+        "colocated-sync", "How generation and learning are scheduled (alignment/ray/driver.py)."
+    )
     multistep_k: int = setting(1, "colocated-multistep: GRPO-Clip optimizer steps per rollout batch (e.g. 1, 2, 4, 8).")
     buffer_capacity: int = setting(64, "replay-buffer: groups (one question's --group-size rollouts) the buffer keeps.")
-    buffer_policy: BufferPolicy = setting("fifo", "replay-buffer: fifo (oldest, used once), uniform (random, kept) or newest (latest, kept).")
-    weight_sync: Transport = setting("object_store", "Learner -> generator transport: nccl needs each actor on its own GPU; gloo runs on CPUs.")
-    ray_timeout_s: float = setting(600.0, "Longest wait for any Ray call; past it the run stops with an error and a checkpoint.")
+    buffer_policy: BufferPolicy = setting(
+        "fifo", "replay-buffer: fifo (oldest, used once), uniform (random, kept) or newest (latest, kept)."
+    )
+    weight_sync: Transport = setting(
+        "object_store", "Learner -> generator transport: nccl needs each actor on its own GPU; gloo runs on CPUs."
+    )
+    ray_timeout_s: float = setting(
+        600.0, "Longest wait for any Ray call; past it the run stops with an error and a checkpoint."
+    )
     ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start a local one).")
-    learner_processes: int = setting(1, "Learner actors sharing the policy with FSDP2 (alignment/ray/learner_group.py), on one node or several; disaggregated strategies only.")
+    learner_processes: int = setting(
+        1,
+        "Learner actors sharing the policy with FSDP2 (alignment/ray/learner_group.py), on one node or several; "
+        "disaggregated strategies only.",
+    )
 
     # The transport, timeouts and cluster may change too: they move the same tensors.
     RESUMABLE: ClassVar[frozenset[str]] = GRPOConfig.RESUMABLE | {"weight_sync", "ray_timeout_s", "ray_address"}
@@ -37,7 +50,9 @@ class RayGRPOConfig(GRPOConfig):
 
     def learner_config(self) -> GRPOConfig:
         """What the GRPO learner runs: k passes over each rollout batch when multistep."""
-        return replace(self, epochs_per_rollout_batch=self.multistep_k) if self.strategy == "colocated-multistep" else self
+        return (
+            replace(self, epochs_per_rollout_batch=self.multistep_k) if self.strategy == "colocated-multistep" else self
+        )
 
 
 def _fail(message: str) -> None:
@@ -54,24 +69,36 @@ def validate_ray(config: RayGRPOConfig) -> None:
         _fail(f"--multistep-k ({c.multistep_k}) applies only to --strategy colocated-multistep")
     if c.strategy == "colocated-multistep":
         if c.loss_type != "grpo_clip":
-            _fail(f"--strategy colocated-multistep trains with GRPO-Clip on stored old log-probs: "
-                  f"pass --loss-type grpo_clip (got {c.loss_type!r})")
+            _fail(
+                f"--strategy colocated-multistep trains with GRPO-Clip on stored old log-probs: "
+                f"pass --loss-type grpo_clip (got {c.loss_type!r})"
+            )
         if c.epochs_per_rollout_batch != 1 or c.train_batch_size != c.rollout_batch_size:
-            _fail("--strategy colocated-multistep takes its optimizer steps from --multistep-k: keep "
-                  "--epochs-per-rollout-batch 1 and --train-batch-size equal to --rollout-batch-size")
+            _fail(
+                "--strategy colocated-multistep takes its optimizer steps from --multistep-k: keep "
+                "--epochs-per-rollout-batch 1 and --train-batch-size equal to --rollout-batch-size"
+            )
     if c.dynamic_sampling:  # the driver draws step t's questions at a fixed position, ahead of the learner
-        _fail(f"--dynamic-sampling is not available with --strategy {c.strategy}: the Ray driver draws a fixed "
-              "--rollout-batch-size / --group-size questions per step; run it with scripts/train_grpo.py")
+        _fail(
+            f"--dynamic-sampling is not available with --strategy {c.strategy}: the Ray driver draws a fixed "
+            "--rollout-batch-size / --group-size questions per step; run it with scripts/train_grpo.py"
+        )
     if c.strategy == "replay-buffer" and c.buffer_capacity < c.n_prompts_per_rollout_batch:
-        _fail(f"--buffer-capacity ({c.buffer_capacity}) must hold at least one rollout batch "
-              f"({c.n_prompts_per_rollout_batch} groups = --rollout-batch-size / --group-size)")
+        _fail(
+            f"--buffer-capacity ({c.buffer_capacity}) must hold at least one rollout batch "
+            f"({c.n_prompts_per_rollout_batch} groups = --rollout-batch-size / --group-size)"
+        )
     if c.colocated and c.weight_sync != "object_store":
-        _fail(f"--weight-sync {c.weight_sync} needs two actors; --strategy {c.strategy} samples from the "
-              "policy in place (leave --weight-sync at object_store)")
+        _fail(
+            f"--weight-sync {c.weight_sync} needs two actors; --strategy {c.strategy} samples from the "
+            "policy in place (leave --weight-sync at object_store)"
+        )
     if c.weight_sync != "object_store" and c.backend == "vllm":
         # vLLM's in-process engine holds torch.distributed's default group, which Ray's collective group needs
-        _fail(f"--weight-sync {c.weight_sync} cannot reach a vLLM generator (its engine holds the process's "
-              "torch.distributed group): use --weight-sync object_store")
+        _fail(
+            f"--weight-sync {c.weight_sync} cannot reach a vLLM generator (its engine holds the process's "
+            "torch.distributed group): use --weight-sync object_store"
+        )
     if not c.ray_timeout_s > 0:
         _fail(f"--ray-timeout-s must be > 0, got {c.ray_timeout_s}")
     if c.learner_processes < 1:
@@ -79,11 +106,18 @@ def validate_ray(config: RayGRPOConfig) -> None:
     if c.learner_processes > 1:
         n = c.learner_processes
         if c.colocated:
-            _fail(f"--learner-processes {n} needs learner actors of their own: use --strategy disaggregated-one-behind or "
-                  f"replay-buffer (--strategy {c.strategy} trains and samples one policy in one process)")
+            _fail(
+                f"--learner-processes {n} needs learner actors of their own: use --strategy disaggregated-one-behind "
+                "or "
+                f"replay-buffer (--strategy {c.strategy} trains and samples one policy in one process)"
+            )
         if c.lora_rank > 0:
-            _fail(f"--learner-processes {n} with --lora-rank {c.lora_rank}: LoRA trains in one process (its adapters "
-                  "are small enough not to need sharding); use --learner-processes 1")
+            _fail(
+                f"--learner-processes {n} with --lora-rank {c.lora_rank}: LoRA trains in one process (its adapters "
+                "are small enough not to need sharding); use --learner-processes 1"
+            )
         if c.backend == "transformer_lm":
-            _fail(f"--learner-processes {n} shards a transformers model; --backend transformer_lm trains our own "
-                  "TransformerLM in one process: use --learner-processes 1")
+            _fail(
+                f"--learner-processes {n} shards a transformers model; --backend transformer_lm trains our own "
+                "TransformerLM in one process: use --learner-processes 1"
+            )

@@ -22,28 +22,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from tqdm.auto import tqdm
 
-from alignment.utils.atomic import check_writable_dir
-from alignment.run.checkpoint import complete_step, export_policy
-from alignment.utils.faults import fault_point
+from alignment.config.settings import write_run_settings
+from alignment.data.task import Task
 from alignment.grpo.sampler import rollout_stats, validation_sampling
-from alignment.run.setup import PromptOrder, keyword_run_tasks, math_tasks
-from alignment.run.training_settings import check_output_dir
-from alignment.run.metrics_log import MetricsLog
 from alignment.models.loading import load_tokenizer
 from alignment.prompts import chat_template
 from alignment.ray.actors import Generated, Learned, token_checksum
-from alignment.ray.cluster import Actors, ActorFailure, dead_actors, start_actors
+from alignment.ray.cluster import ActorFailure, Actors, dead_actors, start_actors
 from alignment.ray.config import RayGRPOConfig, validate_ray
 from alignment.ray.env import ray
-from alignment.ray.scorer import Scored
 from alignment.ray.replay_buffer import Group, ReplayBuffer, staleness
-from alignment.rollout.interface import Rollout
-from alignment.config.settings import write_run_settings
-from alignment.data.task import Task
+from alignment.ray.scorer import Scored
 from alignment.ray.weight_sync import WeightSync
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from alignment.rollout.interface import Rollout
+from alignment.run.checkpoint import complete_step, export_policy
+from alignment.run.metrics_log import MetricsLog
+from alignment.run.setup import PromptOrder, keyword_run_tasks, math_tasks
+from alignment.run.training_settings import check_output_dir
+from alignment.utils.atomic import check_writable_dir
+from alignment.utils.faults import fault_point
 
 
 @dataclass
@@ -83,17 +83,30 @@ class Driver:
 
     def __init__(self, config: RayGRPOConfig, actors: Actors, n_questions: int, resume: bool) -> None:
         self.config, self.actors, self.n_questions = config, actors, n_questions
-        self.learner_name, self.generator_name = ("ColocatedWorker",) * 2 if config.colocated else ("Learner", "Generator")
+        self.learner_name, self.generator_name = (
+            ("ColocatedWorker",) * 2 if config.colocated else ("Learner", "Generator")
+        )
         self.doing = "starting"
         self.step, elapsed = 0, 0.0
-        self.buffer = ReplayBuffer(config.buffer_capacity, config.buffer_policy, config.seed) if config.strategy == "replay-buffer" else None
-        self.sync = None if config.colocated else WeightSync(
-            config.weight_sync, actors.learner, [actors.generator], actors.placements, config.ray_timeout_s)
+        self.buffer = (
+            ReplayBuffer(config.buffer_capacity, config.buffer_policy, config.seed)
+            if config.strategy == "replay-buffer"
+            else None
+        )
+        self.sync = (
+            None
+            if config.colocated
+            else WeightSync(
+                config.weight_sync, actors.learner, [actors.generator], actors.placements, config.ray_timeout_s
+            )
+        )
         self.prefetched: Batch | None = None
         self.unlogged: list[dict] = []  # rows of an update that finished but whose step is not yet logged
         if resume:
             try:
-                state = self.get(actors.learner.restore.remote(config.output_dir), f"{self.learner_name}: load the checkpoint")
+                state = self.get(
+                    actors.learner.restore.remote(config.output_dir), f"{self.learner_name}: load the checkpoint"
+                )
             except RayTaskError as err:  # a missing or foreign checkpoint: the learner's own ValueError
                 raise err.cause from None
             self.step, elapsed = state["step"], state["elapsed_s"]
@@ -136,8 +149,12 @@ class Driver:
                     if self.step % c.checkpoint_every == 0 or self.step == c.n_grpo_steps:
                         self.checkpoint()
                     last = step_rows[-1]
-                    bar.set_postfix(reward=f"{last['train_reward']:.2f}", eval=f"{eval_reward:.2f}",
-                                    step=f"{last['time_step_s']:.1f}s", lag=last["version_lag"])
+                    bar.set_postfix(
+                        reward=f"{last['train_reward']:.2f}",
+                        eval=f"{eval_reward:.2f}",
+                        step=f"{last['time_step_s']:.1f}s",
+                        lag=last["version_lag"],
+                    )
                     bar.update(1)
                     fault_point("ray_step")
                     if on_step is not None:
@@ -158,7 +175,9 @@ class Driver:
         batch = self.launch(self.step)
         generated, scored = self.get([batch.generated, batch.scored], f"ColocatedWorker/Scorer: batch {self.step}")
         training = Training(batch.questions, generated.rollouts, scored.scores)
-        learned = self.learn(self.get(self.learn_call(training), f"ColocatedWorker: learn on batch {self.step}"), training)
+        learned = self.learn(
+            self.get(self.learn_call(training), f"ColocatedWorker: learn on batch {self.step}"), training
+        )
         sync_s = self.get(worker.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
         return self.commit(self.rows(generated, scored, training, learned, sync_s, start, {}))
 
@@ -171,11 +190,23 @@ class Driver:
             training = Training(batch.questions, generated.rollouts, scored.scores)
         else:
             g = self.config.group_size
-            self.buffer.add([Group(q, generated.rollouts[i * g:(i + 1) * g], scored.scores[i * g:(i + 1) * g], generated.version)
-                             for i, q in enumerate(batch.questions)])
+            self.buffer.add(
+                [
+                    Group(
+                        q,
+                        generated.rollouts[i * g : (i + 1) * g],
+                        scored.scores[i * g : (i + 1) * g],
+                        generated.version,
+                    )
+                    for i, q in enumerate(batch.questions)
+                ]
+            )
             picked = self.buffer.sample(self.config.n_prompts_per_rollout_batch)
             training = Training.from_groups(picked)
-            extra = staleness(picked, self.step) | {"buffer_size": len(self.buffer), "buffer_evicted": self.buffer.evicted}
+            extra = staleness(picked, self.step) | {
+                "buffer_size": len(self.buffer),
+                "buffer_evicted": self.buffer.evicted,
+            }
         learning = self.learn_call(training)
         # batch t+1 is sampled by the current weights while the learner trains on batch t
         self.prefetched = self.launch(self.step + 1) if self.step + 1 < self.config.n_grpo_steps else None
@@ -193,27 +224,48 @@ class Driver:
         """Check the update against what was sent: the next version, on exactly these tokens."""
         sent = token_checksum(r.token_ids for r in training.rollouts)
         if learned.checksum != sent or learned.version != self.step + 1:
-            raise RuntimeError(f"the learner trained on tokens with checksum {learned.checksum} to version "
-                               f"{learned.version}; expected checksum {sent} and version {self.step + 1}")
+            raise RuntimeError(
+                f"the learner trained on tokens with checksum {learned.checksum} to version "
+                f"{learned.version}; expected checksum {sent} and version {self.step + 1}"
+            )
         return learned
 
-    def rows(self, generated: Generated, scored: Scored, training: Training, learned: Learned, sync_s: float,
-             start: float, extra: dict[str, float]) -> list[dict]:
+    def rows(
+        self,
+        generated: Generated,
+        scored: Scored,
+        training: Training,
+        learned: Learned,
+        sync_s: float,
+        start: float,
+        extra: dict[str, float],
+    ) -> list[dict]:
         c, wall = self.config, time.perf_counter() - start
         lag = self.step - generated.version
         bound = 0 if c.colocated else 1
         if lag > bound:  # the one-behind guarantee (and on-policy for colocated): never silently exceeded
-            raise RuntimeError(f"batch {self.step} was sampled by policy version {generated.version}, {lag} behind the "
-                               f"learner's {self.step}; --strategy {c.strategy} allows at most {bound}")
-        shared = rollout_stats(training.rollouts, training.scores, c.sampling_max_tokens) | extra | {
-            "time_rollout_s": generated.seconds, "time_grading_s": scored.seconds,
-            **{f"time_{k}_s": v for k, v in learned.seconds.items()},
-            "time_weight_sync_s": sync_s, "time_step_s": wall, "samples_per_s": len(training.rollouts) / wall,
-            "version_lag": lag, "weights_version": learned.version,
-            "tokens_checksum_sent": token_checksum(r.token_ids for r in training.rollouts),
-            "tokens_checksum_trained": learned.checksum,
-            "time_elapsed_s": self.elapsed(), "device_hours": self.elapsed() * self.actors.devices / 3600,
-        }
+            raise RuntimeError(
+                f"batch {self.step} was sampled by policy version {generated.version}, {lag} behind the "
+                f"learner's {self.step}; --strategy {c.strategy} allows at most {bound}"
+            )
+        shared = (
+            rollout_stats(training.rollouts, training.scores, c.sampling_max_tokens)
+            | extra
+            | {
+                "time_rollout_s": generated.seconds,
+                "time_grading_s": scored.seconds,
+                **{f"time_{k}_s": v for k, v in learned.seconds.items()},
+                "time_weight_sync_s": sync_s,
+                "time_step_s": wall,
+                "samples_per_s": len(training.rollouts) / wall,
+                "version_lag": lag,
+                "weights_version": learned.version,
+                "tokens_checksum_sent": token_checksum(r.token_ids for r in training.rollouts),
+                "tokens_checksum_trained": learned.checksum,
+                "time_elapsed_s": self.elapsed(),
+                "device_hours": self.elapsed() * self.actors.devices / 3600,
+            }
+        )
         return [{"grpo_step": learned.version} | shared | row for row in learned.rows]
 
     def commit(self, rows: list[dict]) -> list[dict]:
@@ -225,20 +277,29 @@ class Driver:
         return rows
 
     def validate(self) -> float:
-        summary, examples = self.get(self.actors.generator.validate.remote(validation_sampling(self.config)),
-                                     f"{self.generator_name}: validation at step {self.step}")
+        summary, examples = self.get(
+            self.actors.generator.validate.remote(validation_sampling(self.config)),
+            f"{self.generator_name}: validation at step {self.step}",
+        )
         self.log.log({"grpo_step": self.step} | summary | {"time_elapsed_s": self.elapsed()})
         self.log.log_rollouts(self.step, "eval", examples)
         return summary["eval_reward"]
 
     def checkpoint(self) -> int:
         state = {"elapsed_s": self.elapsed(), "buffer": None if self.buffer is None else self.buffer.state_dict()}
-        return self.get(self.actors.learner.save.remote(self.config.output_dir, state), f"{self.learner_name}: checkpoint step {self.step}")
+        return self.get(
+            self.actors.learner.save.remote(self.config.output_dir, state),
+            f"{self.learner_name}: checkpoint step {self.step}",
+        )
 
     def failure(self, err: Exception) -> ActorFailure:
         """Name what failed, save the last completed step if the learner can, and say how to continue."""
         doing, dead = self.doing, dead_actors(self.actors)
-        what = f"actor {', '.join(dead)} died" if dead else f"no answer within --ray-timeout-s={self.config.ray_timeout_s:g} s"
+        what = (
+            f"actor {', '.join(dead)} died"
+            if dead
+            else f"no answer within --ray-timeout-s={self.config.ray_timeout_s:g} s"
+        )
         folder, saved = self.config.output_dir, None
         if not set(self.actors.learner_names) & set(dead):
             try:
@@ -251,7 +312,9 @@ class Driver:
         if saved is not None:
             where = f"checkpoint of step {saved} saved in {folder}"
         else:
-            where = f"the last checkpoint is step {step} in {folder}" if step is not None else "no checkpoint was written"
+            where = (
+                f"the last checkpoint is step {step} in {folder}" if step is not None else "no checkpoint was written"
+            )
         hint = f"; continue with --resume {folder}" if step is not None else ""
         return ActorFailure(f"GRPO on Ray stopped: {what} while {doing} ({type(err).__name__}); {where}{hint}")
 

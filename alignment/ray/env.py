@@ -8,4 +8,3 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 import ray  # noqa: E402
 
 __all__ = ["ray"]
-

@@ -37,14 +37,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from alignment.ray.actors import Learner, spawn
-from alignment.ray.config import RayGRPOConfig
-from alignment.ray.env import ray
-from alignment.data.task import Task
 from ray.actor import ActorHandle
 from ray.experimental.collective import create_collective_group, destroy_collective_group
 from ray.experimental.collective.communicator import CommunicatorHandle
+
+from alignment.data.task import Task
+from alignment.ray.actors import Learner, spawn
+from alignment.ray.config import RayGRPOConfig
+from alignment.ray.env import ray
 
 
 class LearnerRank(Learner):
@@ -88,11 +88,15 @@ class LearnerGroup:
         self.world: CommunicatorHandle | None = None  # the Ray collective group that started torch.distributed (N > 1)
 
     @classmethod
-    def spawn(cls, config: RayGRPOConfig, task: Task, device: str, cpus: float, gpus: float, threads: int) -> "LearnerGroup":
+    def spawn(
+        cls, config: RayGRPOConfig, task: Task, device: str, cpus: float, gpus: float, threads: int
+    ) -> "LearnerGroup":
         """config.learner_processes actors, each holding `cpus` and `gpus`; call `start` once they answer."""
         if config.learner_processes == 1:
             return cls([spawn(Learner, cpus, gpus, config, task, device, threads)])
-        return cls([spawn(LearnerRank, cpus, gpus, config, task, device, threads) for _ in range(config.learner_processes)])
+        return cls(
+            [spawn(LearnerRank, cpus, gpus, config, task, device, threads) for _ in range(config.learner_processes)]
+        )
 
     @property
     def names(self) -> dict[str, ActorHandle]:

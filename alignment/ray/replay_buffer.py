@@ -56,7 +56,7 @@ class ReplayBuffer:
         if self.policy == "fifo":
             return [self.entries.popleft() for _ in range(count)]
         if self.policy == "newest":
-            return list(self.entries)[len(self.entries) - count:]
+            return list(self.entries)[len(self.entries) - count :]
         return self.rng.sample(list(self.entries), count)
 
     def state_dict(self) -> dict[str, Any]:
@@ -65,7 +65,8 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.entries = deque(
-            Group(g["question"], [Rollout(**r) for r in g["rollouts"]], g["scores"], g["version"]) for g in state["entries"]
+            Group(g["question"], [Rollout(**r) for r in g["rollouts"]], g["scores"], g["version"])
+            for g in state["entries"]
         )
         self.evicted = state["evicted"]
         version, internal, gauss = state["rng"]

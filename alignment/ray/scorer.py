@@ -8,8 +8,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from alignment.grading.parallel import ParallelGrader
 from alignment.data.task import Task
+from alignment.grading.parallel import ParallelGrader
 
 
 @dataclass

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from alignment.ray.env import ray
 from ray.actor import ActorHandle
 from ray.experimental.collective import create_collective_group, destroy_collective_group, get_collective_groups
+
+from alignment.ray.env import ray
 
 TRANSPORTS = ("object_store", "nccl", "gloo")
 
@@ -43,22 +44,33 @@ def check_transport(transport: str, placements: Sequence[Placement]) -> None:
         return
     off_gpu = [p.name for p in placements if p.device != "cuda"]
     if off_gpu:
-        raise ValueError(f"--weight-sync nccl needs every actor on a GPU, but {', '.join(off_gpu)} run on the CPU; "
-                         "use --weight-sync object_store (or gloo)")
+        raise ValueError(
+            f"--weight-sync nccl needs every actor on a GPU, but {', '.join(off_gpu)} run on the CPU; "
+            "use --weight-sync object_store (or gloo)"
+        )
     gpus = [p.gpu for p in placements]
     if len(set(gpus)) < len(gpus):
-        raise ValueError(f"--weight-sync nccl needs one GPU per actor, but they share {sorted(gpus)}; "
-                         "use --weight-sync object_store")
+        raise ValueError(
+            f"--weight-sync nccl needs one GPU per actor, but they share {sorted(gpus)}; use --weight-sync object_store"
+        )
     if importlib.util.find_spec("cupy") is None:
-        raise ValueError("--weight-sync nccl needs Ray's NCCL collectives, which need cupy "
-                         "(`uv pip install cupy-cuda12x`); or use --weight-sync object_store")
+        raise ValueError(
+            "--weight-sync nccl needs Ray's NCCL collectives, which need cupy "
+            "(`uv pip install cupy-cuda12x`); or use --weight-sync object_store"
+        )
 
 
 class WeightSync:
     """`sync(version)` sends the learner's current weights to every generator and returns the seconds it took."""
 
-    def __init__(self, transport: str, learner: Any, generators: Sequence[ActorHandle],
-                 placements: Sequence[Placement], timeout_s: float) -> None:
+    def __init__(
+        self,
+        transport: str,
+        learner: Any,
+        generators: Sequence[ActorHandle],
+        placements: Sequence[Placement],
+        timeout_s: float,
+    ) -> None:
         """`learner`: a Learner actor or a LearnerGroup."""
         check_transport(transport, placements)
         self.transport, self.learner, self.generators, self.timeout_s = transport, learner, list(generators), timeout_s
@@ -66,7 +78,9 @@ class WeightSync:
         if transport != "object_store":
             members = [learner if isinstance(learner, ActorHandle) else learner.main, *generators]
             joined = get_collective_groups(members, backend=transport)  # a LearnerGroup's world, over gloo
-            self.group, self.own_group = (joined[0], False) if joined else (create_collective_group(members, backend=transport), True)
+            self.group, self.own_group = (
+                (joined[0], False) if joined else (create_collective_group(members, backend=transport), True)
+            )
         self.latencies: list[float] = []
 
     def sync(self, version: int) -> float:

@@ -92,9 +92,11 @@ def make_rollout_engine(
     if resolved == "vllm":
         from alignment.rollout.vllm_engine import VLLMRolloutEngine
 
-        return VLLMRolloutEngine(resolve_model(model), device, dtype, seed, gpu_memory_utilization, sleep=sleep, lora=lora)
-    from alignment.rollout.hf_engine import HFRolloutEngine
+        return VLLMRolloutEngine(
+            resolve_model(model), device, dtype, seed, gpu_memory_utilization, sleep=sleep, lora=lora
+        )
     from alignment.models.loading import load_model_and_tokenizer
+    from alignment.rollout.hf_engine import HFRolloutEngine
 
     policy, tokenizer = load_model_and_tokenizer(model, device=device, dtype=dtype)
     return HFRolloutEngine(policy.eval(), tokenizer)

@@ -16,9 +16,9 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from alignment.utils.faults import fault_point
 from alignment.rollout.forward_tape import ForwardTape, module_forwards
 from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.utils.faults import fault_point
 
 STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
 FEW_ROWS = 64  # up to this many rows, a CPU linear layer multiplies as W @ x^T
@@ -226,7 +226,8 @@ def generate_in_groups(
 def load_unless_shared(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
     """Load `state_dict` into `model`, unless the model already holds exactly these tensors (a colocated policy).
 
-    It may leave out what does not train (frozen parameters, buffers): a LoRA policy's sync carries only its adapters."""
+    It may leave out what does not train (frozen parameters, buffers): a LoRA policy's sync carries only its
+    adapters."""
     own = model.state_dict()
     if own.keys() == state_dict.keys() and all(own[k].data_ptr() == state_dict[k].data_ptr() for k in own):
         return

@@ -36,8 +36,14 @@ class _Replayed(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                store: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        store: torch.Tensor,
+        index: torch.Tensor,
+    ) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
         return store.index_select(0, index).view(*x.shape[:-1], weight.shape[0])
@@ -273,8 +279,10 @@ class ForwardTape:
         if self.versions is None:
             raise RuntimeError("nothing was recorded to replay")
         if self.versions != [p._version for p in self.params]:
-            raise RuntimeError("the policy changed since its rollout was recorded (an optimizer step or a weight "
-                               "load); the recorded forward is no longer the policy's")
+            raise RuntimeError(
+                "the policy changed since its rollout was recorded (an optimizer step or a weight "
+                "load); the recorded forward is no longer the policy's"
+            )
         zero_row = self.capacity
 
         def index(s: torch.Tensor) -> torch.Tensor:

@@ -10,10 +10,16 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from alignment.rollout.decoding import (
+    decode,
+    default_memory_budget,
+    generate_in_groups,
+    load_unless_shared,
+    sampling_linears,
+)
 from alignment.rollout.forward_tape import ForwardTape
-from alignment.rollout.reserved_cache import ReservedCache
 from alignment.rollout.interface import Rollout, SamplingConfig
-from alignment.rollout.decoding import decode, default_memory_budget, generate_in_groups, load_unless_shared, sampling_linears
+from alignment.rollout.reserved_cache import ReservedCache
 
 
 def kv_cache_bytes_per_token(model: PreTrainedModel) -> int:
@@ -57,8 +63,14 @@ class HFRolloutEngine:
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
         return generate_in_groups(
-            self.tokenizer, prompts, n, sampling, self.model.device, self.batch_size_for,
-            lambda prompt_ids, generator, bar: self._generate_batch(prompt_ids, n, sampling, generator, bar), self.progress,
+            self.tokenizer,
+            prompts,
+            n,
+            sampling,
+            self.model.device,
+            self.batch_size_for,
+            lambda prompt_ids, generator, bar: self._generate_batch(prompt_ids, n, sampling, generator, bar),
+            self.progress,
         )
 
     @torch.inference_mode()
@@ -86,8 +98,11 @@ class HFRolloutEngine:
                 tape.add_response_tokens(chosen, kept)
             attention = torch.cat([attention, attention.new_ones((len(chosen), 1))], dim=-1)
             out = self.model(
-                input_ids=chosen.unsqueeze(-1), attention_mask=attention, position_ids=position.unsqueeze(-1),
-                past_key_values=cache, use_cache=True,
+                input_ids=chosen.unsqueeze(-1),
+                attention_mask=attention,
+                position_ids=position.unsqueeze(-1),
+                past_key_values=cache,
+                use_cache=True,
             )
             position = position + 1
             return out.logits[:, -1]
@@ -97,12 +112,22 @@ class HFRolloutEngine:
             if tape is not None:
                 tape.add_prompts(input_ids, attention.bool(), n, sampling.max_tokens)
             logits = self.model(
-                input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                past_key_values=cache, use_cache=True, logits_to_keep=1,
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
             ).logits[:, -1]
             cache.batch_repeat_interleave(n)
             attention, position = attention.repeat_interleave(n, dim=0), positions[:, -1].repeat_interleave(n) + 1
             return decode(
-                logits.repeat_interleave(n, dim=0), advance, self.tokenizer, prompt_indices, self.eos_ids.tolist(),
-                sampling, generator, bar,
+                logits.repeat_interleave(n, dim=0),
+                advance,
+                self.tokenizer,
+                prompt_indices,
+                self.eos_ids.tolist(),
+                sampling,
+                generator,
+                bar,
             )

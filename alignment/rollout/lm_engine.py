@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from alignment.rollout.forward_tape import ForwardTape
-from alignment.rollout.lm_sampler import sample
-from alignment.rollout.interface import Rollout, SamplingConfig
-from alignment.rollout.decoding import default_memory_budget, generate_in_groups, load_unless_shared
 from alignment.models.transformer_lm import TransformerLM
+from alignment.rollout.decoding import default_memory_budget, generate_in_groups, load_unless_shared
+from alignment.rollout.forward_tape import ForwardTape
+from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.lm_sampler import sample
 
 
 def kv_cache_bytes_per_token(model: TransformerLM) -> int:
@@ -56,9 +56,23 @@ class TransformerLMRolloutEngine:
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
         return generate_in_groups(
-            self.tokenizer, prompts, n, sampling, self.model.device, self.batch_size_for,
+            self.tokenizer,
+            prompts,
+            n,
+            sampling,
+            self.model.device,
+            self.batch_size_for,
             lambda prompt_ids, generator, bar: sample(
-                self.model, self.tokenizer, prompt_ids, n, sampling, self.eos_ids, generator, self.use_cache, bar, self.tape
+                self.model,
+                self.tokenizer,
+                prompt_ids,
+                n,
+                sampling,
+                self.eos_ids,
+                generator,
+                self.use_cache,
+                bar,
+                self.tape,
             ),
             self.progress,
         )

@@ -13,10 +13,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from alignment.models.transformer_lm import TransformerLM
+from alignment.rollout.decoding import decode, sampling_linears
 from alignment.rollout.forward_tape import ForwardTape
 from alignment.rollout.interface import Rollout, SamplingConfig
-from alignment.rollout.decoding import decode, sampling_linears
-from alignment.models.transformer_lm import TransformerLM
 
 
 def left_pad(prompts: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,7 +67,10 @@ def sample(
         else:
             if kept is not None:
                 ids, mask = ids[kept], mask[kept]
-            ids, mask = torch.cat([ids, chosen.unsqueeze(-1)], dim=1), torch.cat([mask, mask.new_ones((len(chosen), 1))], dim=1)
+            ids, mask = (
+                torch.cat([ids, chosen.unsqueeze(-1)], dim=1),
+                torch.cat([mask, mask.new_ones((len(chosen), 1))], dim=1),
+            )
             hidden = model.forward_with_cache(ids, mask)[0]
         return model.lm_head(hidden[:, -1])
 

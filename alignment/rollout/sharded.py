@@ -1,4 +1,5 @@
-"""Rollouts and grading for the sharded learner (alignment/distributed/sharding.py): each rank does its share, every rank gets all.
+"""Rollouts and grading for the sharded learner (alignment/distributed/sharding.py): each rank does its share, every
+rank gets all.
 
 Each rank samples a contiguous share of the prompts with its in-process engine over the sharded policy, its
 weights gathered for the whole call, and grades a contiguous share of the responses in its own grader pool;
@@ -10,8 +11,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
 from alignment.distributed.sharding import ShardGroup, gathered
+from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
 
 
 class ShardedRollouts:
@@ -25,8 +26,10 @@ class ShardedRollouts:
         own = dataclasses.replace(sampling, seed=None if sampling.seed is None else sampling.seed + self.group.rank)
 
         def sample(share: slice) -> list[Rollout]:  # prompt indices shifted from the share to the whole list
-            return [dataclasses.replace(r, prompt_index=r.prompt_index + share.start)
-                    for r in self.engine.generate(prompts[share], n, own)]
+            return [
+                dataclasses.replace(r, prompt_index=r.prompt_index + share.start)
+                for r in self.engine.generate(prompts[share], n, own)
+            ]
 
         with gathered(self.model):  # every rank, even one without prompts: gathering is a collective
             return self.group.split_work(len(prompts), sample)

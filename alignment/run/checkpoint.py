@@ -8,12 +8,13 @@
                                scalars, the Python RNG, the loop's own state (step, ...) and every file's size
       COMPLETE                 the step, written last
 
-A policy sharded over processes (alignment/distributed/sharding.py) keeps the same policy/, state.json and COMPLETE, and its
-shards in torch.distributed.checkpoint's format instead of optimizer.safetensors (alignment/distributed/sharded_checkpoint.py);
-state.json records the process count. It is built as `checkpoint.partial/` and renamed into place, so a crash or a full disk mid-save leaves the
-previous checkpoint intact. Loading reads tensors with safetensors and everything else as JSON: a checkpoint
-from someone else cannot run code. `export_policy` copies the policy to the run folder's `policy/`; a LoRA
-policy's adapter goes to `policy/adapter/`, and `policy/` itself is the base model with the adapter merged in.
+A policy sharded over processes (alignment/distributed/sharding.py) keeps the same policy/, state.json and COMPLETE, and
+its shards in torch.distributed.checkpoint's format instead of optimizer.safetensors
+(alignment/distributed/sharded_checkpoint.py); state.json records the process count. It is built as
+`checkpoint.partial/` and renamed into place, so a crash or a full disk mid-save leaves the previous checkpoint intact.
+Loading reads tensors with safetensors and everything else as JSON: a checkpoint from someone else cannot run code.
+`export_policy` copies the policy to the run folder's `policy/`; a LoRA policy's adapter goes to `policy/adapter/`, and
+`policy/` itself is the base model with the adapter merged in.
 """
 
 import json
@@ -27,12 +28,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
-from alignment.utils.atomic import atomic_write_json, replace_dir
-from alignment.utils.faults import fault_point
-from alignment.models.policy_folder import is_adapter_folder, load_policy_weights, save_merged_folder, save_policy
 from alignment.config.settings import upgraded, with_defaults
 from alignment.distributed.sharded_checkpoint import load_shards, save_shards
 from alignment.distributed.sharding import ShardGroup, shard_group
+from alignment.models.policy_folder import is_adapter_folder, load_policy_weights, save_merged_folder, save_policy
+from alignment.utils.atomic import atomic_write_json, replace_dir
+from alignment.utils.faults import fault_point
 
 FORMAT, FORMAT_VERSION = "alignment.checkpoint", 2
 POLICY, TENSORS, STATE, MARKER = "policy", "optimizer.safetensors", "state.json", "COMPLETE"
@@ -65,8 +66,14 @@ def _optimizer_state(tensors: dict[str, torch.Tensor], saved: dict[str, Any]) ->
     return {"state": dict(sorted(state.items())), "param_groups": saved["param_groups"]}
 
 
-def save_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
-                    optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Path:
+def save_checkpoint(
+    folder: Path,
+    config: Any,
+    policy: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+) -> Path:
     """Checkpoint into `folder`/checkpoint; `state` is the loop's JSON state and must hold "step". A sharded policy's
     ranks all call it; rank 0 does the folder's bookkeeping."""
     target, staging = folder / "checkpoint", folder / "checkpoint.partial"
@@ -89,16 +96,30 @@ def save_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, tokenize
     return target
 
 
-def _finish(folder: Path, staging: Path, config: Any, optimizer_json: dict[str, Any], state: dict[str, Any],
-            group: ShardGroup | None) -> None:
+def _finish(
+    folder: Path,
+    staging: Path,
+    config: Any,
+    optimizer_json: dict[str, Any],
+    state: dict[str, Any],
+    group: ShardGroup | None,
+) -> None:
     """state.json, then the completion marker, then the swap into place."""
     target = folder / "checkpoint"
     files = {str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()}
-    atomic_write_json(staging / STATE, {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "config": fingerprint(config),
-        "optimizer": optimizer_json, "python_rng": random.getstate(), "loop": state, "files": files,
-        "processes": None if group is None else group.size,
-    })
+    atomic_write_json(
+        staging / STATE,
+        {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "config": fingerprint(config),
+            "optimizer": optimizer_json,
+            "python_rng": random.getstate(),
+            "loop": state,
+            "files": files,
+            "processes": None if group is None else group.size,
+        },
+    )
     (staging / MARKER).write_text(str(state["step"]))
     old = folder / "checkpoint.old"
     shutil.rmtree(old, ignore_errors=True)
@@ -145,15 +166,19 @@ def _read_state(target: Path) -> dict[str, Any]:
     return saved
 
 
-def load_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def load_checkpoint(
+    folder: Path, config: Any, policy: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
     """Restore policy, optimizer and RNGs from `folder`/checkpoint and return the loop's state.
 
     Raises ValueError when the checkpoint is missing, incomplete, damaged, of an older format, or was made
     with other settings (naming each setting that differs)."""
     target = folder / "checkpoint"
     if (target / "state.pt").is_file():
-        raise ValueError(f"--resume: {target} was written by an older version of alignment as a pickle (state.pt), "
-                         "which this version never loads; start the run again")
+        raise ValueError(
+            f"--resume: {target} was written by an older version of alignment as a pickle (state.pt), "
+            "which this version never loads; start the run again"
+        )
     group = shard_group(policy)
     if group is not None and not group.main:
         group.barrier()  # rank 0 first: it may move a checkpoint a killed save left aside into place (_recover)
@@ -165,13 +190,18 @@ def load_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, optimize
     saved = _read_state(target)
     current = fingerprint(config)
     # settings renamed or added since the checkpoint was written read as they do in its settings.json
-    made_with = {k: v for k, v in with_defaults(type(config), upgraded(type(config), saved["config"])).items()
-                 if k not in type(config).RESUMABLE}
+    made_with = {
+        k: v
+        for k, v in with_defaults(type(config), upgraded(type(config), saved["config"])).items()
+        if k not in type(config).RESUMABLE
+    }
     differ = sorted(k for k in made_with.keys() | current.keys() if made_with.get(k) != current.get(k))
     if differ:
         details = ", ".join(f"{k}: checkpoint {made_with.get(k)!r} vs now {current.get(k)!r}" for k in differ)
-        raise ValueError(f"--resume: the checkpoint in {folder} is from another configuration ({details}); "
-                         f"if {folder / 'settings.json'} was edited, restore it")
+        raise ValueError(
+            f"--resume: the checkpoint in {folder} is from another configuration ({details}); "
+            f"if {folder / 'settings.json'} was edited, restore it"
+        )
     processes = saved.get("processes")
     if (group is None) != (processes is None):
         made = "one unsharded process" if processes is None else f"a learner sharded over {processes} processes"

@@ -21,17 +21,30 @@ RESULT_FILES = ("generations.jsonl", "summary.json")
 class GenerationConfig(OutputSettings):
     """Settings of scripts/eval_zero_shot.py (and the base of scripts/best_of_n.py's); each is a flag."""
 
-    dataset: str = setting("gsm8k", "`math` (MATH's 5,000 test problems), `math500`, `gsm8k` (its test split), ..., a .jsonl file, a local dataset folder or a hub id; its test or validation split.")
+    dataset: str = setting(
+        "gsm8k",
+        "`math` (MATH's 5,000 test problems), `math500`, `gsm8k` (its test split), ..., a .jsonl file, a local "
+        "dataset folder or a hub id; its test or validation split.",
+    )
     prompt: Prompt = setting("r1_zero", "Prompt template (each with its reward function).")
-    model: str = setting("Qwen/Qwen2.5-Math-1.5B", "A local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged, offline).")
-    limit: int | None = setting(None, "Use only N examples, spread over the dataset by a fixed seed (MATH's splits are ordered by subject).")
+    model: str = setting(
+        "Qwen/Qwen2.5-Math-1.5B",
+        "A local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged, offline).",
+    )
+    limit: int | None = setting(
+        None, "Use only N examples, spread over the dataset by a fixed seed (MATH's splits are ordered by subject)."
+    )
     temperature: float = setting(1.0, "Sampling temperature (0 = greedy).")
     top_p: float = setting(1.0, "Nucleus sampling mass.")
     max_tokens: int = setting(1024, "Maximum new tokens per response.")
     min_tokens: int = setting(0, "EOS and stop strings are ignored before this many new tokens.")
     stop: list[str] = setting(["</answer>"], "Stop string (repeatable); it is kept in the output.")
     output_dir: Path = override(OutputSettings, "output_dir", Path("outputs/eval"))
-    backend: Backend = setting("auto", "Generation backend; auto: vllm where its installed build runs on the device, else hf; transformer_lm: our own model and sampler.")
+    backend: Backend = setting(
+        "auto",
+        "Generation backend; auto: vllm where its installed build runs on the device, else hf; transformer_lm: our "
+        "own model and sampler.",
+    )
     device: str | None = setting(None, "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")
     gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of GPU memory to use.")
     grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8).")
@@ -63,7 +76,9 @@ def prepare_output_dir(output_dir: Path, overwrite: bool) -> Path:
     """Create the folder; refuse to replace earlier results unless --overwrite."""
     existing = [name for name in RESULT_FILES if (output_dir / name).exists()]
     if existing and not overwrite:
-        raise bad_flag("--output-dir", f"{output_dir} already holds {', '.join(existing)}; pass --overwrite to replace them")
+        raise bad_flag(
+            "--output-dir", f"{output_dir} already holds {', '.join(existing)}; pass --overwrite to replace them"
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     return output_dir
 
@@ -73,15 +88,22 @@ def set_up(config: GenerationConfig) -> RunSetup:
     examples, template, reward_fn = load_task(config.dataset, config.prompt, config.limit)
     try:
         sampling = SamplingConfig(
-            temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens,
-            min_tokens=config.min_tokens, stop=tuple(config.stop), seed=config.seed,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            min_tokens=config.min_tokens,
+            stop=tuple(config.stop),
+            seed=config.seed,
         )
         backend = resolve_backend(config.backend)  # type: ignore[arg-type]
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     output_dir = prepare_output_dir(config.output_dir, config.overwrite)
     engine = make_rollout_engine(
-        config.model, backend, **({"device": config.device} if config.device else {}),
-        gpu_memory_utilization=config.gpu_memory_utilization, seed=config.seed,
+        config.model,
+        backend,
+        **({"device": config.device} if config.device else {}),
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        seed=config.seed,
     )
     return RunSetup(examples, template, reward_fn, sampling, backend, output_dir, engine)

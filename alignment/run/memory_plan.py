@@ -7,9 +7,9 @@ tokens, and the rollout engine: vLLM's share of its GPU (weights, KV cache, its 
 KV cache. A GPU that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU, KV cache freed) while
 the policy trains, and the policy's gradients are freed while vLLM generates, so each phase is checked alone.
 
-A learner sharded over N processes, one GPU each (torchrun, alignment/distributed/sharding.py), keeps 1/N of the weights, of
-their gradients, of the AdamW states and of a reference copy on each GPU. What each process holds whole stays:
-its activations and the head's float32 work, the root's parameters (embeddings, final norm, head) and their
+A learner sharded over N processes, one GPU each (torchrun, alignment/distributed/sharding.py), keeps 1/N of the
+weights, of their gradients, of the AdamW states and of a reference copy on each GPU. What each process holds whole
+stays: its activations and the head's float32 work, the root's parameters (embeddings, final norm, head) and their
 gradient for the whole forward and backward, two decoder layers' weights (the one computing and the next,
 prefetched) and one layer's gradient before its reduce-scatter; while it samples (hf, its share of the prompts,
 as the only sampler under torchrun), the whole model gathered and its share's KV cache.
@@ -54,10 +54,13 @@ class ModelShape:
         """From a transformers config (or anything with its attribute names)."""
         heads = config.num_attention_heads
         return cls(
-            hidden=config.hidden_size, layers=config.num_hidden_layers, heads=heads,
+            hidden=config.hidden_size,
+            layers=config.num_hidden_layers,
+            heads=heads,
             kv_heads=getattr(config, "num_key_value_heads", None) or heads,
             head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-            intermediate=config.intermediate_size, vocab=config.vocab_size,
+            intermediate=config.intermediate_size,
+            vocab=config.vocab_size,
             tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
             qkv_bias=getattr(config, "model_type", "") == "qwen2" or bool(getattr(config, "attention_bias", False)),
         )
@@ -86,8 +89,15 @@ class ModelShape:
     def lora_parameters(self, rank: int, targets: list[str]) -> int:
         """Adapter parameters of rank `rank` (A: rank x in, B: out x rank) on the named decoder projections."""
         h, q, kv, i = self.hidden, self.q_dim, self.kv_dim, self.intermediate
-        sizes = {"q_proj": h + q, "k_proj": h + kv, "v_proj": h + kv, "o_proj": q + h,
-                 "gate_proj": h + i, "up_proj": h + i, "down_proj": i + h}  # in + out features
+        sizes = {
+            "q_proj": h + q,
+            "k_proj": h + kv,
+            "v_proj": h + kv,
+            "o_proj": q + h,
+            "gate_proj": h + i,
+            "up_proj": h + i,
+            "down_proj": i + h,
+        }  # in + out features
         chosen = sizes if "all-linear" in targets else {name: sizes[name] for name in targets if name in sizes}
         return self.layers * rank * sum(chosen.values())
 
@@ -243,10 +253,15 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
     notes: list[str] = []
     if work.processes > 1:
         if machine.gpus < work.processes:
-            raise ValueError(f"a learner sharded over {work.processes} processes needs {work.processes} GPUs, "
-                             f"one each; the machine has {machine.gpus}")
+            raise ValueError(
+                f"a learner sharded over {work.processes} processes needs {work.processes} GPUs, "
+                f"one each; the machine has {machine.gpus}"
+            )
         # rollouts (the whole model gathered, this rank's KV cache) and training alternate, gradients freed between
-        parts = learner | {"gathered to sample": shape.parameters() * work.dtype_bytes, "hf KV cache": hf_kv_bytes(shape, work)}
+        parts = learner | {
+            "gathered to sample": shape.parameters() * work.dtype_bytes,
+            "hf KV cache": hf_kv_bytes(shape, work),
+        }
         sampling = resident + parts["gathered to sample"] + parts["hf KV cache"]
         peak = max(sampling, training + learner["gathered to train"])
         return MemoryPlan([device(f"each of {work.processes} GPUs", usable, parts, peak)], None, notes)
@@ -254,16 +269,25 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
         kv = hf_kv_bytes(shape, work)
         if machine.gpus >= 2:
             sampler = {"sampler weights": learner["weights"], "hf KV cache": kv}
-            return MemoryPlan([device("cuda:0", usable, learner, training),
-                               device("cuda:1", usable, sampler, sum(sampler.values()))], None, notes)
+            return MemoryPlan(
+                [device("cuda:0", usable, learner, training), device("cuda:1", usable, sampler, sum(sampler.values()))],
+                None,
+                notes,
+            )
         parts = learner | {"hf KV cache": kv}  # rollouts and training alternate; gradients are freed in between
         return MemoryPlan([device("cuda:0", usable, parts, resident + max(kv, training - resident))], None, notes)
     needs = vllm_needs(shape, work)
     if machine.gpus >= 2:
         share = work.gpu_memory_utilization or OWN_GPU_SHARE
         engine = {"vLLM share": int(share * total), "(vLLM needs at least)": needs}
-        return MemoryPlan([device("cuda:0", usable, learner, training),
-                           device("cuda:1", usable, engine, int(share * total), int(share * total) >= needs)], share, notes)
+        return MemoryPlan(
+            [
+                device("cuda:0", usable, learner, training),
+                device("cuda:1", usable, engine, int(share * total), int(share * total) >= needs),
+            ],
+            share,
+            notes,
+        )
     # one GPU: vLLM sleeps while the policy trains, and gets what the resident policy leaves while it generates
     share = work.gpu_memory_utilization
     if share is None:
@@ -271,12 +295,16 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
         notes.append(f"vLLM's share planned: --gpu-memory-utilization {share:.2f}")
     vllm = int(share * total)
     if vllm < needs:
-        notes.append(f"vLLM's share ({vllm / GiB:.1f} GiB) is below what it needs ({needs / GiB:.1f} GiB: weights, "
-                     "overhead, KV cache for one group)")
+        notes.append(
+            f"vLLM's share ({vllm / GiB:.1f} GiB) is below what it needs ({needs / GiB:.1f} GiB: weights, "
+            "overhead, KV cache for one group)"
+        )
     parts = learner | {"vLLM awake": vllm, "vLLM asleep": VLLM_ASLEEP_BYTES, "(vLLM needs at least)": needs}
     generating, training_phase = resident + vllm, training + VLLM_ASLEEP_BYTES
-    notes.append(f"generating: {generating / GiB:.1f} GiB (weights, AdamW states, reference, vLLM awake); "
-                 f"training: {training_phase / GiB:.1f} GiB (those, gradients, activations, vLLM asleep)")
+    notes.append(
+        f"generating: {generating / GiB:.1f} GiB (weights, AdamW states, reference, vLLM awake); "
+        f"training: {training_phase / GiB:.1f} GiB (those, gradients, activations, vLLM asleep)"
+    )
     peak = max(generating, training_phase)
     return MemoryPlan([device("cuda:0", usable, parts, peak, vllm >= needs)], share, notes)
 
@@ -289,16 +317,26 @@ def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
     if work.kl_reference:
         options.append(("--no-kl-reference", {"kl_reference": False}, machine.gpus))
     if work.micro_batch > 1:
-        options.append(("a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
-                        {"micro_batch": 1}, machine.gpus))
+        options.append(
+            (
+                "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
+                {"micro_batch": 1},
+                machine.gpus,
+            )
+        )
     if machine.gpus == 1 and work.gpu_memory_utilization is not None:
         options.append(("no --gpu-memory-utilization (vLLM's share planned)", {"gpu_memory_utilization": None}, 1))
     if machine.gpus == 1:
         options.append(("a second GPU (vLLM on it, as the handouts run)", {}, 2))
     if work.processes < machine.gpus and work.trainable_fraction == 1:  # LoRA runs in one process
-        options.append((f"a learner sharded over all {machine.gpus} GPUs (torchrun --nproc-per-node {machine.gpus}, "
-                        "rollouts by hf)", {"processes": machine.gpus, "rollout": "hf", "gpu_memory_utilization": None},
-                        machine.gpus))
+        options.append(
+            (
+                f"a learner sharded over all {machine.gpus} GPUs (torchrun --nproc-per-node {machine.gpus}, "
+                "rollouts by hf)",
+                {"processes": machine.gpus, "rollout": "hf", "gpu_memory_utilization": None},
+                machine.gpus,
+            )
+        )
 
     def fits(changes: dict[str, Any], gpus: int) -> bool:
         return plan(shape, replace(work, **changes), replace(machine, gpus=gpus)).fits
@@ -316,14 +354,18 @@ def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
 
 def describe(result: MemoryPlan, machine: Machine, work: Workload, shape: ModelShape) -> str:
     """The plan as lines of text: each device's parts and peak against its capacity."""
-    lines = [f"memory plan: {machine.gpus} x {machine.gib:g} GiB; policy {shape.parameters() / 1e9:.2f}B parameters, "
-             f"microbatch {work.micro_batch} x {work.sequence_tokens} tokens "
-             f"({work.prompt_tokens} prompt + {work.response_tokens} response), "
-             f"gradient checkpointing {'on' if work.gradient_checkpointing else 'off'}, rollouts by {work.rollout}"
-             + (f", learner sharded over {work.processes} processes" if work.processes > 1 else "")]
+    lines = [
+        f"memory plan: {machine.gpus} x {machine.gib:g} GiB; policy {shape.parameters() / 1e9:.2f}B parameters, "
+        f"microbatch {work.micro_batch} x {work.sequence_tokens} tokens "
+        f"({work.prompt_tokens} prompt + {work.response_tokens} response), "
+        f"gradient checkpointing {'on' if work.gradient_checkpointing else 'off'}, rollouts by {work.rollout}"
+        + (f", learner sharded over {work.processes} processes" if work.processes > 1 else "")
+    ]
     for device in result.devices:
-        lines.append(f"  {device.name}: peak {device.peak / GiB:.1f} of {device.capacity / GiB:.1f} GiB usable "
-                     f"({'fits' if device.fits else 'does NOT fit'})")
+        lines.append(
+            f"  {device.name}: peak {device.peak / GiB:.1f} of {device.capacity / GiB:.1f} GiB usable "
+            f"({'fits' if device.fits else 'does NOT fit'})"
+        )
         lines += [f"    {name:<22}{size / GiB:8.2f} GiB" for name, size in device.parts.items() if size]
     return "\n".join(lines + [f"  {note}" for note in result.notes])
 
@@ -337,21 +379,27 @@ def model_shape(model: str) -> ModelShape:
     return ModelShape.from_config(AutoConfig.from_pretrained(resolve_model(model)))
 
 
-def grpo_workload(config: Any, shape: ModelShape, prompt_tokens: int = ASSUMED_PROMPT_TOKENS,
-                  processes: int = 1) -> Workload:
+def grpo_workload(
+    config: Any, shape: ModelShape, prompt_tokens: int = ASSUMED_PROMPT_TOKENS, processes: int = 1
+) -> Workload:
     """A GRPOConfig's settings as a Workload (on a GPU the policy defaults to bfloat16), for a learner sharded over
     `processes` (which samples with hf). With LoRA only the adapters have gradients and AdamW states, and the KL
     reference is the model with its adapters off: no copy."""
     lora = config.lora_rank > 0
     return Workload(
-        dtype_bytes=DTYPE_BYTES[config.dtype or "bfloat16"], micro_batch=config.micro_train_batch_size,
-        prompt_tokens=prompt_tokens, response_tokens=config.sampling_max_tokens,
-        rollout_batch=config.rollout_batch_size, group_size=config.group_size,
-        gradient_checkpointing=config.gradient_checkpointing, kl_reference=config.kl_reference and not lora,
+        dtype_bytes=DTYPE_BYTES[config.dtype or "bfloat16"],
+        micro_batch=config.micro_train_batch_size,
+        prompt_tokens=prompt_tokens,
+        response_tokens=config.sampling_max_tokens,
+        rollout_batch=config.rollout_batch_size,
+        group_size=config.group_size,
+        gradient_checkpointing=config.gradient_checkpointing,
+        kl_reference=config.kl_reference and not lora,
         rollout="hf" if config.backend in ("hf", "transformer_lm") or processes > 1 else "vllm",
         gpu_memory_utilization=config.gpu_memory_utilization,
         trainable_fraction=shape.lora_parameters(config.lora_rank, config.lora_target_modules) / shape.parameters()
-        if lora else 1.0,
+        if lora
+        else 1.0,
         processes=processes,
     )
 
@@ -362,7 +410,10 @@ def report(shape: ModelShape, work: Workload, machine: Machine) -> tuple[MemoryP
     text = describe(result, machine, work, shape)
     if not result.fits:
         fixes = remedies(shape, work, machine)
-        text += ("\ndoes not fit; it would with " + " or ".join(fixes) if fixes else
-                 "\ndoes not fit, and no change of microbatch, checkpointing, reference or vLLM share makes it: "
-                 "a larger GPU is needed")
+        text += (
+            "\ndoes not fit; it would with " + " or ".join(fixes)
+            if fixes
+            else "\ndoes not fit, and no change of microbatch, checkpointing, reference or vLLM share makes it: "
+            "a larger GPU is needed"
+        )
     return result, text

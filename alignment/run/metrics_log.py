@@ -8,8 +8,15 @@ from typing import Any
 class MetricsLog:
     """`enabled=False`: writes nothing (a sharded run's ranks other than 0, whose rows rank 0 logs)."""
 
-    def __init__(self, output_dir: Path, config: dict[str, Any], project: str | None, mode: str, resume_step: int = 0,
-                 enabled: bool = True) -> None:
+    def __init__(
+        self,
+        output_dir: Path,
+        config: dict[str, Any],
+        project: str | None,
+        mode: str,
+        resume_step: int = 0,
+        enabled: bool = True,
+    ) -> None:
         self.enabled, self.wandb = enabled, None
         if not enabled:
             return

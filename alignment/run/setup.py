@@ -33,7 +33,15 @@ from alignment.rollout.interface import RolloutEngine
 from alignment.rollout.lm_engine import TransformerLMRolloutEngine
 from alignment.rollout.sharded import ShardedGrader, ShardedRollouts
 from alignment.run.cpu_allocator import retain_freed_memory
-from alignment.run.memory_plan import ASSUMED_PROMPT_TOKENS, OWN_GPU_SHARE, GiB, Machine, grpo_workload, model_shape, report
+from alignment.run.memory_plan import (
+    ASSUMED_PROMPT_TOKENS,
+    OWN_GPU_SHARE,
+    GiB,
+    Machine,
+    grpo_workload,
+    model_shape,
+    report,
+)
 from alignment.run.training_settings import TrainingSettings
 
 
@@ -75,8 +83,13 @@ def math_task(examples: Sequence[MathExample], prompt: str) -> Task:
 
 def math_tasks(config: Any) -> tuple[Task, Task]:
     """Training and validation tasks from MATH-style or GSM8K data; prints what was chosen and the overlap."""
-    data = run_data(config.dataset, config.dataset_split, config.validation_dataset, config.n_eval_examples,
-                    config.allow_validation_overlap)
+    data = run_data(
+        config.dataset,
+        config.dataset_split,
+        config.validation_dataset,
+        config.n_eval_examples,
+        config.allow_validation_overlap,
+    )
     for note in data.notes:
         print(note)
     return math_task(data.train, config.prompt), math_task(data.validation, config.prompt)
@@ -89,8 +102,9 @@ def keyword_run_tasks(config: Any, template: str) -> tuple[Task, Task]:
         n = config.n_eval_examples
         return train, replace(validation, questions=validation.questions[:n], truths=validation.truths[:n])
     words = load_keywords(config.keywords_file or DEFAULT_KEYWORDS)
-    return keyword_tasks(template, words, config.n_train_prompts, config.n_eval_examples, config.keywords_per_prompt,
-                         config.seed)
+    return keyword_tasks(
+        template, words, config.n_train_prompts, config.n_eval_examples, config.keywords_per_prompt, config.seed
+    )
 
 
 def devices(config: TrainingSettings) -> tuple[str, str]:
@@ -115,13 +129,17 @@ def check_sharded(config: Any) -> None:
     """What a learner sharded over torchrun's processes (GRPO, SFT, expert iteration) cannot do yet, refused before
     any model loads."""
     if config.backend not in ("auto", "hf"):
-        raise ValueError(f"--backend {config.backend} under torchrun: the sharded learner samples with --backend hf, "
-                         "each rank its share of the prompts (vLLM's in-process engine would join the learner's process "
-                         "group); run without torchrun to sample with vLLM, or use scripts/train_grpo_ray.py, whose "
-                         "vLLM generators run beside a sharded learner")
+        raise ValueError(
+            f"--backend {config.backend} under torchrun: the sharded learner samples with --backend hf, "
+            "each rank its share of the prompts (vLLM's in-process engine would join the learner's process "
+            "group); run without torchrun to sample with vLLM, or use scripts/train_grpo_ray.py, whose "
+            "vLLM generators run beside a sharded learner"
+        )
     if config.lora_rank > 0:
-        raise ValueError("--lora-rank > 0 under torchrun: LoRA runs in one process (its adapters are small enough "
-                         "not to need sharding); use --lora-rank 0 or run without torchrun")
+        raise ValueError(
+            "--lora-rank > 0 under torchrun: LoRA runs in one process (its adapters are small enough "
+            "not to need sharding); use --lora-rank 0 or run without torchrun"
+        )
     if getattr(config, "reuse_rollout_forward", "off") == "on":
         raise ValueError("--reuse-rollout-forward on needs one process (torchrun shards the policy)")
 
@@ -147,8 +165,13 @@ def learner_group(config: Any) -> Iterator[ShardGroup | None]:
             torch.distributed.destroy_process_group()
 
 
-def load_policy(config: Any, device: str, dtype: torch.dtype, shard: bool = False,
-                group: torch.distributed.ProcessGroup | None = None):
+def load_policy(
+    config: Any,
+    device: str,
+    dtype: torch.dtype,
+    shard: bool = False,
+    group: torch.distributed.ProcessGroup | None = None,
+):
     """(policy, tokenizer): our own TransformerLM for --backend transformer_lm, else a transformers model (with LoRA
     adapters when --lora-rank > 0); with `shard`, sharded as it is built over every process of `group` (default:
     all of them; alignment/distributed/sharding.py).
@@ -168,8 +191,15 @@ def load_policy(config: Any, device: str, dtype: torch.dtype, shard: bool = Fals
     return policy, tokenizer
 
 
-def build_engine(config: Any, policy, tokenizer, rollout_device: str, policy_device: str,
-                 vllm_share: float | None = None, group: ShardGroup | None = None) -> RolloutEngine:
+def build_engine(
+    config: Any,
+    policy,
+    tokenizer,
+    rollout_device: str,
+    policy_device: str,
+    vllm_share: float | None = None,
+    group: ShardGroup | None = None,
+) -> RolloutEngine:
     """An in-process backend on the policy's own device samples from the policy object itself: no weight copies.
 
     vLLM on the policy's own GPU takes `vllm_share` of it (the memory plan's) and sleeps while the policy trains.
@@ -184,8 +214,9 @@ def build_engine(config: Any, policy, tokenizer, rollout_device: str, policy_dev
         return HFRolloutEngine(policy, tokenizer)
     shared_gpu = rollout_device == policy_device and torch.device(policy_device).type == "cuda"
     share = vllm_share or config.gpu_memory_utilization or OWN_GPU_SHARE
-    return make_rollout_engine(config.model, backend, rollout_device, gpu_memory_utilization=share, seed=config.seed,
-                               sleep=shared_gpu)
+    return make_rollout_engine(
+        config.model, backend, rollout_device, gpu_memory_utilization=share, seed=config.seed, sleep=shared_gpu
+    )
 
 
 def make_grader(task: Task, workers: int | None, group: ShardGroup | None = None) -> ParallelGrader:
@@ -194,14 +225,20 @@ def make_grader(task: Task, workers: int | None, group: ShardGroup | None = None
     return grader if group is None else ShardedGrader(grader, group)  # type: ignore[return-value]
 
 
-def check_gpu_memory(config: Any, task: Task | None, policy_device: str, rollout_device: str,
-                     processes: int = 1) -> float | None:
+def check_gpu_memory(
+    config: Any, task: Task | None, policy_device: str, rollout_device: str, processes: int = 1
+) -> float | None:
     """Print the GRPO run's memory plan for its GPUs and return vLLM's share; ValueError naming the flags that would
     make it fit when it does not. Reads config.json and the tokenizer only: no model has loaded yet. Under
     torchrun, `processes` GPUs each hold a shard of the learner."""
     tokenizer = load_tokenizer(config.model)
-    prompt_tokens = ASSUMED_PROMPT_TOKENS if task is None else max(  # keyword tasks are built after the model loads
-        len(tokenizer(format_prompt(task.template, q))["input_ids"]) for q in task.questions)
+    prompt_tokens = (
+        ASSUMED_PROMPT_TOKENS
+        if task is None
+        else max(  # keyword tasks are built after the model loads
+            len(tokenizer(format_prompt(task.template, q))["input_ids"]) for q in task.questions
+        )
+    )
     gpus = processes if processes > 1 else 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
     machine = Machine(gpus, torch.cuda.get_device_properties(torch.device(policy_device)).total_memory / GiB)
     shape = model_shape(config.model)

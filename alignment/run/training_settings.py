@@ -16,27 +16,49 @@ from alignment.prompts import Prompt
 
 @dataclass
 class TrainingSettings(OutputSettings, LoRASettings):
-    model: str = setting("Qwen/Qwen2.5-Math-1.5B", "Policy to train: a local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged).")
+    model: str = setting(
+        "Qwen/Qwen2.5-Math-1.5B",
+        "Policy to train: a local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged).",
+    )
     prompt: Prompt = setting("r1_zero", "Prompt template; picks the matching reward function.")
-    allow_validation_overlap: bool = setting(False, "Start even when over 1% of the validation questions are also training questions.")
+    allow_validation_overlap: bool = setting(
+        False, "Start even when over 1% of the validation questions are also training questions."
+    )
     learning_rate: float = setting(1e-5, "AdamW learning rate.")
     weight_decay: float = setting(0.0, "AdamW weight decay.")
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.")
-    eval_every: int = setting(5, "Validate every N steps (GRPO steps, SFT optimizer steps or EI steps), and at the end.")
+    eval_every: int = setting(
+        5, "Validate every N steps (GRPO steps, SFT optimizer steps or EI steps), and at the end."
+    )
     n_eval_examples: int = setting(1024, "Validation questions per evaluation.")
-    grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8; 1 grades in this process).")
+    grader_workers: int | None = setting(
+        None, "Grading processes (default: CPU count, at most 8; 1 grades in this process)."
+    )
     policy_device: str | None = setting(None, "Policy device (default: cuda:0, else cpu).")
-    rollout_device: str | None = setting(None, "Rollout device (default: cuda:1 with two GPUs, else the policy device).")
+    rollout_device: str | None = setting(
+        None, "Rollout device (default: cuda:1 with two GPUs, else the policy device)."
+    )
     dtype: DType | None = setting(None, "Policy dtype (default: bfloat16 on GPU, float32 on CPU).")
     checkpoint_every: int = setting(50, "Save a resumable checkpoint every N steps, and at the end.")
     wandb_project: str | None = setting(None, "wandb project name.")
     wandb_mode: WandbMode = setting("disabled", "wandb logging: online, offline (no network needed) or disabled.")
 
     # Settings a resumed run may change without changing what it computes: cadence, logging, placement.
-    RESUMABLE: ClassVar[frozenset[str]] = frozenset({
-        "output_dir", "overwrite", "eval_every", "n_eval_examples", "checkpoint_every", "wandb_project", "wandb_mode",
-        "policy_device", "rollout_device", "grader_workers", "allow_validation_overlap",
-    })
+    RESUMABLE: ClassVar[frozenset[str]] = frozenset(
+        {
+            "output_dir",
+            "overwrite",
+            "eval_every",
+            "n_eval_examples",
+            "checkpoint_every",
+            "wandb_project",
+            "wandb_mode",
+            "policy_device",
+            "rollout_device",
+            "grader_workers",
+            "allow_validation_overlap",
+        }
+    )
     # Files whose presence in --output-dir marks an earlier run
     RUN_FILES: ClassVar[tuple[str, ...]] = ("metrics.jsonl", "checkpoint")
 
@@ -45,6 +67,8 @@ def check_output_dir(config: TrainingSettings, resume: bool) -> Path:
     """A fresh run refuses a folder holding an earlier run's files unless --overwrite; --resume needs them."""
     earlier = [name for name in config.RUN_FILES if (config.output_dir / name).exists()]
     if earlier and not resume and not config.overwrite:
-        raise ValueError(f"--output-dir {config.output_dir} holds an earlier run ({', '.join(earlier)}); "
-                         "pass --resume to continue it or --overwrite to replace it")
+        raise ValueError(
+            f"--output-dir {config.output_dir} holds an earlier run ({', '.join(earlier)}); "
+            "pass --resume to continue it or --overwrite to replace it"
+        )
     return config.output_dir

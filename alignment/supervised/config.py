@@ -1,7 +1,8 @@
 """Settings of the SFT and expert-iteration runs (scripts/train_sft.py, scripts/expert_iteration.py).
 
 `SFTTrainingSettings` holds what both share beyond every training run's settings (alignment/run/training_settings.py):
-batches, sequence length, held-out sampling; each script's dataclass adds its own. Defaults follow the handout (Qwen2.5-Math-1.5B on MATH, gradient clipping 1.0).
+batches, sequence length, held-out sampling; each script's dataclass adds its own. Defaults follow the handout
+(Qwen2.5-Math-1.5B on MATH, gradient clipping 1.0).
 """
 
 from dataclasses import dataclass
@@ -17,16 +18,27 @@ from alignment.run.training_settings import TrainingSettings
 class SFTTrainingSettings(TrainingSettings):
     batch_size: int = setting(32, "Examples per optimizer step.")
     gradient_accumulation_steps: int = setting(8, "Microbatches per optimizer step (--batch-size must be a multiple).")
-    max_seq_length: int = setting(1024, "Longest prompt + response in tokens; longer responses are cut, a longer prompt is an error.")
+    max_seq_length: int = setting(
+        1024, "Longest prompt + response in tokens; longer responses are cut, a longer prompt is an error."
+    )
     eval_every: int = override(TrainingSettings, "eval_every", 16)
-    eval_at_start: bool = setting(True, "Evaluate before the first step (skip it when --model's held-out numbers are known already, e.g. from the last evaluation of the train_sft.py run that wrote it, with the same settings).")
+    eval_at_start: bool = setting(
+        True,
+        "Evaluate before the first step (skip it when --model's held-out numbers are known already, e.g. from the "
+        "last evaluation of the train_sft.py run that wrote it, with the same settings).",
+    )
     n_eval_examples: int = override(TrainingSettings, "n_eval_examples", 256)
     eval_max_tokens: int = setting(1024, "Maximum new tokens per held-out response.")
     eval_temperature: float = setting(1.0, "Held-out sampling temperature (0 = greedy).")
     eval_top_p: float = setting(1.0, "Held-out nucleus mass.")
-    backend: Literal["auto", "hf", "vllm"] = setting("auto", "Rollout backend: auto (vllm where its installed build runs on the device, else hf), hf or vllm.")
+    backend: Literal["auto", "hf", "vllm"] = setting(
+        "auto", "Rollout backend: auto (vllm where its installed build runs on the device, else hf), hf or vllm."
+    )
     gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of the rollout GPU's memory.")
-    torch_threads: int | None = setting(None, "CPU threads for torch (default: torch's choice); 1 avoids OpenMP stalls on CPU cores shared with other jobs.")
+    torch_threads: int | None = setting(
+        None,
+        "CPU threads for torch (default: torch's choice); 1 avoids OpenMP stalls on CPU cores shared with other jobs.",
+    )
     output_dir: Path = override(TrainingSettings, "output_dir", Path("outputs/sft"))
     checkpoint_every: int = override(TrainingSettings, "checkpoint_every", 64)
 
@@ -36,7 +48,9 @@ class SFTTrainingSettings(TrainingSettings):
 
     # Settings a resumed run may change without changing what it computes: length of evaluation, logging, placement.
     RESUMABLE: ClassVar[frozenset[str]] = TrainingSettings.RESUMABLE | {
-        "eval_at_start", "gpu_memory_utilization", "torch_threads",
+        "eval_at_start",
+        "gpu_memory_utilization",
+        "torch_threads",
     }
     RUN_FILES: ClassVar[tuple[str, ...]] = (*TrainingSettings.RUN_FILES, "policy")
 
@@ -45,12 +59,28 @@ class SFTTrainingSettings(TrainingSettings):
 class SFTConfig(SFTTrainingSettings):
     """scripts/train_sft.py."""
 
-    dataset: str = setting("gsm8k", "Training data: a .jsonl file (the handout's MATH sft.jsonl), local dataset folder or hub id; with --data-format gsm8k also `gsm8k`.")
-    validation_dataset: str = setting("math", "Held-out questions: a short name (`math`: MATH's 5,000 test problems, `math500`, `gsm8k`: its test split, ...), a .jsonl file, a local dataset folder or a hub id; their test or validation split.")
-    data_format: Literal["sft", "gsm8k"] = setting("gsm8k", "sft: records with prompt, response (and ground_truth); gsm8k: question/answer records turned into r1_zero reasoning traces.")
+    dataset: str = setting(
+        "gsm8k",
+        "Training data: a .jsonl file (the handout's MATH sft.jsonl), local dataset folder or hub id; with "
+        "--data-format gsm8k also `gsm8k`.",
+    )
+    validation_dataset: str = setting(
+        "math",
+        "Held-out questions: a short name (`math`: MATH's 5,000 test problems, `math500`, `gsm8k`: its test split, "
+        "...), a .jsonl file, a local dataset folder or a hub id; their test or validation split.",
+    )
+    data_format: Literal["sft", "gsm8k"] = setting(
+        "gsm8k",
+        "sft: records with prompt, response (and ground_truth); gsm8k: question/answer records turned into r1_zero "
+        "reasoning traces.",
+    )
     dataset_split: str = setting("train", "Split of --dataset (folders and hub ids).")
-    n_examples: int | None = setting(None, "Unique training examples: the first N of --dataset (the handout sweeps 128 to 1024; default all).")
-    filter_correct: bool = setting(False, "Keep only examples whose response the grader scores correct against their ground_truth.")
+    n_examples: int | None = setting(
+        None, "Unique training examples: the first N of --dataset (the handout sweeps 128 to 1024; default all)."
+    )
+    filter_correct: bool = setting(
+        False, "Keep only examples whose response the grader scores correct against their ground_truth."
+    )
     epochs: int = setting(1, "Passes over the training examples.")
 
 
@@ -58,9 +88,17 @@ class SFTConfig(SFTTrainingSettings):
 class EIConfig(SFTTrainingSettings):
     """scripts/expert_iteration.py."""
 
-    dataset: str = setting("math", "Questions to sample from: `math` (MATH's 7,500 training problems), `competition_math`, `hendrycks_math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id.")
+    dataset: str = setting(
+        "math",
+        "Questions to sample from: `math` (MATH's 7,500 training problems), `competition_math`, `hendrycks_math`, "
+        "`gsm8k`, a .jsonl file, a local dataset folder or a hub id.",
+    )
     dataset_split: str = setting("train", "Split of --dataset (a source with one split uses it).")
-    validation_dataset: str | None = setting(None, "Held-out questions (default: --dataset's test or validation split; for a source with one split, a held-out slice of it).")
+    validation_dataset: str | None = setting(
+        None,
+        "Held-out questions (default: --dataset's test or validation split; for a source with one split, a held-out "
+        "slice of it).",
+    )
     n_ei_steps: int = setting(5, "Expert-iteration steps.")
     questions_per_step: int = setting(512, "Db: questions sampled per EI step.")
     rollouts_per_question: int = setting(4, "G: rollouts per question.")
@@ -77,18 +115,35 @@ class EIConfig(SFTTrainingSettings):
 
 def validate(config: SFTTrainingSettings) -> None:
     """Value checks; each failure raises ValueError naming the flag and its value."""
-    positive = ("batch_size", "gradient_accumulation_steps", "max_seq_length", "eval_every", "n_eval_examples",
-                "eval_max_tokens", "checkpoint_every", "epochs", "n_ei_steps", "questions_per_step",
-                "rollouts_per_question", "sft_epochs", "sampling_max_tokens", "n_examples", "torch_threads")
+    positive = (
+        "batch_size",
+        "gradient_accumulation_steps",
+        "max_seq_length",
+        "eval_every",
+        "n_eval_examples",
+        "eval_max_tokens",
+        "checkpoint_every",
+        "epochs",
+        "n_ei_steps",
+        "questions_per_step",
+        "rollouts_per_question",
+        "sft_epochs",
+        "sampling_max_tokens",
+        "n_examples",
+        "torch_threads",
+    )
     for name in positive:
         value = getattr(config, name, 1)
         if value is not None and value < 1:
             raise ValueError(f"{flag(name)} must be >= 1, got {value}")
     check_choices(config)
     if config.batch_size % config.gradient_accumulation_steps:
-        raise ValueError(f"--batch-size {config.batch_size} is not a multiple of --gradient-accumulation-steps "
-                         f"{config.gradient_accumulation_steps}")
+        raise ValueError(
+            f"--batch-size {config.batch_size} is not a multiple of --gradient-accumulation-steps "
+            f"{config.gradient_accumulation_steps}"
+        )
     if config.learning_rate <= 0 or config.max_grad_norm <= 0:
-        raise ValueError(f"--learning-rate and --max-grad-norm must be > 0, got {config.learning_rate} and {config.max_grad_norm}")
+        raise ValueError(
+            f"--learning-rate and --max-grad-norm must be > 0, got {config.learning_rate} and {config.max_grad_norm}"
+        )
     check_lora(config, config.backend)
-

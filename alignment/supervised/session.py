@@ -35,6 +35,7 @@ from alignment.run.setup import PromptOrder, build_engine, devices, load_policy,
 from alignment.supervised.config import SFTTrainingSettings
 from alignment.supervised.trainer import SFTTrainer, check_prompt_lengths, save_run_state
 
+
 def stop_strings(prompt: str) -> tuple[str, ...]:
     return ("</answer>",) if prompt == "r1_zero" else ()
 
@@ -62,10 +63,17 @@ class SFTRun:
 
     def evaluate(self) -> dict[str, float]:
         c = self.config
-        sampling = SamplingConfig(temperature=c.eval_temperature, top_p=c.eval_top_p, max_tokens=c.eval_max_tokens,
-                                  stop=stop_strings(c.prompt), seed=c.seed)
+        sampling = SamplingConfig(
+            temperature=c.eval_temperature,
+            top_p=c.eval_top_p,
+            max_tokens=c.eval_max_tokens,
+            stop=stop_strings(c.prompt),
+            seed=c.seed,
+        )
         self.sync_engine()
-        summary, rows = log_generations(self.engine, self.trainer.policy, self.trainer.tokenizer, self.validation, self.grader, sampling)
+        summary, rows = log_generations(
+            self.engine, self.trainer.policy, self.trainer.tokenizer, self.validation, self.grader, sampling
+        )
         self.log.log({"grpo_step": self.step} | summary | {"time_elapsed_s": self.elapsed()})
         self.log.log_rollouts(self.step, "eval", rows)
         return summary
@@ -85,8 +93,13 @@ class SFTRun:
         self.log.close()
 
 
-def open_run(config: SFTTrainingSettings, resume: bool, examples: Sequence[SFTExample], validation: Task,
-             group: ShardGroup | None = None) -> SFTRun:
+def open_run(
+    config: SFTTrainingSettings,
+    resume: bool,
+    examples: Sequence[SFTExample],
+    validation: Task,
+    group: ShardGroup | None = None,
+) -> SFTRun:
     """Model, engine, grader and log for a checked config; `examples` are length-checked before the model loads.
     With `group` (learner_group), the policy is sharded over its processes."""
     tokenizer = load_tokenizer(config.model)
@@ -107,15 +120,22 @@ def open_run(config: SFTTrainingSettings, resume: bool, examples: Sequence[SFTEx
         state = load_checkpoint(config.output_dir, config, trainer.policy, trainer.optimizer)
     engine = build_engine(config, policy, tokenizer, rollout_device, policy_device, group=group)
     grader = make_grader(validation, config.grader_workers, group)
-    log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, state.get("step", 0),
-                     enabled=main)
+    log = MetricsLog(
+        config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, state.get("step", 0), enabled=main
+    )
     run = SFTRun(config, trainer, engine, grader, validation, log, group, step=state.get("step", 0), state=state)
     run.started -= state.get("elapsed_s", 0.0)
     return run
 
 
-def sft_steps(run: SFTRun, examples: Sequence[SFTExample], epochs: int, seed: int, position: int = 0,
-              on_step: Callable[[dict[str, float], int], None] | None = None) -> list[dict[str, float]]:
+def sft_steps(
+    run: SFTRun,
+    examples: Sequence[SFTExample],
+    epochs: int,
+    seed: int,
+    position: int = 0,
+    on_step: Callable[[dict[str, float], int], None] | None = None,
+) -> list[dict[str, float]]:
     """`epochs` passes over `examples` in seeded order, one optimizer step per batch; returns the step rows.
 
     `position` (examples already taken) resumes mid-run; `on_step(row, position)` runs after each step.

@@ -3,8 +3,8 @@
 Each optimizer step takes `batch_size` examples, split into `gradient_accumulation_steps` microbatches; the loss
 is the mean negative log-likelihood per response token (alignment.sft.sft_microbatch_train_step with the
 microbatch's tokens per example as its normalize constant), and gradients are clipped to `max_grad_norm`.
-Under torchrun the policy is sharded over the processes (alignment/distributed/sharding.py) and each rank runs its share of
-every step's microbatches; SFTTrainer says why the update stays that of one process.
+Under torchrun the policy is sharded over the processes (alignment/distributed/sharding.py) and each rank runs its share
+of every step's microbatches; SFTTrainer says why the update stays that of one process.
 """
 
 import time
@@ -15,17 +15,19 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from alignment.run.checkpoint import save_checkpoint
-from alignment.logprobs import get_response_log_probs
-from alignment.models.lora import trainable_parameters
-from alignment.masked import masked_mean
-from alignment.sft import sft_microbatch_train_step, tokenize_prompt_and_output
-from alignment.supervised.config import SFTTrainingSettings
 from alignment.data.sft_examples import SFTExample
 from alignment.distributed.sharding import clip_grad_norm, microbatch_turns, root_forward, shard_group
+from alignment.logprobs import get_response_log_probs
+from alignment.masked import masked_mean
+from alignment.models.lora import trainable_parameters
+from alignment.run.checkpoint import save_checkpoint
+from alignment.sft import sft_microbatch_train_step, tokenize_prompt_and_output
+from alignment.supervised.config import SFTTrainingSettings
 
 
-def check_prompt_lengths(examples: Sequence[SFTExample], tokenizer: PreTrainedTokenizerBase, max_seq_length: int) -> None:
+def check_prompt_lengths(
+    examples: Sequence[SFTExample], tokenizer: PreTrainedTokenizerBase, max_seq_length: int
+) -> None:
     """Every prompt must leave room for at least one response token within --max-seq-length."""
     if not examples:
         return
@@ -33,11 +35,15 @@ def check_prompt_lengths(examples: Sequence[SFTExample], tokenizer: PreTrainedTo
     too_long = [i for i, n in enumerate(lengths) if n >= max_seq_length]
     if too_long:
         i = too_long[0]
-        raise ValueError(f"--max-seq-length {max_seq_length} leaves no room for a response: {len(too_long)} "
-                         f"prompt(s) are at least that long (example {i} has {lengths[i]} tokens)")
+        raise ValueError(
+            f"--max-seq-length {max_seq_length} leaves no room for a response: {len(too_long)} "
+            f"prompt(s) are at least that long (example {i} has {lengths[i]} tokens)"
+        )
 
 
-def sft_batch(examples: Sequence[SFTExample], tokenizer: PreTrainedTokenizerBase, max_seq_length: int) -> dict[str, torch.Tensor]:
+def sft_batch(
+    examples: Sequence[SFTExample], tokenizer: PreTrainedTokenizerBase, max_seq_length: int
+) -> dict[str, torch.Tensor]:
     """tokenize_prompt_and_output cut to max_seq_length tokens (input_ids/labels/response_mask: (batch, <= L-1))."""
     batch = tokenize_prompt_and_output([e.prompt for e in examples], [e.response for e in examples], tokenizer)
     return {k: v[:, : max_seq_length - 1] for k, v in batch.items()}
@@ -56,10 +62,14 @@ class SFTTrainer:
     its loss is 0 and its gradient exactly 0 (normalized by 1, not by its 0 tokens).
     """
 
-    def __init__(self, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: SFTTrainingSettings) -> None:
+    def __init__(
+        self, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: SFTTrainingSettings
+    ) -> None:
         self.policy, self.tokenizer, self.settings = policy, tokenizer, settings
         self.optimizer = torch.optim.AdamW(
-            trainable_parameters(policy), lr=settings.learning_rate, weight_decay=settings.weight_decay,
+            trainable_parameters(policy),
+            lr=settings.learning_rate,
+            weight_decay=settings.weight_decay,
             fused=next(policy.parameters()).device.type in ("cpu", "cuda"),
         )
         self.shards = shard_group(policy)  # None unless torchrun sharded the policy
@@ -89,18 +99,32 @@ class SFTTrainer:
         grad_norm = clip_grad_norm(list(self.policy.parameters()), s.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {"loss": sum(losses), "grad_norm": grad_norm, "token_entropy": sum(entropies) / n_micro,
-                "response_tokens": sum(tokens), "learning_rate": self.optimizer.param_groups[0]["lr"]}
+        return {
+            "loss": sum(losses),
+            "grad_norm": grad_norm,
+            "token_entropy": sum(entropies) / n_micro,
+            "response_tokens": sum(tokens),
+            "learning_rate": self.optimizer.param_groups[0]["lr"],
+        }
 
     def log_probs(self, input_ids: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """get_response_log_probs with entropies; a sharded policy's root weights gathered around it (root_forward)."""
+
         def score() -> dict[str, torch.Tensor]:
             return get_response_log_probs(self.policy, input_ids, labels, return_token_entropy=True, response_mask=mask)
 
         return score() if self.shards is None else root_forward(self.policy, score)
 
 
-def save_run_state(folder: Path, config: SFTTrainingSettings, trainer: SFTTrainer, step: int, started: float, extra: dict[str, Any]) -> None:
+def save_run_state(
+    folder: Path, config: SFTTrainingSettings, trainer: SFTTrainer, step: int, started: float, extra: dict[str, Any]
+) -> None:
     """A resumable checkpoint through alignment.run.checkpoint (policy, optimizer, RNG, position, elapsed time)."""
-    save_checkpoint(folder, config, trainer.policy, trainer.tokenizer, trainer.optimizer,
-                    {"step": step, "elapsed_s": time.perf_counter() - started} | extra)
+    save_checkpoint(
+        folder,
+        config,
+        trainer.policy,
+        trainer.tokenizer,
+        trainer.optimizer,
+        {"step": step, "elapsed_s": time.perf_counter() - started} | extra,
+    )

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # works from a checkout without installing
 
-from alignment.kissing.verifier import evaluate_program  # noqa: E402
 from alignment.kissing.sandbox import SandboxLimits  # noqa: E402
+from alignment.kissing.verifier import evaluate_program  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,6 @@
 # Found by the project's search code (alignment.kissing.search), no language model:
-# code seed: 582 points (0.0 s); local search over the 5302 vectors of squared norm 4: 582 points after 0 improvements (48.3 s in all)
+# code seed: 582 points (0.0 s); local search over the 5302 vectors of squared norm 4: 582 points after 0 improvements
+# (48.3 s in all)
 ROWS = """
 -2 0 0 0 0 0 0 0 0 0 0
 -1 -1 -1 0 0 0 0 0 -1 0 0
