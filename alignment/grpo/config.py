@@ -11,7 +11,7 @@ from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
-from alignment.run.training_settings import TrainingSettings
+from alignment.run.training_settings import MathDataSettings, TrainingSettings
 
 Task = Literal["math", "keywords"]
 LossType = Literal[LOSS_TYPES]  # type: ignore[valid-type]
@@ -19,7 +19,7 @@ ReuseRolloutForward = Literal["auto", "on", "off"]
 
 
 @dataclass
-class GRPOConfig(TrainingSettings):
+class GRPOConfig(TrainingSettings, MathDataSettings):
     task: Task = setting("math", "math: graded answers to --dataset; keywords: write text that uses given words.")
     keywords_file: Path | None = setting(None, "keywords task: one word per line (default: data/keywords.txt).")
     keywords_dataset: Path | None = setting(
@@ -29,18 +29,6 @@ class GRPOConfig(TrainingSettings):
     )
     keywords_per_prompt: int = setting(2, "keywords task: words each prompt asks for.")
     n_train_prompts: int = setting(1024, "keywords task: training prompts generated.")
-    dataset: str = setting(
-        "math",
-        "Training questions: `math` (MATH's 7,500 training problems), `math500`, `competition_math`, "
-        "`hendrycks_math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id "
-        "(alignment/data/math_datasets.py; $ALIGNMENT_DATA_MIRROR holds local copies of hub repos).",
-    )
-    dataset_split: str = setting("train", "Split of --dataset to train on (a source with one split trains on it).")
-    validation_dataset: str | None = setting(
-        None,
-        "Validation questions (default: --dataset's test or validation split, e.g. MATH's 5,000 test problems for "
-        "`math`; for a source with one split, a held-out slice of it).",
-    )
     n_grpo_steps: int = setting(200, "GRPO steps (rollout batches) to run.")
     advantage_eps: float = setting(1e-6, "Added to the group std before dividing.")
     rollout_batch_size: int = setting(256, "Rollouts per step (questions x group size).")

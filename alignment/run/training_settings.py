@@ -63,6 +63,24 @@ class TrainingSettings(OutputSettings, LoRASettings):
     RUN_FILES: ClassVar[tuple[str, ...]] = ("metrics.jsonl", "checkpoint")
 
 
+@dataclass
+class MathDataSettings:
+    """Where a run's questions come from (alignment/data/splits.py): GRPO on math, and expert iteration."""
+
+    dataset: str = setting(
+        "math",
+        "Training questions: `math` (MATH's 7,500 training problems), `math500`, `competition_math`, "
+        "`hendrycks_math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id "
+        "(alignment/data/math_datasets.py; $ALIGNMENT_DATA_MIRROR holds local copies of hub repos).",
+    )
+    dataset_split: str = setting("train", "Split of --dataset to train on (a source with one split trains on it).")
+    validation_dataset: str | None = setting(
+        None,
+        "Validation questions (default: --dataset's test or validation split, e.g. MATH's 5,000 test problems for "
+        "`math`; for a source with one split, a held-out slice of it).",
+    )
+
+
 def check_output_dir(config: TrainingSettings, resume: bool) -> Path:
     """A fresh run refuses a folder holding an earlier run's files unless --overwrite; --resume needs them."""
     earlier = [name for name in config.RUN_FILES if (config.output_dir / name).exists()]

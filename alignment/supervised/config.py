@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 
 from alignment.config.settings import check_choices, flag, override, setting
 from alignment.models.lora import check_lora
-from alignment.run.training_settings import TrainingSettings
+from alignment.run.training_settings import MathDataSettings, TrainingSettings
 
 
 @dataclass
@@ -85,20 +85,9 @@ class SFTConfig(SFTTrainingSettings):
 
 
 @dataclass
-class EIConfig(SFTTrainingSettings):
+class EIConfig(SFTTrainingSettings, MathDataSettings):
     """scripts/expert_iteration.py."""
 
-    dataset: str = setting(
-        "math",
-        "Questions to sample from: `math` (MATH's 7,500 training problems), `competition_math`, `hendrycks_math`, "
-        "`gsm8k`, a .jsonl file, a local dataset folder or a hub id.",
-    )
-    dataset_split: str = setting("train", "Split of --dataset (a source with one split uses it).")
-    validation_dataset: str | None = setting(
-        None,
-        "Held-out questions (default: --dataset's test or validation split; for a source with one split, a held-out "
-        "slice of it).",
-    )
     n_ei_steps: int = setting(5, "Expert-iteration steps.")
     questions_per_step: int = setting(512, "Db: questions sampled per EI step.")
     rollouts_per_question: int = setting(4, "G: rollouts per question.")
