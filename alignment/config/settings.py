@@ -82,8 +82,9 @@ def to_json(config: Any) -> dict[str, Any]:
 
 def upgraded(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """Settings written by an earlier version under their current names: `config_cls.LEGACY` maps an old key to
-    (new key, {old value: new value}); an old value without a new one, or a clash with the new key, is an error."""
-    out = dict(values)
+    (new key, {old value: new value}); an old value without a new one, or a clash with the new key, is an error.
+    A setting added since (`config_cls.ADDED`: key -> the value runs saved without it had) gets that value."""
+    out = getattr(config_cls, "ADDED", {}) | dict(values)
     for old, (new, mapping) in getattr(config_cls, "LEGACY", {}).items():
         if old not in out:
             continue

@@ -9,6 +9,7 @@ from alignment.config.settings import check_choices, override, setting
 from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
+from alignment.prompts import check_prompt, stop_strings
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
 from alignment.run.training_settings import TrainingSettings
@@ -184,7 +185,7 @@ class GRPOConfig(TrainingSettings):
 
     @property
     def stop(self) -> tuple[str, ...]:
-        return ("</answer>",) if self.task == "math" and self.prompt == "r1_zero" else ()
+        return stop_strings(self.prompt) if self.task == "math" else ()
 
     @property
     def needs_old_log_probs(self) -> bool:
@@ -207,6 +208,7 @@ def validate(config: GRPOConfig) -> None:
     """The handouts' asserts and value checks; each failure names the flags and their values."""
     c = config
     check_choices(c)
+    check_prompt(c.prompt)
     for name in (
         "n_grpo_steps",
         "rollout_batch_size",

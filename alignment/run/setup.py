@@ -22,11 +22,11 @@ from alignment.data.math_datasets import MathExample
 from alignment.data.splits import run_data
 from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup, launched, shard_policy, start_group
-from alignment.grader import REWARD_FNS
+from alignment.grader import GraderMode, reward_fn_for
 from alignment.grading.parallel import ParallelGrader
 from alignment.models.lm_checkpoint import load_transformer_lm
 from alignment.models.loading import load_model_and_tokenizer, load_tokenizer
-from alignment.prompts import format_prompt, load_prompt
+from alignment.prompts import check_prompt, format_prompt, load_prompt, prompt_kind
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import RolloutEngine
@@ -74,11 +74,12 @@ class PhaseTimer:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
 
-def math_task(examples: Sequence[MathExample], prompt: str) -> Task:
-    """Questions and answers with the prompt's template and reward function."""
-    if prompt not in REWARD_FNS:
-        raise ValueError(f"--prompt {prompt!r} is not one of {', '.join(REWARD_FNS)}")
-    return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(prompt), REWARD_FNS[prompt])
+def math_task(examples: Sequence[MathExample], prompt: str, grader: GraderMode = "course") -> Task:
+    """Questions and answers with the prompt's template and its reward function (alignment/prompts.py), graded in
+    `grader` mode."""
+    check_prompt(prompt)
+    reward_fn = reward_fn_for(prompt_kind(prompt), grader)
+    return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(prompt), reward_fn)
 
 
 def math_tasks(config: Any) -> tuple[Task, Task]:
@@ -92,7 +93,10 @@ def math_tasks(config: Any) -> tuple[Task, Task]:
     )
     for note in data.notes:
         print(note)
-    return math_task(data.train, config.prompt), math_task(data.validation, config.prompt)
+    return (
+        math_task(data.train, config.prompt, config.grader),
+        math_task(data.validation, config.prompt, config.grader),
+    )
 
 
 def keyword_run_tasks(config: Any, template: str) -> tuple[Task, Task]:
