@@ -141,6 +141,11 @@ class GRPOConfig(TrainingSettings):
         "loop).",
     )
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward to save memory.")
+    ignore_memory_plan: bool = setting(
+        False,
+        "On a GPU, start even when the memory plan says the run will not fit (a warning instead of the error): the "
+        "plan is an estimate (alignment/run/memory_plan.py).",
+    )
     reuse_rollout_forward: ReuseRolloutForward = setting(
         "auto",
         "Train on the rollout's own forward pass: the sampler keeps every linear layer's output and the training "
@@ -164,6 +169,7 @@ class GRPOConfig(TrainingSettings):
         "gpu_memory_utilization",
         "reuse_rollout_forward",
         "skip_zero_advantage",
+        "ignore_memory_plan",
     }
     # Settings renamed since earlier runs: old key -> (new key, old value -> new value)
     LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {

@@ -10,6 +10,7 @@ reads only the fields it names.
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -38,6 +39,8 @@ from alignment.run.memory_plan import (
     OWN_GPU_SHARE,
     GiB,
     Machine,
+    ModelShape,
+    Workload,
     grpo_workload,
     model_shape,
     report,
@@ -246,8 +249,20 @@ def check_gpu_memory(
     gpus = processes if processes > 1 else 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
     machine = Machine(gpus, torch.cuda.get_device_properties(torch.device(policy_device)).total_memory / GiB)
     shape = model_shape(config.model)
-    result, text = report(shape, grpo_workload(config, shape, prompt_tokens, processes), machine)
+    return check_memory_plan(config, shape, grpo_workload(config, shape, prompt_tokens, processes), machine)
+
+
+def check_memory_plan(config: Any, shape: ModelShape, work: Workload, machine: Machine) -> float | None:
+    """Print the plan and return vLLM's share; when it does not fit, a ValueError naming the flags that would make it
+    fit, or with --ignore-memory-plan a warning and the run goes on."""
+    result, text = report(shape, work, machine)
     print(text)
     if not result.fits:
-        raise ValueError(text.splitlines()[-1])
+        if not getattr(config, "ignore_memory_plan", False):
+            raise ValueError(text.splitlines()[-1] + " (--ignore-memory-plan starts it anyway)")
+        warnings.warn(
+            f"the memory plan says this run does not fit ({text.splitlines()[-1]}); starting anyway "
+            "(--ignore-memory-plan)",
+            stacklevel=2,
+        )
     return result.vllm_share
