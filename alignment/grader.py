@@ -2,7 +2,7 @@
 
 Both return {"format_reward", "answer_reward", "reward"} in {0.0, 1.0} and grade in one of two modes:
 - `course` (the default): the verdicts of the course's `drgrpo_grader` in fast mode, the grader the handouts tell
-  students to use (alignment/grading/course.py), without the false positives it has (README lists them);
+  students to use (alignment/grading/course.py), without the false positives it has (README, "The grader");
 - `lenient`: math equivalence: an answer is right when it matches a ground truth after normalization (see
   alignment/grading/answers.py), as an exact number, or symbolically per math-verify, named values by name.
 Pathological input scores 0 in both: overlong answers, huge numbers and steep powers before sympy sees them (see
