@@ -82,9 +82,8 @@ def to_json(config: Any) -> dict[str, Any]:
 
 def upgraded(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """Settings written by an earlier version under their current names: `config_cls.LEGACY` maps an old key to
-    (new key, {old value: new value}); an old value without a new one, or a clash with the new key, is an error.
-    A setting added since (`config_cls.ADDED`: key -> the value runs saved without it had) gets that value."""
-    out = getattr(config_cls, "ADDED", {}) | dict(values)
+    (new key, {old value: new value}); an old value without a new one, or a clash with the new key, is an error."""
+    out = dict(values)
     for old, (new, mapping) in getattr(config_cls, "LEGACY", {}).items():
         if old not in out:
             continue
@@ -95,6 +94,12 @@ def upgraded(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{old} {value!r} (now {new} {mapping[value]!r}) contradicts {new} {out[new]!r}")
         out[new] = mapping[value]
     return out
+
+
+def as_saved(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """A run's saved settings with each setting added since at the value runs saved without it had
+    (`config_cls.ADDED`: key -> value), where a settings file's absent key means today's default."""
+    return getattr(config_cls, "ADDED", {}) | values
 
 
 def with_defaults(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +135,7 @@ def read_run_settings(folder: Path, config_cls: type) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"{folder} is not a run folder: it has no {SETTINGS_FILE}")
     try:
-        return typed_values(config_cls, json.loads(path.read_text()), path)
+        return typed_values(config_cls, as_saved(config_cls, json.loads(path.read_text())), path)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 
