@@ -321,7 +321,7 @@ def test_a1s_own_model_and_tokenizer_tests_on_our_code(a1_repo, tmp_path):
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     passed = int(regex.search(r"(\d+) passed", result.stdout)[1])
-    assert passed >= (20 if has_weights else 14), result.stdout[-2000:]
+    assert passed >= (20 if has_weights else 15), result.stdout[-2000:]
 
 
 def test_our_tokenizer_matches_tiktoken_on_a1s_gpt2_files(a1_repo):
