@@ -230,6 +230,27 @@ def test_grpo_microbatch_train_step_grpo_clip():
     assert loss.item() == pytest.approx(expected_loss, rel=1e-5)
     np.testing.assert_allclose(policy.grad.numpy(), expected_grad, rtol=1e-5, atol=1e-8)
     assert isinstance(metadata, dict)
+    # a response of no tokens (an all-zero mask row) adds 0 to the loss and gets no gradient; the other row keeps
+    # its share, 1 / batch
+    empty = dict(x, response_mask=x["response_mask"].clone())
+    empty["response_mask"][1] = False
+    policy = x["policy_log_probs"].clone().requires_grad_(True)
+    loss, _ = run_grpo_microbatch_train_step(
+        policy_log_probs=policy,
+        response_mask=empty["response_mask"],
+        gradient_accumulation_steps=2,
+        loss_type="grpo_clip",
+        raw_rewards=x["raw_rewards"],
+        advantages=x["advantages"],
+        old_log_probs=x["old_log_probs"],
+        cliprange=0.1,
+    )
+    mask0 = empty["response_mask"][0].numpy()
+    token_loss = clip_loss_float64(x["advantages"], x["policy_log_probs"], x["old_log_probs"], 0.1)[0]
+    assert loss.item() == pytest.approx((token_loss * mask0).sum() / mask0.sum() / 2 / 2, rel=1e-5)
+    _, full_grad = microbatch_reference(x, 0.1, 2)  # row 0's gradient: its tokens' share as before
+    np.testing.assert_allclose(policy.grad[0].numpy(), full_grad[0], rtol=1e-5, atol=1e-8)
+    assert policy.grad[1].abs().sum().item() == 0.0
 
 
 def test_grpo_microbatch_train_step_grpo_clip_10_steps():
