@@ -11,6 +11,7 @@ magnitude), anything else after at most `timeout_s` (its worker is then replaced
 
 import re
 from collections.abc import Callable, Sequence
+from functools import partial
 from numbers import Real
 from typing import Literal
 
@@ -117,7 +118,7 @@ def _matches(answer: str, ground_truth: GroundTruth, grader: GraderMode, fast: b
         raise ValueError(f"grader must be one of {', '.join(GRADER_MODES)}, got {grader!r}")
     if grader == "lenient":
         return any(grade_answer(answer, truth, timeout_s) for truth in _truths(ground_truth))
-    slow = lambda given, truth: grade_answer(given, truth, timeout_s)  # noqa: E731 - fast=False's extra check
+    slow = partial(grade_answer, timeout_s=timeout_s)  # what fast=False adds
     return any(course_grade(answer, truth, timeout_s, fast, slow) for truth in _truths(ground_truth))
 
 
