@@ -16,12 +16,12 @@ from tqdm.auto import tqdm
 from alignment.data.sft_examples import SFTExample
 from alignment.data.splits import run_data
 from alignment.distributed.sharding import ShardGroup
-from alignment.prompts import format_prompt, load_prompt
+from alignment.prompts import format_prompt, load_prompt, stop_strings
 from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.run.setup import PromptOrder, learner_group, math_task
 from alignment.run.training_settings import check_output_dir
 from alignment.supervised.config import EIConfig, validate
-from alignment.supervised.session import SFTRun, open_run, sft_steps, stop_strings
+from alignment.supervised.session import SFTRun, open_run, sft_steps
 
 
 def correct_examples(
@@ -94,7 +94,7 @@ def _expert_iteration(config: EIConfig, resume: bool, group: ShardGroup | None) 
         config,
         resume,
         [SFTExample(format_prompt(template, e.question), "") for e in pool],
-        math_task(data.validation, config.prompt),
+        math_task(data.validation, config.prompt, config.grader),
         group,
     )
     order = PromptOrder(len(pool), config.seed, run.state.get("order_position", 0))

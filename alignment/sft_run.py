@@ -16,9 +16,9 @@ from alignment.data.sft_examples import SFTExample, load_sft_examples
 from alignment.data.splits import check_overlap
 from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup
-from alignment.grader import REWARD_FNS, RewardFn
+from alignment.grader import RewardFn, reward_fn_for
 from alignment.grading.parallel import ParallelGrader
-from alignment.prompts import load_prompt, prompt_question
+from alignment.prompts import load_prompt, prompt_kind, prompt_question
 from alignment.run.setup import learner_group, math_task
 from alignment.run.training_settings import check_output_dir
 from alignment.supervised.config import SFTConfig, validate
@@ -45,7 +45,7 @@ def sft_validation(config: SFTConfig, examples: Sequence[SFTExample]) -> Task:
         f"validating on {len(validation)} questions of {config.validation_dataset}; {note}"
         + (unknown if len(known) < len(questions) else "")
     )
-    return math_task(validation, config.prompt)
+    return math_task(validation, config.prompt, config.grader)
 
 
 def filter_correct(examples: Sequence[SFTExample], reward_fn: RewardFn, workers: int | None) -> list[SFTExample]:
@@ -69,7 +69,8 @@ def load_training_examples(config: SFTConfig) -> tuple[list[SFTExample], dict[st
         raise ValueError(f"--dataset: {err}") from None
     counts = {"n_examples_loaded": len(examples)}
     if config.filter_correct:
-        examples = filter_correct(examples, REWARD_FNS[config.prompt], config.grader_workers)
+        reward_fn = reward_fn_for(prompt_kind(config.prompt), config.grader)
+        examples = filter_correct(examples, reward_fn, config.grader_workers)
         counts["n_examples_kept"] = len(examples)
         if not examples:
             raise ValueError(

@@ -6,6 +6,9 @@
 pass@N: the unbiased estimator 1 - C(n-c, N)/C(n, N). Best@N: a verifier-free pick, the sample with the
 highest mean token log-prob among N, graded; reported as its exact expectation over the N-subsets of the
 n samples (see alignment.pass_at_k.best_at_k), so Best@1 = pass@1 on the same samples.
+With --zero-shot-generations (eval_zero_shot's generations.jsonl on the same questions), N=1 is that run's
+accuracy instead, as PKU's handout asks ("use the generations from your zero-shot script for N=1"); its responses
+are graded again here, with this run's --grader.
 Writes generations.jsonl (every sample), summary.json and best_of_n.png in --output-dir.
 """
 
@@ -24,6 +27,7 @@ from alignment.config.settings import override, setting, to_json  # noqa: E402
 from alignment.evaluation import GradedRollout, generate_and_grade  # noqa: E402
 from alignment.grading.parallel import ParallelGrader  # noqa: E402
 from alignment.pass_at_k import best_at_k, pass_at_k  # noqa: E402
+from alignment.prompts import format_prompt  # noqa: E402
 from alignment.run import generation  # noqa: E402
 from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl  # noqa: E402
 
@@ -33,6 +37,11 @@ class BestOfNConfig(generation.GenerationConfig):
     output_dir: Path = override(generation.GenerationConfig, "output_dir", Path("outputs/best_of_n"))
     n_max: int = setting(16, "Samples generated per problem (one generation call).")
     ns: list[int] = setting([1, 4, 8, 16], "N values to report (repeatable); each must be <= --n-max.")
+    zero_shot_generations: Path | None = setting(
+        None,
+        "generations.jsonl of scripts/eval_zero_shot.py on the same --dataset, --limit and --prompt: N=1 of both "
+        "curves is its accuracy (regraded here) instead of an estimate from the --n-max samples.",
+    )
 
 
 def curves(records: list[GradedRollout], n_max: int, ns: list[int]) -> dict[str, dict[int, float]]:
@@ -47,6 +56,26 @@ def curves(records: list[GradedRollout], n_max: int, ns: list[int]) -> dict[str,
             best_at_k([r.answer_reward > 0 for r in g], [r.mean_logprob for r in g], n) for g in groups
         ) / len(groups)
     return result
+
+
+def zero_shot_rows(path: Path, prompts: list[str]) -> list[dict]:
+    """A zero-shot run's one response per question; its questions must be these, in order."""
+    if not path.is_file():
+        raise cli.bad_flag("--zero-shot-generations", f"no such file: {path}")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if [row.get("prompt") for row in rows] != prompts:
+        raise cli.bad_flag(
+            "--zero-shot-generations",
+            f"{path} holds {len(rows)} responses to other prompts than these {len(prompts)} (same --dataset, "
+            "--limit and --prompt as the zero-shot run?)",
+        )
+    return rows
+
+
+def accuracy(rows: list[dict], reward_fn, workers: int | None) -> float:
+    with ParallelGrader(reward_fn, workers) as grader:
+        scores = grader([row["response"] for row in rows], [row["ground_truth"] for row in rows])
+    return sum(s["answer_reward"] for s in scores) / len(scores)
 
 
 def plot(result: dict[str, dict[int, float]], path: Path, title: str) -> None:
@@ -72,6 +101,11 @@ def run(config: BestOfNConfig) -> dict:
     too_big = [n for n in config.ns if not 1 <= n <= config.n_max]
     if too_big:
         raise cli.bad_flag("--ns", f"every N must be in [1, --n-max={config.n_max}]; got {too_big}")
+    zero_shot = None
+    if config.zero_shot_generations is not None:  # checked before any model loads
+        examples, template, _ = generation.load_task(config.dataset, config.prompt, config.limit, config.grader)
+        prompts = [format_prompt(template, e.question) for e in examples]
+        zero_shot = zero_shot_rows(config.zero_shot_generations, prompts)
     setup = generation.set_up(config)
     with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
         records, timings = generate_and_grade(
@@ -84,12 +118,15 @@ def run(config: BestOfNConfig) -> dict:
             n=config.n_max,
         )
     result = curves(records, config.n_max, sorted(set(config.ns)))
+    if zero_shot is not None and 1 in result["pass_at"]:
+        result["pass_at"][1] = result["best_at"][1] = accuracy(zero_shot, setup.reward_fn, config.grader_workers)
     tokens = sum(r.num_tokens for r in records)
     summary = {
         "num_problems": len(setup.examples),
         "n_max": config.n_max,
         "pass_at": result["pass_at"],
         "best_at": result["best_at"],
+        "n1_from": str(config.zero_shot_generations or f"the {config.n_max} samples"),
         "generated_tokens": tokens,
         "generated_tokens_per_s": tokens / timings["generation_s"] if timings["generation_s"] > 0 else None,
         "timings_s": timings,

@@ -51,9 +51,9 @@ def print_memory_plan(config: GRPOConfig, machine_text: str, processes: int = 1)
             raise ValueError(f"--plan-processes must be >= 1, got {processes}")
         if processes > 1:
             check_sharded(config)  # what torchrun would refuse
+        shape = model_shape(config.model)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
-    shape = model_shape(config.model)
     try:
         result, text = memory_report(shape, grpo_workload(config, shape, processes=processes), machine)
     except ValueError as err:  # more processes than GPUs

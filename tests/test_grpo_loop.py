@@ -77,6 +77,7 @@ def test_one_step_for_every_loss(tiny_model_dir, tmp_path, loss_type, off_policy
     for row in rows:
         assert math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])
         assert row["kl_ref_k1"] == 0.0 and row["kl_ref_k3"] == 0.0  # step 0: policy == reference
+        assert row["kl_ref_k1_sum"] == 0.0 and "kl_prev_k1_sum" in row  # UW's Eq. 8 beside the per-token means
         assert ("clip_fraction" in row) == (loss_type == "grpo_clip")
         assert {"time_rollout_s", "time_grading_s", "time_train_s", "time_weight_sync_s"} <= set(row)
     assert rows[0]["kl_prev_k3"] > 0  # the update moved the policy

@@ -46,7 +46,8 @@ def test_prompts_cover_one_and_several_keywords_without_repeats():
     assert [len(k) for _, k in pairs] == [1] * 12 + [3] * 12
     assert len({(q, frozenset(k)) for q, k in pairs}) == 24
     for question, keywords in pairs:
-        assert question in {t.format(keywords=", ".join(keywords)) for t in TEMPLATES}
+        words = "word" if len(keywords) == 1 else "words"  # one keyword is asked for in the singular
+        assert question in {t.format(words=words, keywords=", ".join(keywords)) for t in TEMPLATES}
     # only 4 templates x 2 words exist with one keyword from two words: asking for more gives all 8
     assert len(dataset_prompts(["apple", "river"], [1], 50, seed=0)) == 8
     with pytest.raises(ValueError, match=r"keywords per prompt must be in \[1, 8\]"):

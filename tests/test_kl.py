@@ -16,11 +16,22 @@ def test_k1_k3_by_hand_over_response_tokens():
     assert out["k3"] == pytest.approx((math.exp(-0.5) + 0.5 - 1 + 0.0) / 2)
 
 
+def test_eq8_sums_each_response_then_averages_over_responses():
+    """UW's Eq. 8: (1/N) sum_i sum_t [log pi(o_t) - log pi_ref(o_t)], prompt and padding tokens masked out."""
+    policy = torch.tensor([[-1.0, -0.5, -2.0, -3.0], [-0.2, -0.1, -0.3, -4.0]])
+    reference = torch.tensor([[-1.5, -0.5, -9.0, -9.0], [-0.2, -1.1, -0.1, -9.0]])
+    mask = torch.tensor([[True, True, False, False], [True, True, True, False]])
+    # response 1: (-1 + 1.5) + (-0.5 + 0.5) = 0.5; response 2: 0 + 1.0 + (-0.2) = 0.8
+    out = kl_estimates(policy, reference, mask)
+    assert out["k1_sum"] == pytest.approx((0.5 + 0.8) / 2)
+    assert out["k1"] == pytest.approx((0.5 + 0.0 + 0.0 + 1.0 - 0.2) / 5)  # the per-token mean beside it
+
+
 def test_identical_policies_give_zero_and_k3_is_never_negative():
     torch.manual_seed(0)
     a, b = torch.randn(4, 6), torch.randn(4, 6)
     mask = torch.ones(4, 6, dtype=torch.bool)
-    assert kl_estimates(a, a, mask) == {"k1": 0.0, "k3": 0.0}
+    assert kl_estimates(a, a, mask) == {"k1": 0.0, "k3": 0.0, "k1_sum": 0.0}
     assert kl_estimates(a, b, mask)["k3"] > 0
 
 

@@ -92,7 +92,7 @@ def edit_config(folder, **changes):
 @pytest.mark.parametrize(
     "damage,message",
     [
-        (lambda f: (f / CONFIG_FILE).unlink(), r"missing transformer_config.json \(our format\) and config.json"),
+        (lambda f: (f / CONFIG_FILE).unlink(), r"missing transformer_config.json \(our format\), config.json"),
         (
             lambda f: (f / CONFIG_FILE).write_text('{"format": "alignment.TransformerLM", "d_'),
             "transformer_config.json: not valid JSON",

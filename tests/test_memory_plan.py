@@ -319,3 +319,91 @@ def test_a_gpu_run_under_torchrun_plans_for_its_processes(qwen_config_dir, token
     assert "each of 2 GPUs" in capsys.readouterr().out
     with pytest.raises(ValueError, match="does not fit; it would with --gradient-checkpointing"):
         check_gpu_memory(config, None, "cuda:0", "cuda:0")  # the same run in one process, on one of those GPUs
+
+
+def test_the_handouts_models_plan_offline_from_their_published_shapes(monkeypatch):
+    from transformers import Qwen3Config
+
+    from alignment.run.memory_plan import PUBLISHED_SHAPES, model_shape
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    qwen3 = model_shape("Qwen/Qwen3-0.6B")
+    # by hand: q 1024x2048 (16 heads of 128), k and v 1024x1024 (8 heads), o 2048x1024, gate/up/down 3 x 1024x3072,
+    # two norms; the tied embedding 151936x1024 once and the final norm: Qwen3-0.6B's published 0.6B (0.44B without
+    # the embedding)
+    layer = 1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 3 * 1024 * 3072 + 2 * 1024
+    assert qwen3.parameters() == 28 * layer + 151936 * 1024 + 1024 == 596_042_752
+    assert model_shape("Qwen/Qwen2.5-Math-1.5B") == QWEN_MATH_15B
+    # the table says what transformers reads from Qwen3-0.6B's config.json (head_dim 128, not hidden / heads)
+    published = Qwen3Config(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+        attention_bias=False,
+    )
+    assert ModelShape.from_config(published) == PUBLISHED_SHAPES["Qwen/Qwen3-0.6B"] == qwen3
+
+
+@pytest.fixture
+def tiny_qwen3_dir(tmp_path):
+    """A tiny random Qwen3 (head size 32, not hidden / heads = 16), saved as its config.json only."""
+    from transformers import Qwen3Config
+
+    config = Qwen3Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        vocab_size=1000,
+        tie_word_embeddings=True,
+    )
+    config.save_pretrained(tmp_path / "tiny-qwen3")
+    return tmp_path / "tiny-qwen3"
+
+
+def test_a_qwen3_folder_plans_with_its_own_head_size(tiny_qwen3_dir):
+    from alignment.run.memory_plan import model_shape
+    from scripts import train_grpo
+
+    shape = model_shape(str(tiny_qwen3_dir))
+    assert (shape.head_dim, shape.q_dim, shape.kv_dim, shape.qkv_bias) == (32, 128, 64, False)
+    layer = 64 * 128 + 2 * 64 * 64 + 128 * 64 + 3 * 64 * 128 + 2 * 64
+    assert shape.parameters() == 2 * layer + 1000 * 64 + 64
+    result = CliRunner().invoke(train_grpo.app, ["--model", str(tiny_qwen3_dir), "--plan-memory", "1x24"])
+    assert result.exit_code == 0, result.output
+    assert "policy 0.00B parameters" in result.output
+
+
+def test_the_starter_preset_plans_offline_and_an_unreadable_model_is_one_line(monkeypatch, tmp_path):
+    from scripts import train_grpo
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    starter = CliRunner().invoke(
+        train_grpo.app, ["--config", "configs/grpo_handout_starter.toml", "--plan-memory", "1x80"]
+    )
+    assert starter.exit_code == 0 and "(fits)" in starter.output, starter.output
+    pku = CliRunner().invoke(train_grpo.app, ["--config", "configs/pku/grpo.toml", "--plan-memory", "2x80"])
+    assert pku.exit_code == 0 and "policy 0.60B parameters" in pku.output, pku.output
+    missing = CliRunner().invoke(train_grpo.app, ["--model", str(tmp_path / "nothing"), "--plan-memory", "1x80"])
+    assert missing.exit_code == 2
+    assert "cannot read its config.json" in missing.output and "pass --model PATH" in missing.output
+    assert "Traceback" not in missing.output
+
+
+def test_ignore_memory_plan_starts_with_a_warning(capsys):
+    from alignment.grpo.config import GRPOConfig
+    from alignment.run.setup import check_memory_plan
+
+    machine = Machine(1, 24)
+    with pytest.raises(ValueError, match="does not fit; .* \\(--ignore-memory-plan starts it anyway\\)"):
+        check_memory_plan(GRPOConfig(), QWEN_MATH_15B, HANDOUT, machine)
+    with pytest.warns(UserWarning, match="does not fit.*starting anyway"):
+        check_memory_plan(GRPOConfig(ignore_memory_plan=True), QWEN_MATH_15B, HANDOUT, machine)
+    assert "cuda:0: peak" in capsys.readouterr().out  # the plan is printed either way

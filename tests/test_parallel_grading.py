@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from alignment.grader import r1_zero_reward_fn
+from alignment.grader import lenient_r1_zero_reward_fn, r1_zero_reward_fn
 from alignment.grading.parallel import ParallelGrader
 from alignment.utils.atomic import atomic_write_jsonl
 
@@ -15,8 +15,10 @@ def test_parallel_grades_equal_sequential_grades():
         parallel = grader(responses, truths)
         again = grader(responses[:40], truths[:40])  # workers are reused
     assert parallel == [r1_zero_reward_fn(r, t) for r, t in zip(responses, truths)]
-    assert sum(s["reward"] for s in parallel) == 40
+    assert sum(s["reward"] for s in parallel) == 30  # the course's grader: an integer needs an integer, not 36/2
     assert again == parallel[:40]
+    with ParallelGrader(lenient_r1_zero_reward_fn, workers=2) as grader:  # the lenient mode travels by name too
+        assert sum(s["reward"] for s in grader(responses, truths)) == 40
 
 
 def test_parallel_needs_an_importable_reward_fn():

@@ -74,13 +74,23 @@ def typer_app(main: Callable[..., Any], parameters: list[inspect.Parameter], sum
     return app
 
 
+CONTEXT = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+CONFIG_FILE = inspect.Parameter(
+    "config",
+    inspect.Parameter.KEYWORD_ONLY,
+    annotation=Path | None,
+    default=typer.Option(None, help="TOML, YAML or JSON file of settings; flags override it."),
+)
+
+
 def config_command(config_cls: type, run: Callable[[Any], Any], summary: str) -> typer.Typer:
-    """A typer app whose flags are the fields of `config_cls` and which calls run(config_cls(**flags))."""
+    """A typer app whose flags are the fields of `config_cls`, with --config FILE (flags override it), and which
+    calls run(config_cls(**settings))."""
 
-    def main(**flags: Any) -> None:
-        run(config_cls(**flags))
+    def main(ctx: typer.Context, config: Path | None = None, **flags: Any) -> None:
+        run(config_cls(**run_settings(ctx, config_cls, config, None, flags)))
 
-    return typer_app(main, option_parameters(config_cls), summary)
+    return typer_app(main, [CONTEXT, CONFIG_FILE, *option_parameters(config_cls)], summary)
 
 
 def read_config_file(path: Path, config_cls: type) -> dict[str, Any]:
@@ -146,13 +156,8 @@ def run_command(
         run(config_cls(**run_settings(ctx, config_cls, config, resume, flags)), resume is not None, **extra)
 
     parameters = [
-        inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context),
-        inspect.Parameter(
-            "config",
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=Path | None,
-            default=typer.Option(None, help="TOML, YAML or JSON file of settings; flags override it."),
-        ),
+        CONTEXT,
+        CONFIG_FILE,
         inspect.Parameter(
             "resume",
             inspect.Parameter.KEYWORD_ONLY,

@@ -96,6 +96,12 @@ def upgraded(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def as_saved(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """A run's saved settings with each setting added since at the value runs saved without it had
+    (`config_cls.ADDED`: key -> value), where a settings file's absent key means today's default."""
+    return getattr(config_cls, "ADDED", {}) | values
+
+
 def with_defaults(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """`values` with every field it lacks at its default: how a run saved before a setting existed reads it."""
     return {f.name: default_of(f) for f in fields(config_cls) if f.name not in values} | values
@@ -129,7 +135,7 @@ def read_run_settings(folder: Path, config_cls: type) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"{folder} is not a run folder: it has no {SETTINGS_FILE}")
     try:
-        return typed_values(config_cls, json.loads(path.read_text()), path)
+        return typed_values(config_cls, as_saved(config_cls, json.loads(path.read_text())), path)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from alignment.data.keywords import TEMPLATES, keyword_inclusion_reward_fn
+from alignment.data.keywords import TEMPLATES, keyword_inclusion_reward_fn, keyword_instruction
 from alignment.data.task import Task
 from alignment.prompts import format_prompt
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
@@ -39,7 +39,7 @@ def dataset_prompts(
             template, chosen = rng.choice(TEMPLATES), rng.sample(words, k)
             if (template, frozenset(chosen)) not in seen:
                 seen.add((template, frozenset(chosen)))
-                pairs.append((template.format(keywords=", ".join(chosen)), chosen))
+                pairs.append((keyword_instruction(template, chosen), chosen))
     return pairs
 
 

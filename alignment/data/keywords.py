@@ -12,11 +12,12 @@ from pathlib import Path
 
 from alignment.data.task import Task
 
+# {words} is "word" for one keyword (the UW handout's single-keyword prompts) and "words" for several
 TEMPLATES = (
-    "Write a short story that includes the words: {keywords}.",
-    "Write two sentences that use the words {keywords}.",
+    "Write a short story that includes the {words}: {keywords}.",
+    "Write two sentences that use the {words} {keywords}.",
     "Describe a walk through town, mentioning {keywords}.",
-    "Write a short poem containing the words: {keywords}.",
+    "Write a short poem containing the {words}: {keywords}.",
 )
 DEFAULT_KEYWORDS = Path(__file__).resolve().parents[2] / "data" / "keywords.txt"
 
@@ -26,6 +27,11 @@ def keyword_inclusion_reward_fn(response: str, keywords: Sequence[str]) -> dict[
     found = all(re.search(rf"\b{re.escape(k)}(?:e?s)?\b", response, flags=re.IGNORECASE) for k in keywords)
     reward = float(bool(keywords) and found)
     return {"format_reward": float(bool(response.strip())), "answer_reward": reward, "reward": reward}
+
+
+def keyword_instruction(template: str, keywords: Sequence[str]) -> str:
+    """One of TEMPLATES filled with these keywords, in the singular for one."""
+    return template.format(words="word" if len(keywords) == 1 else "words", keywords=", ".join(keywords))
 
 
 def load_keywords(path: Path = DEFAULT_KEYWORDS) -> list[str]:
@@ -50,7 +56,7 @@ def keyword_prompts(
     pairs = []
     for _ in range(count):
         chosen = rng.sample(list(words), keywords_per_prompt)
-        pairs.append((rng.choice(TEMPLATES).format(keywords=", ".join(chosen)), chosen))
+        pairs.append((keyword_instruction(rng.choice(TEMPLATES), chosen), chosen))
     return pairs
 
 

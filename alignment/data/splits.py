@@ -90,6 +90,21 @@ def holdout(examples: list[MathExample], size: int) -> tuple[list[MathExample], 
     return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in sorted(held)]
 
 
+def evaluation_examples(dataset: str) -> tuple[list[MathExample], str | None]:
+    """What evaluating `dataset` means: its test or validation split; for a source with one split (which a training
+    run trains on), the tenth a training run holds out of it (the same questions), with a note saying so."""
+    examples = load_math_examples(dataset)
+    if Path(dataset).is_file() or len(source_splits(dataset)) != 1:
+        return examples, None
+    size = max(1, len(examples) // HOLDOUT_SHARE)
+    held = holdout(examples, size)[1]
+    note = (
+        f"{dataset} has one split: evaluating the {size} of its {len(examples)} questions that a training run holds "
+        "out for validation (a tenth, fixed seed), not the questions it trains on"
+    )
+    return held, note
+
+
 def run_data(
     dataset: str,
     split: str,

@@ -1,4 +1,5 @@
-"""Symbolic answer equivalence (math-verify over sympy) in a child process that is killed on a deadline.
+"""Symbolic answer equivalence (math-verify over sympy), and the course grader's sympy check, in a child process that
+is killed on a deadline.
 
 sympy can spend minutes, or all memory, on inputs like 10^{10^{10}} inside C code that no signal
 interrupts, and math-verify's own alarm-based timeout only works on the main thread. So the check runs in a
@@ -26,10 +27,9 @@ _WARM_UP = [
 ]
 
 
-def _equal(request: list[str]) -> bool:
+def _equal(gold: str, prediction: str) -> bool:
     from math_verify import parse, verify
 
-    gold, prediction = request
     try:
         # Timeouts off: they rely on SIGALRM; the parent enforces the deadline by killing this process.
         gold_parsed = parse(f"${gold}$", parsing_timeout=None)
@@ -39,13 +39,55 @@ def _equal(request: list[str]) -> bool:
         return False
 
 
+def _difference_is_zero(expression: str) -> bool:
+    """The course grader's test: sympy parses the plain-text difference (`^` as a power, implicit products) and
+    simplifies it to 0."""
+    from sympy import simplify
+    from sympy.parsing.sympy_parser import implicit_multiplication_application, parse_expr, standard_transformations
+
+    try:
+        parsed = parse_expr(
+            expression.replace("^", "**"),
+            transformations=(*standard_transformations, implicit_multiplication_application),
+        )
+        return bool(simplify(parsed) == 0)
+    except (Exception, MemoryError, RecursionError):
+        return False
+
+
+def latex_text(latex: str) -> str | None:
+    """The course grader's LaTeX-to-text step (pylatexenc, then its symbols as names: √ sqrt, π pi, ∞ inf, ∪ U,
+    · and × *); None where pylatexenc fails. Exponential in unclosed braces: call `latex_text_within` for those."""
+    import logging
+
+    from pylatexenc.latex2text import LatexNodes2Text
+
+    logging.getLogger("pylatexenc").setLevel(logging.ERROR)  # it warns about every macro it cannot fill
+    latex = latex.replace("\\tfrac", "\\frac").replace("\\dfrac", "\\frac").replace("\\frac", " \\frac")
+    try:
+        text = LatexNodes2Text().latex_to_text(latex)
+    except (Exception, RecursionError):
+        return None
+    for symbol, name in (("√", "sqrt"), ("π", "pi"), ("∞", "inf"), ("∪", "U"), ("·", "*"), ("×", "*")):
+        text = text.replace(symbol, name)
+    return text.strip()
+
+
+def _answer(request: list[str]) -> bool | str | None:
+    kind, *arguments = request
+    if kind == "equivalent":
+        return _equal(*arguments)
+    return latex_text(*arguments) if kind == "latex_text" else _difference_is_zero(*arguments)
+
+
 def _serve() -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (_WORKER_MEMORY_BYTES, _WORKER_MEMORY_BYTES))
     for pair in _WARM_UP:  # before "ready": start-up is not charged to a check, and every fork inherits it
-        _equal(list(pair))
-    serve(_equal)
+        _equal(*pair)
+    _difference_is_zero("((x+1)^2)-(x^2+2x+1)")
+    serve(_answer)
 
 
 _worker = WorkerProcess("alignment.grading.symbolic", "_serve")
@@ -56,4 +98,17 @@ atexit.register(_worker.close)
 def symbolically_equal(gold: str, prediction: str, timeout_s: float = 2.0) -> bool:
     """Whether two LaTeX/plain-math answers are equivalent per math-verify, within `timeout_s` seconds."""
     with _lock:
-        return _worker.request([gold, prediction], timeout_s) is True
+        return _worker.request(["equivalent", gold, prediction], timeout_s) is True
+
+
+def latex_text_within(latex: str, timeout_s: float = 2.0) -> str | None:
+    """`latex_text` in the worker, None when it fails or misses the deadline."""
+    with _lock:
+        text = _worker.request(["latex_text", latex], timeout_s)
+    return text if isinstance(text, str) else None
+
+
+def sympy_difference_is_zero(expression: str, timeout_s: float = 2.0) -> bool:
+    """Whether sympy simplifies the plain-text `expression` to 0 within `timeout_s` (the course grader's check)."""
+    with _lock:
+        return _worker.request(["difference", expression], timeout_s) is True

@@ -11,4 +11,6 @@ batch.py          RolloutBatch: rollouts as right-padded training tensors
 scoring.py        the batch's log-probs without gradient, and a microbatch's with gradient only where the
                   backward matters (--skip-zero-advantage)
 shared_prompt.py  response log-probs with each distinct prompt run through the model once
+colocated.py      UW's colocated on-policy GRPO under its starter's names (Generator, Learner, ColocatedWorker,
+                  run_training) over the sampler's engine and the learner
 """

@@ -9,6 +9,7 @@ from alignment.config.settings import check_choices, override, setting
 from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
+from alignment.prompts import check_prompt, stop_strings
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
 from alignment.run.training_settings import MathDataSettings, TrainingSettings
@@ -128,6 +129,11 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
         "loop).",
     )
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward to save memory.")
+    ignore_memory_plan: bool = setting(
+        False,
+        "On a GPU, start even when the memory plan says the run will not fit (a warning instead of the error): the "
+        "plan is an estimate (alignment/run/memory_plan.py).",
+    )
     reuse_rollout_forward: ReuseRolloutForward = setting(
         "auto",
         "Train on the rollout's own forward pass: the sampler keeps every linear layer's output and the training "
@@ -151,6 +157,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
         "gpu_memory_utilization",
         "reuse_rollout_forward",
         "skip_zero_advantage",
+        "ignore_memory_plan",
     }
     # Settings renamed since earlier runs: old key -> (new key, old value -> new value)
     LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
@@ -172,7 +179,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
 
     @property
     def stop(self) -> tuple[str, ...]:
-        return ("</answer>",) if self.task == "math" and self.prompt == "r1_zero" else ()
+        return stop_strings(self.prompt) if self.task == "math" else ()
 
     @property
     def needs_old_log_probs(self) -> bool:
@@ -195,6 +202,7 @@ def validate(config: GRPOConfig) -> None:
     """The handouts' asserts and value checks; each failure names the flags and their values."""
     c = config
     check_choices(c)
+    check_prompt(c.prompt)
     for name in (
         "n_grpo_steps",
         "rollout_batch_size",

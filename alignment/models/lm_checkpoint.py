@@ -9,7 +9,7 @@ converts an HF Llama folder (config.json + safetensors) and the packaged `smollm
 """
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import torch
@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, LlamaConfig, PreTrainedTokenizerBase
 
+from alignment.models.a1_checkpoint import is_a1_folder, load_a1_folder
 from alignment.models.loading import load_tokenizer, resolve_model
 from alignment.models.transformer_lm import (
     TransformerConfig,
@@ -31,6 +32,8 @@ FORMAT = "alignment.TransformerLM"
 FORMAT_VERSION = 1
 CONFIG_FILE = "transformer_config.json"
 WEIGHTS_FILE = "model.safetensors"
+# Fields every transformer_config.json of format version 1 holds; later ones (context_length) may be absent
+REQUIRED_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "rope_theta", "norm_eps")
 
 
 def save_transformer_lm(model: TransformerLM, tokenizer: PreTrainedTokenizerBase, directory: Path) -> Path:
@@ -52,7 +55,9 @@ def save_transformer_lm(model: TransformerLM, tokenizer: PreTrainedTokenizerBase
 
 def llama_config(config: TransformerConfig) -> LlamaConfig:
     """The transformers LlamaConfig of the same architecture (the inverse of config_from_llama)."""
+    context = {} if config.context_length is None else {"max_position_embeddings": config.context_length}
     return LlamaConfig(
+        **context,
         vocab_size=config.vocab_size,
         hidden_size=config.d_model,
         num_hidden_layers=config.n_layers,
@@ -94,10 +99,14 @@ def read_config(path: Path) -> TransformerConfig:
     values = {}
     for f in fields(TransformerConfig):
         if f.name not in raw:
-            raise ValueError(f"{path}: missing field {f.name!r}")
+            if f.default is MISSING or f.name in REQUIRED_FIELDS:
+                raise ValueError(f"{path}: missing field {f.name!r}")
+            continue  # a field added since the folder was written
         value = raw[f.name]
         if f.type is bool:
             ok = isinstance(value, bool)
+        elif f.name == "context_length":
+            ok = value is None or (isinstance(value, int) and not isinstance(value, bool))
         else:  # int or float; JSON booleans are not numbers here, and a float field accepts an integer
             ok = isinstance(value, int if f.type is int else (int, float)) and not isinstance(value, bool)
         if not ok:
@@ -162,17 +171,26 @@ def load_llama_folder(directory: Path) -> TransformerLM:
 def load_transformer_lm(
     source: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> tuple[TransformerLM, PreTrainedTokenizerBase]:
-    """(model in eval mode on `device` in `dtype`, tokenizer) from one of our folders, an HF Llama folder,
-    or `smollm2-135m`."""
+    """(model in eval mode on `device` in `dtype`, tokenizer) from one of our folders, an HF Llama folder, a CS336 A1
+    model's folder (alignment/models/a1_checkpoint.py), or `smollm2-135m`."""
     folder = Path(resolve_model(str(source)))
     if not folder.is_dir():
-        raise FileNotFoundError(f"{source}: no such folder (expected one of ours, an HF Llama folder, or smollm2-135m)")
+        raise FileNotFoundError(
+            f"{source}: no such folder (expected one of ours, an HF Llama folder, an A1 model's folder, or "
+            "smollm2-135m)"
+        )
+    if is_a1_folder(folder) and not (folder / CONFIG_FILE).is_file():
+        model, tokenizer = load_a1_folder(folder)
+        return model.to(device=device, dtype=dtype).eval(), tokenizer
     if (folder / CONFIG_FILE).is_file():
         model = load_ours(folder)
     elif (folder / "config.json").is_file():
         model = load_llama_folder(folder)
     else:
-        raise ValueError(f"{folder}: missing {CONFIG_FILE} (our format) and config.json (an HF Llama folder)")
+        raise ValueError(
+            f"{folder}: missing {CONFIG_FILE} (our format), config.json (an HF Llama folder) and model_config.json + "
+            "vocab.json + merges.txt (an A1 model)"
+        )
     if not (folder / "tokenizer_config.json").is_file():
         raise ValueError(f"{folder}: missing tokenizer_config.json (the tokenizer is saved with the model)")
     return model.to(device=device, dtype=dtype).eval(), load_tokenizer(str(folder))

@@ -27,11 +27,14 @@ class TransformerConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
+    context_length: int | None = None  # the longest sequence it was trained on (A1's context_length), if known
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.context_length is not None and self.context_length < 1:
+            raise ValueError(f"context_length must be >= 1, got {self.context_length}")
         if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads or self.head_dim % 2:
             raise ValueError(
                 f"need n_kv_heads | n_heads | d_model and an even head size; got d_model {self.d_model}, "

@@ -55,6 +55,14 @@ class TransformerLMRolloutEngine:
         return max(1, budget // per_row)
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+        context = self.model.config.context_length
+        if context is not None and prompts:
+            longest = max(len(self.tokenizer(p)["input_ids"]) for p in prompts)
+            if longest + sampling.max_tokens > context:
+                raise ValueError(
+                    f"a prompt of {longest} tokens plus {sampling.max_tokens} new ones exceeds the model's context "
+                    f"length, {context} (its context_length); shorten the prompt or the maximum new tokens"
+                )
         return generate_in_groups(
             self.tokenizer,
             prompts,

@@ -28,7 +28,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedTokenizerBase
 
-from alignment.config.settings import upgraded, with_defaults
+from alignment.config.settings import as_saved, upgraded, with_defaults
 from alignment.distributed.sharded_checkpoint import load_shards, save_shards
 from alignment.distributed.sharding import ShardGroup, shard_group
 from alignment.models.policy_folder import is_adapter_folder, load_policy_weights, save_merged_folder, save_policy
@@ -192,7 +192,7 @@ def load_checkpoint(
     # settings renamed or added since the checkpoint was written read as they do in its settings.json
     made_with = {
         k: v
-        for k, v in with_defaults(type(config), upgraded(type(config), saved["config"])).items()
+        for k, v in with_defaults(type(config), as_saved(type(config), upgraded(type(config), saved["config"]))).items()
         if k not in type(config).RESUMABLE
     }
     differ = sorted(k for k in made_with.keys() | current.keys() if made_with.get(k) != current.get(k))

@@ -8,9 +8,10 @@ import typer
 
 from alignment.config.cli import bad_flag
 from alignment.config.settings import OutputSettings, override, setting
-from alignment.data.math_datasets import MathExample, load_math_examples, spread_subset
-from alignment.grader import REWARD_FNS, RewardFn
-from alignment.prompts import Prompt, load_prompt
+from alignment.data.math_datasets import MathExample, spread_subset
+from alignment.data.splits import evaluation_examples
+from alignment.grader import GraderMode, RewardFn, reward_fn_for
+from alignment.prompts import PROMPT_HELP, Prompt, check_prompt, load_prompt, prompt_kind, stop_strings
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.interface import Backend, RolloutEngine, SamplingConfig
 
@@ -22,11 +23,17 @@ class GenerationConfig(OutputSettings):
     """Settings of scripts/eval_zero_shot.py (and the base of scripts/best_of_n.py's); each is a flag."""
 
     dataset: str = setting(
-        "gsm8k",
-        "`math` (MATH's 5,000 test problems), `math500`, `gsm8k` (its test split), ..., a .jsonl file, a local "
-        "dataset folder or a hub id; its test or validation split.",
+        "math",
+        "`math` (MATH's 5,000 test problems, as CS336 A5 evaluates Qwen2.5-Math-1.5B), `math500`, `gsm8k` (its test "
+        "split; PKU's pairing with Qwen3-0.6B is configs/pku/zero_shot.toml), `competition_math` (one split: the "
+        "tenth a training run holds out), a .jsonl file, a local dataset folder or a hub id; its test or validation "
+        "split.",
     )
-    prompt: Prompt = setting("r1_zero", "Prompt template (each with its reward function).")
+    prompt: Prompt = setting("r1_zero", PROMPT_HELP)
+    grader: GraderMode = setting(
+        "course",
+        "course: the course's drgrpo_grader verdicts (without its false positives); lenient: math equivalence.",
+    )
     model: str = setting(
         "Qwen/Qwen2.5-Math-1.5B",
         "A local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged, offline).",
@@ -38,7 +45,11 @@ class GenerationConfig(OutputSettings):
     top_p: float = setting(1.0, "Nucleus sampling mass.")
     max_tokens: int = setting(1024, "Maximum new tokens per response.")
     min_tokens: int = setting(0, "EOS and stop strings are ignored before this many new tokens.")
-    stop: list[str] = setting(["</answer>"], "Stop string (repeatable); it is kept in the output.")
+    stop: list[str] | None = setting(
+        None,
+        "Stop string (repeatable); it is kept in the output (default: the prompt's own: </answer> for r1_zero-style "
+        "prompts, none for question_only).",
+    )
     output_dir: Path = override(OutputSettings, "output_dir", Path("outputs/eval"))
     backend: Backend = setting(
         "auto",
@@ -61,15 +72,24 @@ class RunSetup:
     engine: RolloutEngine
 
 
-def load_task(dataset: str, prompt: str, limit: int | None) -> tuple[list[MathExample], str, RewardFn]:
+def load_task(
+    dataset: str, prompt: str, limit: int | None, grader: GraderMode = "course"
+) -> tuple[list[MathExample], str, RewardFn]:
     """Examples, prompt template and the prompt's reward function; bad values raise naming the flag."""
     if limit is not None and limit < 1:
         raise bad_flag("--limit", f"must be >= 1, got {limit}")
     try:
-        examples = spread_subset(load_math_examples(dataset), limit)  # N spread over the source, not its first N
+        check_prompt(prompt)
+    except ValueError as err:
+        raise bad_flag("--prompt", str(err).removeprefix("--prompt: ")) from None
+    try:
+        examples, note = evaluation_examples(dataset)
     except (FileNotFoundError, ValueError) as err:
         raise bad_flag("--dataset", str(err)) from None
-    return examples, load_prompt(prompt), REWARD_FNS[prompt]
+    if note:
+        typer.echo(note)
+    examples = spread_subset(examples, limit)  # N spread over the source, not its first N
+    return examples, load_prompt(prompt), reward_fn_for(prompt_kind(prompt), grader)
 
 
 def prepare_output_dir(output_dir: Path, overwrite: bool) -> Path:
@@ -85,14 +105,14 @@ def prepare_output_dir(output_dir: Path, overwrite: bool) -> Path:
 
 def set_up(config: GenerationConfig) -> RunSetup:
     """Check every flag, then create the output folder, then load the model: cheap failures come first."""
-    examples, template, reward_fn = load_task(config.dataset, config.prompt, config.limit)
+    examples, template, reward_fn = load_task(config.dataset, config.prompt, config.limit, config.grader)
     try:
         sampling = SamplingConfig(
             temperature=config.temperature,
             top_p=config.top_p,
             max_tokens=config.max_tokens,
             min_tokens=config.min_tokens,
-            stop=tuple(config.stop),
+            stop=tuple(stop_strings(config.prompt) if config.stop is None else config.stop),
             seed=config.seed,
         )
         backend = resolve_backend(config.backend)  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ Estimates, not measurements: allocator fragmentation and short-lived temporaries
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 GiB = 2**30
@@ -370,13 +371,52 @@ def describe(result: MemoryPlan, machine: Machine, work: Workload, shape: ModelS
     return "\n".join(lines + [f"  {note}" for note in result.notes])
 
 
+# The handouts' models, from their published config.json (Qwen2.5-Math-1.5B: CS336 A5 and UW; Qwen3-0.6B: PKU), so
+# that planning them needs no network. Qwen3's q_norm / k_norm (2 x 128 weights a layer) are not counted.
+PUBLISHED_SHAPES = {
+    "Qwen/Qwen2.5-Math-1.5B": ModelShape(
+        hidden=1536,
+        layers=28,
+        heads=12,
+        kv_heads=2,
+        head_dim=128,
+        intermediate=8960,
+        vocab=151936,
+        tied_embeddings=True,
+        qkv_bias=True,
+    ),
+    "Qwen/Qwen3-0.6B": ModelShape(
+        hidden=1024,
+        layers=28,
+        heads=16,
+        kv_heads=8,
+        head_dim=128,
+        intermediate=3072,
+        vocab=151936,
+        tied_embeddings=True,
+        qkv_bias=False,
+    ),
+}
+
+
 def model_shape(model: str) -> ModelShape:
-    """The shape from the model's config.json alone (a local folder, a hub id, or `smollm2-135m`): no weights."""
+    """The shape from the model's config.json alone (a local folder, a hub id, or `smollm2-135m`): no weights. The
+    handouts' hub models (PUBLISHED_SHAPES) need no network; any other model whose config cannot be read is a
+    ValueError of one line naming --model."""
     from transformers import AutoConfig
 
     from alignment.models.loading import resolve_model
 
-    return ModelShape.from_config(AutoConfig.from_pretrained(resolve_model(model)))
+    location = resolve_model(model)
+    if model in PUBLISHED_SHAPES and not (Path(location) / "config.json").is_file():
+        return PUBLISHED_SHAPES[model]
+    try:
+        return ModelShape.from_config(AutoConfig.from_pretrained(location))
+    except (OSError, ValueError) as err:  # no network, no such repo or folder, not a transformers config
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"--model {model}: cannot read its config.json ({reason}); pass --model PATH, a local folder holding it"
+        ) from None
 
 
 def grpo_workload(

@@ -10,6 +10,7 @@ reads only the fields it names.
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,11 +23,11 @@ from alignment.data.math_datasets import MathExample
 from alignment.data.splits import run_data
 from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup, launched, shard_policy, start_group
-from alignment.grader import REWARD_FNS
+from alignment.grader import GraderMode, reward_fn_for
 from alignment.grading.parallel import ParallelGrader
 from alignment.models.lm_checkpoint import load_transformer_lm
 from alignment.models.loading import load_model_and_tokenizer, load_tokenizer
-from alignment.prompts import format_prompt, load_prompt
+from alignment.prompts import check_prompt, format_prompt, load_prompt, prompt_kind
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import RolloutEngine
@@ -38,6 +39,8 @@ from alignment.run.memory_plan import (
     OWN_GPU_SHARE,
     GiB,
     Machine,
+    ModelShape,
+    Workload,
     grpo_workload,
     model_shape,
     report,
@@ -74,11 +77,12 @@ class PhaseTimer:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
 
-def math_task(examples: Sequence[MathExample], prompt: str) -> Task:
-    """Questions and answers with the prompt's template and reward function."""
-    if prompt not in REWARD_FNS:
-        raise ValueError(f"--prompt {prompt!r} is not one of {', '.join(REWARD_FNS)}")
-    return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(prompt), REWARD_FNS[prompt])
+def math_task(examples: Sequence[MathExample], prompt: str, grader: GraderMode = "course") -> Task:
+    """Questions and answers with the prompt's template and its reward function (alignment/prompts.py), graded in
+    `grader` mode."""
+    check_prompt(prompt)
+    reward_fn = reward_fn_for(prompt_kind(prompt), grader)
+    return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(prompt), reward_fn)
 
 
 def math_tasks(config: Any) -> tuple[Task, Task]:
@@ -92,7 +96,10 @@ def math_tasks(config: Any) -> tuple[Task, Task]:
     )
     for note in data.notes:
         print(note)
-    return math_task(data.train, config.prompt), math_task(data.validation, config.prompt)
+    return (
+        math_task(data.train, config.prompt, config.grader),
+        math_task(data.validation, config.prompt, config.grader),
+    )
 
 
 def keyword_run_tasks(config: Any, template: str) -> tuple[Task, Task]:
@@ -242,8 +249,20 @@ def check_gpu_memory(
     gpus = processes if processes > 1 else 1 if torch.device(rollout_device) == torch.device(policy_device) else 2
     machine = Machine(gpus, torch.cuda.get_device_properties(torch.device(policy_device)).total_memory / GiB)
     shape = model_shape(config.model)
-    result, text = report(shape, grpo_workload(config, shape, prompt_tokens, processes), machine)
+    return check_memory_plan(config, shape, grpo_workload(config, shape, prompt_tokens, processes), machine)
+
+
+def check_memory_plan(config: Any, shape: ModelShape, work: Workload, machine: Machine) -> float | None:
+    """Print the plan and return vLLM's share; when it does not fit, a ValueError naming the flags that would make it
+    fit, or with --ignore-memory-plan a warning and the run goes on."""
+    result, text = report(shape, work, machine)
     print(text)
     if not result.fits:
-        raise ValueError(text.splitlines()[-1])
+        if not getattr(config, "ignore_memory_plan", False):
+            raise ValueError(text.splitlines()[-1] + " (--ignore-memory-plan starts it anyway)")
+        warnings.warn(
+            f"the memory plan says this run does not fit ({text.splitlines()[-1]}); starting anyway "
+            "(--ignore-memory-plan)",
+            stacklevel=2,
+        )
     return result.vllm_share

@@ -7,11 +7,12 @@ it differs (`override`).
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from alignment.config.settings import DType, OutputSettings, WandbMode, setting
+from alignment.grader import GraderMode
 from alignment.models.lora import LoRASettings
-from alignment.prompts import Prompt
+from alignment.prompts import PROMPT_HELP, Prompt
 
 
 @dataclass
@@ -20,7 +21,13 @@ class TrainingSettings(OutputSettings, LoRASettings):
         "Qwen/Qwen2.5-Math-1.5B",
         "Policy to train: a local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged).",
     )
-    prompt: Prompt = setting("r1_zero", "Prompt template; picks the matching reward function.")
+    prompt: Prompt = setting("r1_zero", PROMPT_HELP)
+    grader: GraderMode = setting(
+        "course",
+        "Math grading: course: the verdicts of the course's drgrpo_grader (fast mode), without its false positives; "
+        "lenient: math equivalence (10^6 = 1000000, unreduced fractions, any order of a set). README lists the "
+        "differences.",
+    )
     allow_validation_overlap: bool = setting(
         False, "Start even when over 1% of the validation questions are also training questions."
     )
@@ -59,6 +66,8 @@ class TrainingSettings(OutputSettings, LoRASettings):
             "allow_validation_overlap",
         }
     )
+    # Settings added since runs were saved, with what a run saved without them did (read on --resume)
+    ADDED: ClassVar[dict[str, Any]] = {"grader": "lenient"}
     # Files whose presence in --output-dir marks an earlier run
     RUN_FILES: ClassVar[tuple[str, ...]] = ("metrics.jsonl", "checkpoint")
 

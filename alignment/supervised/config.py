@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 
 from alignment.config.settings import check_choices, flag, override, setting
 from alignment.models.lora import check_lora
+from alignment.prompts import check_prompt
 from alignment.run.training_settings import MathDataSettings, TrainingSettings
 
 
@@ -126,6 +127,7 @@ def validate(config: SFTTrainingSettings) -> None:
         if value is not None and value < 1:
             raise ValueError(f"{flag(name)} must be >= 1, got {value}")
     check_choices(config)
+    check_prompt(config.prompt)
     if config.batch_size % config.gradient_accumulation_steps:
         raise ValueError(
             f"--batch-size {config.batch_size} is not a multiple of --gradient-accumulation-steps "

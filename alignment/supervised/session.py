@@ -28,16 +28,13 @@ from alignment.generation_log import log_generations
 from alignment.grading.parallel import ParallelGrader
 from alignment.models.loading import load_tokenizer
 from alignment.models.policy_folder import push_weights
+from alignment.prompts import stop_strings
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
 from alignment.run.checkpoint import export_policy, load_checkpoint
 from alignment.run.metrics_log import MetricsLog
 from alignment.run.setup import PromptOrder, build_engine, devices, load_policy, make_grader, model_dtype
 from alignment.supervised.config import SFTTrainingSettings
 from alignment.supervised.trainer import SFTTrainer, check_prompt_lengths, save_run_state
-
-
-def stop_strings(prompt: str) -> tuple[str, ...]:
-    return ("</answer>",) if prompt == "r1_zero" else ()
 
 
 @dataclass

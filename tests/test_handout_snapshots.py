@@ -1,0 +1,40 @@
+"""The course's own tests against our adapters, as a student runs them: CS336 A5's tests/test_grpo.py and
+tests/test_sft.py with its conftest and reference snapshots, read at run time from a local checkout of the public
+stanford-cs336/assignment5-alignment ($CS336_A5_REPO), copied into a temporary folder beside our tests/adapters.py
+and run there. Nothing of the course is copied into this project; without a checkout the test is skipped.
+
+The handout's model tests load Qwen2.5-Math-1.5B from its cluster path, so test_tokenize_prompt_and_output and
+test_get_response_log_probs are left out here (tests/test_sft.py checks them on a tiny model)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ENV = "CS336_A5_REPO"
+ADAPTERS = Path(__file__).resolve().parent / "adapters.py"
+NEEDS_QWEN = "not test_tokenize_prompt_and_output and not test_get_response_log_probs"
+
+
+@pytest.fixture
+def a5_tests(tmp_path) -> Path:
+    repo = Path(os.environ.get(REPO_ENV, ""))
+    if not os.environ.get(REPO_ENV) or not (repo / "tests" / "_snapshots").is_dir():
+        pytest.skip(f"set ${REPO_ENV} to a checkout of stanford-cs336/assignment5-alignment to run its own tests")
+    folder = tmp_path / "tests"
+    folder.mkdir()
+    for name in ("__init__.py", "conftest.py", "test_grpo.py", "test_sft.py"):
+        shutil.copy(repo / "tests" / name, folder / name)
+    shutil.copytree(repo / "tests" / "_snapshots", folder / "_snapshots")
+    shutil.copy(ADAPTERS, folder / "adapters.py")
+    return tmp_path
+
+
+def test_a5s_own_tests_pass_through_our_adapters(a5_tests):
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", NEEDS_QWEN, "tests"]
+    result = subprocess.run(command, cwd=a5_tests, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "22 passed" in result.stdout  # 14 GRPO tests, 8 SFT tests without the model
