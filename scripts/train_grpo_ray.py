@@ -31,6 +31,10 @@ def run(config: RayGRPOConfig, resume: bool) -> None:
     except ActorFailure as err:
         typer.echo(str(err), err=True)
         raise typer.Exit(1) from None
+    except FloatingPointError as err:  # diverged (raised in the learner, so wrapped by Ray): see diverged.json
+        cause = getattr(err, "cause", err)
+        typer.echo(f"diverged: {cause} (recorded in {config.output_dir / 'diverged.json'})", err=True)
+        raise typer.Exit(1) from None
     report(config.output_dir)
 
 

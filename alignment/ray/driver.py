@@ -163,7 +163,8 @@ class Driver:
         except (RayActorError, GetTimeoutError) as err:
             raise self.failure(err) from err
         except RayTaskError as err:
-            if not dead_actors(self.actors):  # the task's own error
+            if not dead_actors(self.actors):  # the task's own error; the log records it if it is a divergence
+                self.log.close(err)
                 raise
             raise self.failure(err) from err  # a learner rank whose collective lost a rank that died
         finally:
