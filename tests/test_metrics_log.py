@@ -1,6 +1,6 @@
 """The metrics log and wandb as a run uses them, offline: the run files wandb wrote are read back
-(tests/wandb_offline.py) and must hold the run's name, group, settings and every row, on the GRPO and optimizer-step axes, across --resume;
-and a diverged run leaves its step in the folder."""
+(tests/wandb_offline.py) and must hold the run's name, group, settings and every row, on the GRPO and
+optimizer-step axes, across --resume; and a diverged run leaves its step in the folder."""
 
 import json
 import math
