@@ -115,6 +115,35 @@ def test_colocated_multistep_takes_k_steps_per_batch(cluster, tiny_model_dir, tm
     assert all("clip_fraction" in row and row["time_old_logprob_s"] > 0 for row in rows)  # old log-probs stored once
 
 
+def test_colocated_k_batches_samples_a_round_with_one_version_and_steps_once_per_batch(
+    cluster, tiny_model_dir, tmp_path
+):
+    """UW v2 problem 7's Variant B, k = 2: batches 1-2 sampled by version 0, batches 3-4 by version 2; each batch's
+    old log-probs are the sampler's (scored by that version before the round's first update); one optimizer step
+    per batch, so the round's second batch trains off-policy (ratios away from 1: clipped at a tiny clip range)."""
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="colocated-k-batches",
+        multistep_k=2,
+        loss_type="grpo_clip",
+        cliprange=1e-4,
+        n_grpo_steps=4,
+        checkpoint_every=2,
+        eval_every=3,  # step 3 is mid-round: the engine gets the weights first
+    )
+    rows = train_grpo_ray(config, TASK, TASK)
+    assert [row["grpo_step"] for row in rows] == [1, 2, 3, 4]  # one optimizer step per rollout batch
+    check_rows(rows, max_lag=1)
+    sampled_by = [row["weights_version"] - 1 - row["version_lag"] for row in rows]
+    assert sampled_by == [0, 0, 2, 2] and [row["old_logprob_version"] for row in rows] == [0, 0, 2, 2]
+    # old log-probs = the sampler's own (temperature 1, the worker's hf engine samples the policy): version v's
+    assert all(row["rollout_logprob_diff_max"] < 1e-4 for row in rows)
+    assert [row["clip_fraction"] > 0 for row in rows] == [False, True, False, True]  # trained by v, then by v + 1
+    assert [row["time_weight_sync_s"] > 0 for row in rows] == [False, True, False, True]  # one hand-over per round
+    assert [row["grpo_step"] for row in logged(config) if "eval_reward" in row] == [0, 3, 4]
+
+
 def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_model_dir, tmp_path):
     config = config_for(tiny_model_dir, tmp_path, strategy="disaggregated-one-behind")
     initial = weights_digest(load_model_and_tokenizer(str(tiny_model_dir))[0])

@@ -19,7 +19,7 @@ PRESETS = sorted((ROOT / "configs" / "experiments").rglob("*.toml"))
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
 def test_every_shipped_preset_loads_and_validates(path):
     preset = load_preset(path)
-    assert preset.runs and preset.script in ("train_grpo", "train_sft", "expert_iteration")
+    assert preset.runs and preset.script in ("train_grpo", "train_grpo_ray", "train_sft", "expert_iteration")
     assert len({run.label for run in preset.runs}) == len(preset.runs)
     for run in preset.runs:
         assert preset.script == "train_sft" or preset.total_steps(run) >= 1
@@ -136,10 +136,11 @@ def test_results_table_with_seed_summary(tmp_path):
         rows = [{"grpo_step": 2 * i, "eval_reward": r, "time_elapsed_s": 10.0 * i} for i, r in enumerate(rewards)]
         (tmp_path / label / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     table = results_table(preset, tmp_path)
-    assert "| a_seed0 | a | 0 | 2 | 0.500 | 0.500 | 10 |" in table
-    assert "| b_seed0 | b | 0 | 2 | 0.125 | 0.250 | 10 |" in table
-    assert "| b_seed1 | b | 1 | - | not run | - | - |" in table
-    assert "| a | 2 | 0.625 | 0.500 | 0.750 |" in table and "| b | 1 | 0.125 | 0.125 | 0.125 |" in table
+    assert "| a_seed0 | a | 0 | stopped before its first checkpoint | 2 | 0.500 | 0.500 | 10 |" in table
+    assert "| b_seed0 | b | 0 | stopped before its first checkpoint | 2 | 0.125 | 0.250 | 10 |" in table
+    assert "| b_seed1 | b | 1 | not run | - | - | - | - |" in table
+    assert "| a | 2 | 0.625 | 0.500 | 0.750 | 0 |" in table and "| b | 1 | 0.125 | 0.125 | 0.125 | 0 |" in table
+    assert table.endswith("left out): none yet.\n")  # no arm has finished
 
 
 TINY = """
@@ -200,7 +201,7 @@ def test_tiny_preset_end_to_end_restart_skip_and_resume(tiny_model_dir, tmp_path
         "clip_fraction.png",
     } <= {p.name for p in (root / "plots").iterdir()}
     results = (root / "results.md").read_text()
-    assert all(f"| {arm} | {arm} |  | 1 |" in results for arm in ("plain", "clip"))
+    assert all(f"| {arm} | {arm} |  | finished | 1 |" in results for arm in ("plain", "clip"))
 
     plain_before, clip_before = (root / "plain" / "metrics.jsonl").read_bytes(), rows_of(root / "clip")
     write(
@@ -221,7 +222,7 @@ def test_tiny_preset_end_to_end_restart_skip_and_resume(tiny_model_dir, tmp_path
     assert run_state(root / "clip", 2) == "finished"
     commands = [line for line in (root / "logs" / "clip.log").read_text().splitlines() if line.startswith("$ ")]
     assert len(commands) == 2 and "--resume" not in commands[0] and f"--resume {root / 'clip'}" in commands[1]
-    assert "| clip | clip |  | 2 |" in (root / "results.md").read_text()
+    assert "| clip | clip |  | finished | 2 |" in (root / "results.md").read_text()
 
 
 def test_any_script_and_a_failed_run(tmp_path):
@@ -231,7 +232,7 @@ def test_any_script_and_a_failed_run(tmp_path):
     assert result.exit_code == 1 and "failed runs" in result.output and "a: exit status 2" in result.output
     log = (tmp_path / "out" / "p" / "logs" / "a.log").read_text()
     assert "scripts/plot.py --config" in log and "No such option: --config" in log
-    assert "| a | a |  | - | not run |" in (tmp_path / "out" / "p" / "results.md").read_text()
+    assert "| a | a |  | not run | - |" in (tmp_path / "out" / "p" / "results.md").read_text()
 
 
 def test_bad_flags_and_preset_are_reported(tmp_path):
