@@ -15,6 +15,7 @@ from alignment.ray.cluster import ActorFailure
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.driver import train_grpo_ray
 from alignment.ray.env import ray
+from alignment.run.divergence import read_marker
 from tests.test_grpo_loop import QUESTIONS
 
 PHASES = {"time_rollout_s", "time_grading_s", "time_train_s", "time_weight_sync_s", "time_step_s"}
@@ -142,6 +143,14 @@ def test_colocated_k_batches_samples_a_round_with_one_version_and_steps_once_per
     assert [row["clip_fraction"] > 0 for row in rows] == [False, True, False, True]  # trained by v, then by v + 1
     assert [row["time_weight_sync_s"] > 0 for row in rows] == [False, True, False, True]  # one hand-over per round
     assert [row["grpo_step"] for row in logged(config) if "eval_reward" in row] == [0, 3, 4]
+
+
+def test_a_divergence_in_the_learner_actor_is_recorded_in_the_run_folder(cluster, tiny_model_dir, tmp_path):
+    config = config_for(tiny_model_dir, tmp_path, n_grpo_steps=2, divergence_loss_bound=1e-9, n_eval_examples=2)
+    with pytest.raises(FloatingPointError, match="GRPO step 1: loss .* past --divergence-loss-bound"):
+        train_grpo_ray(config, TASK, TASK)  # Ray's RayTaskError, typed as its cause too
+    assert read_marker(config.output_dir)["grpo_step"] == 1
+    assert logged(config)[-1] == {"grpo_step": 1, "diverged": 1}
 
 
 def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_model_dir, tmp_path):

@@ -14,6 +14,7 @@ import difflib
 import importlib
 import json
 import math
+import statistics
 import subprocess
 import sys
 import tomllib
@@ -345,6 +346,7 @@ class RunResult:
     samples: int | None = None  # rollouts trained on (GRPO on Ray)
     loop_s: float | None = None  # seconds in the loop's steps, validation left out (GRPO on Ray)
     device_hours: float | None = None
+    sync_s: float | None = None  # mean seconds of a weight sync (GRPO on Ray)
 
     @property
     def status(self) -> str:
@@ -364,16 +366,19 @@ class RunResult:
 def run_result(run_dir: Path, label: str, arm: str, seed: int | None, total_steps: int | None) -> RunResult:
     rows = read_metrics(run_dir)
     state, marker = run_state(run_dir, total_steps), read_marker(run_dir)
-    steps = {row["grpo_step"]: row for row in rows if "time_step_s" in row}  # the first row of each step (Ray)
-    loop = (
-        {
+    steps: dict[float, dict[str, Any]] = {}
+    for row in rows:
+        if "time_step_s" in row:  # GRPO on Ray: a step's rows share its timings; the first stands for them
+            steps.setdefault(row["grpo_step"], row)
+    loop: dict[str, Any] = {}
+    if steps:
+        syncs = [r["time_weight_sync_s"] for r in steps.values() if math.isfinite(r["time_weight_sync_s"])]
+        loop = {
             "samples": round(sum(r["samples_per_s"] * r["time_step_s"] for r in steps.values())),
             "loop_s": sum(r["time_step_s"] for r in steps.values()),
             "device_hours": max(r["device_hours"] for r in steps.values()),
+            "sync_s": statistics.fmean(syncs) if syncs else math.nan,  # NaN: an update whose sync did not finish
         }
-        if steps
-        else {}
-    )
     diverged_at = None if marker is None else marker["grpo_step"]
     return RunResult(label, arm, seed, state, diverged_at, final_rewards(rows), **loop)
 
@@ -400,15 +405,17 @@ BEST_BY = "final validation reward (the mean over an arm's seeds; arms with a di
 
 
 def results_table(preset: Preset, root: Path) -> str:
-    """Markdown: one row per run, its status (finished, diverged at step N, ...) and rewards, with loop throughput,
-    device-hours and speed-up for GRPO on Ray; with several seeds, one more row per arm with their mean and range;
-    then the best arm, by the metric it names."""
+    """Markdown: one row per run, its status (finished, diverged at step N, ...) and rewards; for GRPO on Ray also
+    the samples trained on, samples per second of the loop (validation left out, the handouts' throughput), device-
+    hours, the mean weight-sync seconds and the speed-up over the first run (its throughput's ratio: sync_time /
+    async_time on the same samples); with several seeds, one more row per arm with their mean and range; then the
+    best arm, by the metric it names."""
     results = sweep_results(preset, root)
     loops = [r for r in results if r.samples_per_s is not None]
     reference = loops[0] if loops else None
     head = "| run | arm | seed | status | step | final validation reward | best | wall time (s) |"
     if reference is not None:
-        head += f" samples | samples/s (loop) | device-hours | speed-up over {reference.label} |"
+        head += f" samples | samples/s (loop) | device-hours | weight sync (s) | speed-up over {reference.label} |"
     lines = [head, "|" + "---|" * head.count(" |")]
     for r in results:
         line = f"| {r.label} | {r.arm} | {'' if r.seed is None else r.seed} | {r.status} | "
@@ -420,9 +427,9 @@ def results_table(preset: Preset, root: Path) -> str:
         )
         if reference is not None:
             line += (
-                " - | - | - | - |"
+                " - | - | - | - | - |"
                 if r.samples_per_s is None
-                else f" {r.samples} | {r.samples_per_s:.2f} | {r.device_hours:.4f} | "
+                else f" {r.samples} | {r.samples_per_s:.2f} | {r.device_hours:.4f} | {r.sync_s:.3f} | "
                 f"{r.samples_per_s / reference.samples_per_s:.2f}x |"  # type: ignore[operator]
             )
         lines.append(line)
