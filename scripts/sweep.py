@@ -72,13 +72,14 @@ class SweepConfig:
     gpus_per_arm: int | None = setting(
         None,
         "GPUs each run gets under Ray (default: what the run needs: 2 when its rollouts use vLLM, a policy GPU and a "
-        "rollout GPU as the handouts run; else 1).",
+        "rollout GPU as the handouts run; for GRPO on Ray, 1 colocated, else one per learner process and one for the "
+        "generator; else 1).",
     )
     ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start one here).")
     set: list[str] = setting(
         [],
         "KEY=VALUE: a setting for every arm, over the preset's (repeatable; typed like the setting, e.g. "
-        "--set learning_rate=3e-5 --set stop='[\"</answer>\"]').",
+        "--set learning_rate=3e-5 --set kl_prev=true --set divergence_loss_bound=100).",
     )
     arms: str | None = setting(None, "Comma-separated arms to run (default: all); results.md still lists every run.")
     from_best: Path | None = setting(

@@ -1,5 +1,6 @@
 """Experiment presets: a TOML file naming a script, shared settings and arms, expanded into one run per arm
-and seed, each in its own folder; which runs are finished, which to resume; the table of final rewards.
+and seed, each in its own folder; which runs are finished, diverged or to resume; the results table and the best
+arm, which a later sweep may take as its base (--from-best); --set values typed like the script's settings.
 
     script = "train_grpo"            # scripts/<script>.py; it takes --config FILE and --resume DIR
     base = "../grpo_handout_starter.toml"  # optional: a settings file under [shared], relative to the preset
@@ -158,7 +159,10 @@ def parse_overrides(script: str, items: Sequence[str]) -> dict[str, Any]:
     """`--set key=value` items, each value typed like the script's setting `key` (TOML for a script this module
     has no settings class for); an unknown key, or a value of the wrong type, is a ValueError naming it."""
     known = script_settings(script)
-    hints = typing.get_type_hints(known[0]) if known is not None else {}
+    hints = {}
+    if known is not None:  # the dataclass's fields, not its class constants (RESUMABLE, ...)
+        types = typing.get_type_hints(known[0])
+        hints = {f.name: types[f.name] for f in fields(known[0])}
     values = {}
     for item in items:
         key, equals, text = item.partition("=")
@@ -306,7 +310,7 @@ def changed_settings(config_path: Path, settings: dict[str, Any]) -> list[str]:
     before = tomllib.loads(config_path.read_text())
     now = tomllib.loads(toml_text(settings))
     logging = {k for k in before.keys() | now.keys() if k == "overwrite" or k.startswith("wandb_")}
-    return sorted(k for k in before.keys() | now.keys() - logging if before.get(k) != now.get(k))
+    return sorted(k for k in (before.keys() | now.keys()) - logging if before.get(k) != now.get(k))
 
 
 def run_command(script: str, config: Path, run_dir: Path, resume: bool) -> list[str]:

@@ -214,14 +214,10 @@ class Driver:
         generated, scored, training, (old_log_probs, scored_by) = self.round.pop(0)
         learning = worker.learn.remote(training.questions, training.rollouts, training.scores, old_log_probs)
         learned = self.learn(self.get(learning, f"ColocatedWorker: learn on batch {self.step}"), training)
-        learned.seconds["old_logprob"] = (
-            learned.seconds.get("old_logprob", 0.0) + scoring_s
-        )  # the round's, on its first
-        sync_s = (
-            0.0
-            if self.round
-            else self.get(worker.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
-        )
+        learned.seconds["old_logprob"] = learned.seconds.get("old_logprob", 0.0) + scoring_s  # the round's scoring
+        sync_s = 0.0
+        if not self.round:  # the round's last batch: the engine gets version v + k
+            sync_s = self.get(worker.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
         extra = {"old_logprob_version": scored_by}
         return self.commit(self.rows(generated, scored, training, learned, sync_s, start, extra))
 
