@@ -184,18 +184,18 @@ def settings_of(preset: Preset, run: ArmRun, root: Path) -> dict[str, Any]:
 
 
 def how_it_ran(record: dict[str, Any]) -> list[str]:
-    """Markdown lines at the top of results.md: what this command changed about the preset."""
+    """Markdown lines at the top of results.md: the preset, and what the last command changed about it."""
     lines = [f"Preset: `{record['preset']}` (script `{record['script']}`)."]
     if record["set"]:
         lines.append(
-            "Set for every arm (--set): "
+            "Settings given with --set (to every arm the last command ran): "
             + ", ".join(f"`{k} = {toml_value(v)}`" for k, v in record["set"].items())
             + "."
         )
     if record["from_best"]:
         lines.append(f"Base (--from-best): {record['from_best']}.")
     if record["arms"]:
-        lines.append(f"Arms run by the last command (--arms): {', '.join(record['arms'])}.")
+        lines.append(f"Arms the last command ran (--arms): {', '.join(record['arms'])}.")
     return lines
 
 

@@ -369,8 +369,11 @@ def test_a_diverged_arm_is_reported_skipped_and_left_out_of_the_best(tiny_model_
     assert "diverged runs (results.md says at which step): clip" in result.output
     results = (root / "results.md").read_text()
     assert "| clip | clip |  | diverged at step 1 | 0 |" in results and "| plain | plain |  | not run |" in results
-    assert '(--set): `loss_type = "no_baseline"`, `overlong_buffer = 3`, `divergence_loss_bound = 1e-09`.' in results
-    assert "Arms run by the last command (--arms): clip." in results
+    assert (
+        'last command ran): `loss_type = "no_baseline"`, `overlong_buffer = 3`, `divergence_loss_bound = 1e-09`.'
+        in results
+    )
+    assert "Arms the last command ran (--arms): clip." in results
     assert (root / "plots" / "eval_reward_vs_step.png").is_file()  # its curve up to the divergence is drawn
     assert json.loads((root / "sweep.json").read_text())["set"]["divergence_loss_bound"] == 1e-9
 
