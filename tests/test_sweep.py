@@ -430,7 +430,7 @@ multistep_k = 2
 """
 
 
-@pytest.mark.slow  # two GRPO-on-Ray runs, each starting its own Ray cluster: about 2 minutes on 2 idle cores
+@pytest.mark.slow  # two GRPO-on-Ray runs, each starting its own Ray cluster: 3.5 minutes on the loaded 2-core VM
 def test_a_ray_preset_runs_end_to_end(tiny_model_dir, tmp_path):
     preset = write(tmp_path / "ray_tiny.toml", RAY_TINY.format(model=tiny_model_dir))
     root = tmp_path / "out" / "ray_tiny"
