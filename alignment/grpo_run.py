@@ -13,6 +13,7 @@ alone prints, writes the run folder's files and logs.
 
 import random
 import time
+from contextlib import closing
 
 import torch
 from tqdm.auto import tqdm
@@ -123,7 +124,8 @@ def _train(
         return summary["eval_reward"]
 
     rows: list[dict] = []
-    try:
+    # the log records a divergence (Diverged: NaN, or a loss past its bound) in the run folder as the run stops
+    with log, closing(grader):
         eval_reward = validate_now() if learner.step == 0 else float("nan")
         with tqdm(total=config.n_grpo_steps, initial=learner.step, desc="GRPO", unit="step", disable=not main) as bar:
             while learner.step < config.n_grpo_steps:
@@ -158,7 +160,4 @@ def _train(
                 bar.update(1)
         if main:
             export_policy(config.output_dir)
-    finally:
-        grader.close()
-        log.close()
     return rows

@@ -2,16 +2,24 @@
 
     uv run scripts/sweep.py configs/experiments/grpo_baselines.toml
     uv run scripts/sweep.py configs/experiments/grpo_learning_rate.toml --launcher ray
+    uv run scripts/sweep.py configs/experiments/grpo_baselines.toml --set n_grpo_steps=50 --arms no_baseline
+    uv run scripts/sweep.py configs/experiments/grpo_length_normalization.toml --from-best outputs/grpo_learning_rate
 
 Each run (an arm, at each of the preset's seeds) trains in its own folder <output-root>/<preset>/<run>/ as a
-subprocess of the preset's script (scripts/train_grpo.py unless it names another), with its settings written
-to <output-root>/<preset>/configs/<run>.toml and its output to logs/<run>.log. Finished runs are skipped and
-runs with an earlier checkpoint resume, so re-running the command after an interruption picks up where it
-stopped. With several GPUs (or a Ray cluster) runs go side by side through Ray, each on the GPUs it needs (2 when
-its rollouts use vLLM: a policy GPU and a rollout GPU, as the handouts run; else 1; --gpus-per-arm sets a
-number); on a CPU they run one after another. At the end: plots/ (one
-line per run: validation reward vs step and vs wall time, entropy, response length, gradient norm, clip
-fraction, KL) and results.md (final validation rewards).
+subprocess of the preset's script (scripts/train_grpo.py unless it names another, e.g. train_grpo_ray), with its
+settings written to <output-root>/<preset>/configs/<run>.toml and its output to logs/<run>.log; its wandb run (with
+--set wandb_mode=online) is named after the run and grouped by the preset. --set KEY=VALUE overrides a setting for
+every arm (typed like the setting), --arms runs only the arms named, and --from-best DIR starts every arm from the
+settings of the best arm of the earlier sweep in DIR (by the final validation reward, as its results.md says) in
+place of the preset's base. Finished runs are skipped and runs with an earlier checkpoint resume, so re-running
+the command after an interruption picks up where it stopped; a run that diverged (a NaN, or a loss past
+--set divergence_loss_bound=...) is reported as such and left alone unless --diverged says otherwise. With several
+GPUs (or a Ray cluster) runs go side by side through Ray, each on the GPUs it needs (2 when its rollouts use vLLM:
+a policy GPU and a rollout GPU, as the handouts run; for GRPO on Ray one per actor holding a model; else 1;
+--gpus-per-arm sets a number); on a CPU they run one after another. At the end: plots/ (one line per run:
+validation reward vs step and vs wall time, entropy, response length, gradient norm, clip fraction, KL, the time
+per phase), results.md (how the sweep was run, each run's status and validation rewards, loop throughput and
+device-hours for GRPO on Ray, the best arm) and sweep.json (what --from-best reads).
 """
 
 import inspect
@@ -26,19 +34,30 @@ from alignment.config.cli import option_parameters, typer_app
 from alignment.config.settings import setting
 from alignment.experiments.plotting import plot_rows
 from alignment.experiments.sweep import (
+    SWEEP_FILE,
     ArmRun,
+    BestArm,
     Preset,
+    base_left_out,
+    best_arm,
     changed_settings,
     gpus_needed,
     launch,
     load_preset,
+    parse_overrides,
+    preset_script,
     read_metrics,
     results_table,
     run_command,
     run_state,
     run_styles,
+    script_settings,
+    toml_value,
     write_run_config,
+    write_sweep_record,
 )
+from alignment.run.checkpoint import complete_step
+from alignment.run.divergence import read_marker
 from alignment.utils.atomic import atomic_write_text
 
 
@@ -53,9 +72,26 @@ class SweepConfig:
     gpus_per_arm: int | None = setting(
         None,
         "GPUs each run gets under Ray (default: what the run needs: 2 when its rollouts use vLLM, a policy GPU and a "
-        "rollout GPU as the handouts run; else 1).",
+        "rollout GPU as the handouts run; for GRPO on Ray, 1 colocated, else one per learner process and one for the "
+        "generator; else 1).",
     )
     ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start one here).")
+    set: list[str] = setting(
+        [],
+        "KEY=VALUE: a setting for every arm, over the preset's (repeatable; typed like the setting, e.g. "
+        "--set learning_rate=3e-5 --set kl_prev=true --set divergence_loss_bound=100).",
+    )
+    arms: str | None = setting(None, "Comma-separated arms to run (default: all); results.md still lists every run.")
+    from_best: Path | None = setting(
+        None,
+        "An earlier sweep's folder (e.g. outputs/grpo_learning_rate): its best arm's settings, by final validation "
+        "reward, replace the preset's base.",
+    )
+    diverged: Literal["skip", "resume", "restart"] = setting(
+        "skip",
+        "Runs that diverged: skip them (reported as diverged), resume them from their last checkpoint, or restart "
+        "them from scratch.",
+    )
 
 
 def use_ray(config: SweepConfig, gpus: list[int]) -> bool:
@@ -90,31 +126,44 @@ def run_on_ray(jobs: dict[str, tuple[list[str], Path]], gpus: dict[str, int], co
         ray.shutdown()
 
 
-def prepare(preset: Preset, root: Path) -> dict[str, tuple[list[str], Path]]:
-    """The command and log file of every run still to do; finished runs are reported and left alone, unless
-    the preset now gives them other settings: that is an error before anything runs."""
+def prepare(preset: Preset, root: Path, arms: list[str], diverged: str) -> dict[str, tuple[list[str], Path]]:
+    """The command and log file of every run of `arms` still to do. Finished runs, and diverged ones unless
+    `diverged` says resume or restart, are reported and left alone, unless the preset now gives them other settings:
+    that is an error before anything runs."""
     states = {run.label: run_state(root / run.label, preset.total_steps(run)) for run in preset.runs}
-    for run in preset.runs:
-        run_dir = root / run.label
+    chosen = [run for run in preset.runs if run.arm in arms]
+    for run in chosen:
+        run_dir, state = root / run.label, states[run.label]
+        kept = state == "finished" or (state == "diverged" and diverged == "skip")
         changed = (
-            changed_settings(root / "configs" / f"{run.label}.toml", run.settings | {"output_dir": run_dir})
-            if states[run.label] == "finished"
-            else []
+            changed_settings(root / "configs" / f"{run.label}.toml", settings_of(preset, run, root)) if kept else []
         )
         if changed:  # its results would be reported under settings it never had
+            redo = "pass --diverged restart, " if state == "diverged" else ""
             raise typer.BadParameter(
-                f"run {run.label} finished with other settings ({', '.join(changed)}); "
+                f"run {run.label} {state} with other settings ({', '.join(changed)}); {redo}"
                 f"move {run_dir} away or rename the arm",
                 param_hint="'PRESET'",
             )
     jobs = {}
-    for run in preset.runs:
+    for run in chosen:
         run_dir, state = root / run.label, states[run.label]
-        typer.echo(f"{run.label}: {state}")
+        if state == "diverged":
+            marker = read_marker(run_dir) or {}
+            if diverged == "skip":
+                typer.echo(
+                    f"{run.label}: diverged at step {marker.get('grpo_step')}, skipped (--diverged resume or restart "
+                    "runs it again)"
+                )
+                continue
+            state = "resume" if diverged == "resume" and complete_step(run_dir) is not None else "restart"
+            typer.echo(f"{run.label}: diverged at step {marker.get('grpo_step')}; {state}")
+        else:
+            typer.echo(f"{run.label}: {state}")
         if state == "finished":
             continue
         # a run stopped before its first checkpoint starts over in its own folder
-        settings = run.settings | {"output_dir": run_dir} | ({"overwrite": True} if state == "restart" else {})
+        settings = settings_of(preset, run, root) | ({"overwrite": True} if state == "restart" else {})
         config_path = write_run_config(root / "configs" / f"{run.label}.toml", settings)
         jobs[run.label] = (
             run_command(preset.script, config_path, run_dir, resume=state == "resume"),
@@ -123,11 +172,44 @@ def prepare(preset: Preset, root: Path) -> dict[str, tuple[list[str], Path]]:
     return jobs
 
 
-def compare(preset: Preset, root: Path, runs: list[ArmRun]) -> list[Path]:
-    """plots/ and results.md over every run that has metrics."""
+def settings_of(preset: Preset, run: ArmRun, root: Path) -> dict[str, Any]:
+    """Every setting the run's script gets: the arm's, its folder, and its wandb group (the preset)."""
+    known = script_settings(preset.script)
+    group = (
+        {"wandb_group": preset.name}
+        if known is not None and "wandb_group" in known[0].__dataclass_fields__ and "wandb_group" not in run.settings
+        else {}
+    )
+    return run.settings | {"output_dir": root / run.label} | group
+
+
+def how_it_ran(record: dict[str, Any]) -> list[str]:
+    """Markdown lines at the top of results.md: the preset, and what the last command changed about it."""
+    lines = [f"Preset: `{record['preset']}` (script `{record['script']}`)."]
+    if record["set"]:
+        lines.append(
+            "Settings given with --set (to every arm the last command ran): "
+            + ", ".join(f"`{k} = {toml_value(v)}`" for k, v in record["set"].items())
+            + "."
+        )
+    if record["from_best"]:
+        lines.append(f"Base (--from-best): {record['from_best']}.")
+    if record["arms"]:
+        lines.append(f"Arms the last command ran (--arms): {', '.join(record['arms'])}.")
+    return lines
+
+
+def compare(preset: Preset, root: Path, runs: list[ArmRun], record: dict[str, Any]) -> list[Path]:
+    """plots/ and results.md over every run that has metrics (diverged runs too: their curves up to the NaN)."""
     rows = {run.label: read_metrics(root / run.label) for run in runs}
-    written = plot_rows({k: v for k, v in rows.items() if v}, root / "plots", run_styles(runs), phases=False)
-    atomic_write_text(root / "results.md", f"# {preset.name}\n\n" + results_table(preset, root))
+    written = plot_rows(
+        {k: v for k, v in rows.items() if v},
+        root / "plots",
+        run_styles(runs),
+        phases=preset.script == "train_grpo_ray",  # UW v2 problem 7's time series of each strategy's phases
+    )
+    text = f"# {preset.name}\n\n" + "\n".join(how_it_ran(record)) + "\n\n" + results_table(preset, root)
+    atomic_write_text(root / "results.md", text)
     return written + [root / "results.md"]
 
 
@@ -136,13 +218,45 @@ def main(preset: Path, **flags: Any) -> None:
     if config.gpus_per_arm is not None and config.gpus_per_arm < 0:
         raise typer.BadParameter(f"must be >= 0, got {config.gpus_per_arm}", param_hint="'--gpus-per-arm'")
     try:
-        loaded = load_preset(preset)
+        script = preset_script(preset)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="'PRESET'") from None
+    try:
+        overrides = parse_overrides(script, config.set)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="'--set'") from None
+    base: BestArm | None = None
+    if config.from_best is not None:
+        try:
+            base = best_arm(config.from_best)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="'--from-best'") from None
+        left_out = base_left_out(script, base)
+        typer.echo(
+            f"base: {base.describe()}"
+            + (f"; left out (no {script} setting): {', '.join(left_out)}" if left_out else "")
+        )
+    try:
+        loaded = load_preset(preset, overrides, base)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="'PRESET'") from None
+    arms = loaded.arms if config.arms is None else [a.strip() for a in config.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in loaded.arms]
+    if unknown or not arms:
+        raise typer.BadParameter(
+            f"no arm {', '.join(unknown) or '(none given)'} in {preset.name}; its arms: {', '.join(loaded.arms)}",
+            param_hint="'--arms'",
+        )
     root = config.output_root / loaded.name
-    jobs = prepare(loaded, root)
+    record = {
+        "set": overrides,
+        "arms": None if config.arms is None else arms,
+        "from_best": None if base is None else base.describe(),
+    }
+    write_sweep_record(root, preset, loaded, record)
+    jobs = prepare(loaded, root, arms, config.diverged)
     gpus = {
-        run.label: config.gpus_per_arm if config.gpus_per_arm is not None else gpus_needed(run.settings)
+        run.label: config.gpus_per_arm if config.gpus_per_arm is not None else gpus_needed(run.settings, loaded.script)
         for run in loaded.runs
         if run.label in jobs
     }
@@ -157,10 +271,14 @@ def main(preset: Path, **flags: Any) -> None:
             typer.echo(
                 f"[{i}/{len(jobs)}] {label}: exit status {statuses[label]} after {time.perf_counter() - started:.0f} s"
             )
-    for path in compare(loaded, root, loaded.runs):
+    for path in compare(loaded, root, loaded.runs, {"preset": str(preset), "script": loaded.script} | record):
         typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {root / SWEEP_FILE}")
     typer.echo((root / "results.md").read_text())
-    failed = sorted(label for label, status in statuses.items() if status != 0)
+    diverged = sorted(label for label, status in statuses.items() if status != 0 and read_marker(root / label))
+    failed = sorted(label for label, status in statuses.items() if status != 0 and label not in diverged)
+    if diverged:
+        typer.echo(f"diverged runs (results.md says at which step): {', '.join(diverged)}", err=True)
     if failed:
         typer.echo(f"failed runs (see {root / 'logs'}): {', '.join(failed)}", err=True)
         raise typer.Exit(1)

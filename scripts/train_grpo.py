@@ -37,6 +37,9 @@ def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None, plan_p
         train_grpo(config, resume=resume)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    except FloatingPointError as err:  # diverged: diverged.json in the run folder says at which step
+        typer.echo(f"diverged: {err} (recorded in {config.output_dir / 'diverged.json'})", err=True)
+        raise typer.Exit(1) from None
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 reports for all
         report(config.output_dir)
 

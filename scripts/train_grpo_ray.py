@@ -1,17 +1,18 @@
-"""Train a policy with GRPO on Ray, scheduling generation and learning with one of four strategies.
+"""Train a policy with GRPO on Ray, scheduling generation and learning with one of five strategies.
 
-    uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy colocated-sync --output-dir
-    outputs/sync uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy colocated-multistep
-    --multistep-k 4 uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy
-    disaggregated-one-behind uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy
-    replay-buffer --buffer-policy uniform uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy
-    replay-buffer --learner-processes 2 uv run scripts/train_grpo_ray.py --resume outputs/sync
-           # continue a stopped run
+    uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy colocated-sync
+    uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy colocated-multistep --multistep-k 4
+    uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy colocated-k-batches \
+        --multistep-k 4 --checkpoint-every 8
+    uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy disaggregated-one-behind
+    uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy replay-buffer --buffer-policy uniform
+    uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy replay-buffer --learner-processes 2
+    uv run scripts/train_grpo_ray.py --resume outputs/grpo                # continue a stopped run
 
 Every flag of scripts/train_grpo.py is here too, plus the Ray ones (--strategy, --multistep-k, --buffer-capacity,
 --buffer-policy, --weight-sync, --ray-timeout-s, --ray-address, --learner-processes). Writes metrics.jsonl (with
 per-phase seconds, samples/s, device-hours, version lag and staleness), rollouts.jsonl, checkpoint/ and plots to
---output-dir.
+--output-dir; a run that diverges (NaN, or a loss past --divergence-loss-bound) leaves diverged.json there.
 """
 
 import typer
@@ -30,6 +31,10 @@ def run(config: RayGRPOConfig, resume: bool) -> None:
         raise typer.BadParameter(str(err)) from None
     except ActorFailure as err:
         typer.echo(str(err), err=True)
+        raise typer.Exit(1) from None
+    except FloatingPointError as err:  # diverged (raised in the learner, so wrapped by Ray): see diverged.json
+        cause = getattr(err, "cause", err)
+        typer.echo(f"diverged: {cause} (recorded in {config.output_dir / 'diverged.json'})", err=True)
         raise typer.Exit(1) from None
     report(config.output_dir)
 

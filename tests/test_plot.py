@@ -3,7 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from alignment.experiments.plotting import plot_runs, read_rows
+from alignment.experiments.plotting import (
+    kl_validation_figure,
+    pass_at_n_figure,
+    plot_runs,
+    read_best_of_n,
+    read_rows,
+    time_breakdown,
+    time_breakdown_figure,
+)
 
 
 def write_run(folder: Path, rewards: list[float]) -> Path:
@@ -64,3 +72,32 @@ def test_wandb_csv_export_and_label_errors(tmp_path):
         plot_runs([csv_path], ["a", "b"], tmp_path / "plots")
     with pytest.raises(ValueError, match="no such file"):
         plot_runs([tmp_path / "missing.jsonl"], [], tmp_path / "plots")
+
+
+def test_time_breakdown_counts_each_step_once_against_its_wall_time(tmp_path):
+    rows = read_rows(write_run(tmp_path / "run", [0.1, 0.2, 0.4]))
+    rows.insert(2, rows[1] | {"loss": 0.2})  # a second optimizer-step row of step 1 shares its timings
+    assert time_breakdown(rows) == {
+        "rollout": 6.0,
+        "grading": 0.2,
+        "old_logprob": 0.0,
+        "train": 10.0,
+        "weight_sync": 0.0,
+        "wall": 21.0,
+    }
+    assert time_breakdown_figure({"run": rows}, tmp_path / "t.png") and (tmp_path / "t.png").stat().st_size > 5000
+    assert not time_breakdown_figure({"evals only": [{"grpo_step": 0, "eval_reward": 0.5}]}, tmp_path / "none.png")
+
+
+def test_kl_with_validation_and_pass_at_n_figures(tmp_path):
+    rows = read_rows(write_run(tmp_path / "run", [0.1, 0.2, 0.4]))
+    assert kl_validation_figure({"run": rows}, tmp_path / "kl.png") and (tmp_path / "kl.png").stat().st_size > 5000
+    without_kl = [{k: v for k, v in row.items() if not k.startswith("kl_")} for row in rows]
+    assert not kl_validation_figure({"run": without_kl}, tmp_path / "none.png") and not (tmp_path / "none.png").exists()
+    (tmp_path / "summary.json").write_text(json.dumps({"pass_at": {"1": 0.25, "4": 0.5}, "best_at": {"1": 0.25}}))
+    summary = read_best_of_n(tmp_path / "summary.json")
+    assert summary == {"pass_at": {1: 0.25, 4: 0.5}, "best_at": {1: 0.25}}
+    assert pass_at_n_figure({"smollm2": summary}, tmp_path / "pass.png")
+    (tmp_path / "other.json").write_text('{"generated_tokens": 3}')
+    with pytest.raises(ValueError, match="not a summary.json of scripts/best_of_n.py"):
+        read_best_of_n(tmp_path / "other.json")

@@ -18,7 +18,23 @@ BASE = RayGRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gra
     [
         ({"strategy": "async"}, "--strategy 'async' is not one of colocated-sync, colocated-multistep"),
         ({"multistep_k": 0}, "--multistep-k must be >= 1"),
-        ({"multistep_k": 4}, "--multistep-k (4) applies only to --strategy colocated-multistep"),
+        (
+            {"multistep_k": 4},
+            "--multistep-k (4) applies only to --strategy colocated-multistep or colocated-k-batches",
+        ),
+        (
+            {"strategy": "colocated-k-batches", "multistep_k": 2},
+            "trains each batch against old log-probs stored from the version that sampled it: pass --loss-type "
+            "grpo_clip",
+        ),
+        (
+            {"strategy": "colocated-k-batches", "multistep_k": 2, "loss_type": "grpo_clip", "train_batch_size": 4},
+            "--strategy colocated-k-batches takes one optimizer step per rollout batch",
+        ),
+        (
+            {"strategy": "colocated-k-batches", "multistep_k": 4, "loss_type": "grpo_clip", "checkpoint_every": 6},
+            "--checkpoint-every (6) must be a multiple of --multistep-k (4)",
+        ),
         (
             {"strategy": "colocated-multistep", "multistep_k": 2},
             "pass --loss-type grpo_clip (got 'reinforce_with_baseline')",
@@ -78,6 +94,9 @@ def test_multistep_runs_k_passes_and_resuming_may_change_transport_and_timeout()
     multistep = replace(BASE, strategy="colocated-multistep", multistep_k=4, loss_type="grpo_clip")
     validate_ray(multistep)
     assert multistep.learner_config().epochs_per_rollout_batch == 4 and multistep.learner_config().off_policy
+    k_batches = replace(BASE, strategy="colocated-k-batches", multistep_k=4, loss_type="grpo_clip", checkpoint_every=8)
+    validate_ray(k_batches)  # one step per batch: the learner is the on-policy one, fed old log-probs by the driver
+    assert k_batches.learner_config() == k_batches and not k_batches.off_policy and k_batches.max_version_lag == 3
     assert BASE.learner_config() is BASE
     moved = replace(BASE, strategy="disaggregated-one-behind", weight_sync="gloo", ray_timeout_s=5.0)
     assert fingerprint(moved) == fingerprint(replace(moved, weight_sync="object_store", ray_timeout_s=600.0))

@@ -15,6 +15,7 @@ from alignment.ray.cluster import ActorFailure
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.driver import train_grpo_ray
 from alignment.ray.env import ray
+from alignment.run.divergence import read_marker
 from tests.test_grpo_loop import QUESTIONS
 
 PHASES = {"time_rollout_s", "time_grading_s", "time_train_s", "time_weight_sync_s", "time_step_s"}
@@ -113,6 +114,43 @@ def test_colocated_multistep_takes_k_steps_per_batch(cluster, tiny_model_dir, tm
     assert [row["grpo_step"] for row in rows] == [1, 1, 2, 2]  # k optimizer steps per rollout batch
     check_rows(rows, max_lag=0)
     assert all("clip_fraction" in row and row["time_old_logprob_s"] > 0 for row in rows)  # old log-probs stored once
+
+
+def test_colocated_k_batches_samples_a_round_with_one_version_and_steps_once_per_batch(
+    cluster, tiny_model_dir, tmp_path
+):
+    """UW v2 problem 7's Variant B, k = 2: batches 1-2 sampled by version 0, batches 3-4 by version 2; each batch's
+    old log-probs are the sampler's (scored by that version before the round's first update); one optimizer step
+    per batch, so the round's second batch trains off-policy (ratios away from 1: clipped at a tiny clip range)."""
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="colocated-k-batches",
+        multistep_k=2,
+        loss_type="grpo_clip",
+        cliprange=1e-4,
+        n_grpo_steps=4,
+        checkpoint_every=2,
+        eval_every=3,  # step 3 is mid-round: the engine gets the weights first
+    )
+    rows = train_grpo_ray(config, TASK, TASK)
+    assert [row["grpo_step"] for row in rows] == [1, 2, 3, 4]  # one optimizer step per rollout batch
+    check_rows(rows, max_lag=1)
+    sampled_by = [row["weights_version"] - 1 - row["version_lag"] for row in rows]
+    assert sampled_by == [0, 0, 2, 2] and [row["old_logprob_version"] for row in rows] == [0, 0, 2, 2]
+    # old log-probs = the sampler's own (temperature 1, the worker's hf engine samples the policy): version v's
+    assert all(row["rollout_logprob_diff_max"] < 1e-4 for row in rows)
+    assert [row["clip_fraction"] > 0 for row in rows] == [False, True, False, True]  # trained by v, then by v + 1
+    assert [row["time_weight_sync_s"] > 0 for row in rows] == [False, True, False, True]  # one hand-over per round
+    assert [row["grpo_step"] for row in logged(config) if "eval_reward" in row] == [0, 3, 4]
+
+
+def test_a_divergence_in_the_learner_actor_is_recorded_in_the_run_folder(cluster, tiny_model_dir, tmp_path):
+    config = config_for(tiny_model_dir, tmp_path, n_grpo_steps=2, divergence_loss_bound=1e-9, n_eval_examples=2)
+    with pytest.raises(FloatingPointError, match="GRPO step 1: loss .* past --divergence-loss-bound"):
+        train_grpo_ray(config, TASK, TASK)  # Ray's RayTaskError, typed as its cause too
+    assert read_marker(config.output_dir)["grpo_step"] == 1
+    assert logged(config)[-1] == {"grpo_step": 1, "diverged": 1}
 
 
 def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_model_dir, tmp_path):

@@ -39,7 +39,8 @@ def hash_reward(response, truth):
 task = Task(["What is 1 + 1?", "Name a fruit.", "Count to three.", "Say hello."], ["2", "apple", "3", "hello"],
             "Q: {question}\\nA:", hash_reward)
 settings = {k: Path(v) if k == "output_dir" else v for k, v in __import__("json").loads(sys.argv[1]).items()}
-train_grpo(GRPOConfig(**settings), task, task)
+known = {f.name for f in __import__("dataclasses").fields(GRPOConfig)}  # settings added since: at their defaults
+train_grpo(GRPOConfig(**{k: v for k, v in settings.items() if k in known}), task, task)
 """
 
 

@@ -8,8 +8,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from alignment.experiments.sweep import load_preset, results_table, run_state, toml_value, write_run_config
+from alignment.experiments.sweep import (
+    best_arm,
+    load_preset,
+    parse_overrides,
+    results_table,
+    run_state,
+    toml_value,
+    write_run_config,
+    write_sweep_record,
+)
 from alignment.run.checkpoint import MARKER, STATE
+from alignment.run.divergence import Diverged, write_marker
 from scripts import sweep as script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +29,7 @@ PRESETS = sorted((ROOT / "configs" / "experiments").rglob("*.toml"))
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
 def test_every_shipped_preset_loads_and_validates(path):
     preset = load_preset(path)
-    assert preset.runs and preset.script in ("train_grpo", "train_sft", "expert_iteration")
+    assert preset.runs and preset.script in ("train_grpo", "train_grpo_ray", "train_sft", "expert_iteration")
     assert len({run.label for run in preset.runs}) == len(preset.runs)
     for run in preset.runs:
         assert preset.script == "train_sft" or preset.total_steps(run) >= 1
@@ -117,7 +127,7 @@ def test_run_config_round_trips_through_toml(tmp_path):
         "learning_rate": 3e-5,
         "seed": 0,
         "kl_prev": False,
-        "stop": ["</answer>", "\n"],
+        "lora_target_modules": ["q_proj", "v_proj"],
         "normalize_constant": None,
         "cliprange": float("inf"),
     }
@@ -136,10 +146,130 @@ def test_results_table_with_seed_summary(tmp_path):
         rows = [{"grpo_step": 2 * i, "eval_reward": r, "time_elapsed_s": 10.0 * i} for i, r in enumerate(rewards)]
         (tmp_path / label / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     table = results_table(preset, tmp_path)
-    assert "| a_seed0 | a | 0 | 2 | 0.500 | 0.500 | 10 |" in table
-    assert "| b_seed0 | b | 0 | 2 | 0.125 | 0.250 | 10 |" in table
-    assert "| b_seed1 | b | 1 | - | not run | - | - |" in table
-    assert "| a | 2 | 0.625 | 0.500 | 0.750 |" in table and "| b | 1 | 0.125 | 0.125 | 0.125 |" in table
+    assert "| a_seed0 | a | 0 | stopped before its first checkpoint | 2 | 0.500 | 0.500 | 10 |" in table
+    assert "| b_seed0 | b | 0 | stopped before its first checkpoint | 2 | 0.125 | 0.250 | 10 |" in table
+    assert "| b_seed1 | b | 1 | not run | - | - | - | - |" in table
+    assert "| a | 2 | 0.625 | 0.500 | 0.750 | 0 |" in table and "| b | 1 | 0.125 | 0.125 | 0.125 | 0 |" in table
+    assert table.endswith("left out): none yet.\n")  # no arm has finished
+
+
+def test_set_overrides_are_typed_like_the_setting_and_go_over_every_arm(tmp_path):
+    assert parse_overrides(
+        "train_grpo",
+        [
+            "learning_rate=3e-5",
+            "n_grpo_steps=7",
+            "kl_prev=true",
+            "loss_type=grpo_clip",
+            'lora_target_modules=["q_proj", "v_proj"]',
+            "normalize_constant=none",
+            "model=outputs/sft/policy",
+            "cliprange_high=1",  # an int where a float is expected: a float
+        ],
+    ) == {
+        "learning_rate": 3e-5,
+        "n_grpo_steps": 7,
+        "kl_prev": True,
+        "loss_type": "grpo_clip",
+        "lora_target_modules": ["q_proj", "v_proj"],
+        "normalize_constant": None,
+        "model": "outputs/sft/policy",
+        "cliprange_high": 1.0,
+    }
+    assert parse_overrides("train_grpo_ray", ["strategy=colocated-k-batches", "multistep_k=4"]) == {
+        "strategy": "colocated-k-batches",
+        "multistep_k": 4,
+    }
+    for item, message in [
+        (
+            "learning_rat=1e-5",
+            "--set learning_rat: not a setting of train_grpo (GRPOConfig); did you mean learning_rate?",
+        ),
+        ("n_grpo_steps=2.5", "--set n_grpo_steps=2.5: expected an int"),
+        ("learning_rate=fast", "--set learning_rate=fast: expected a float"),
+        ("kl_prev=maybe", "--set kl_prev=maybe: expected true or false"),
+        ("loss_type=clip", "--set loss_type=clip: not one of no_baseline, reinforce_with_baseline, grpo_clip"),
+        ("strategy=async", "--set strategy: not a setting of train_grpo (GRPOConfig)"),
+        ("n_grpo_steps", "expected KEY=VALUE"),
+    ]:
+        with pytest.raises(ValueError) as err:
+            parse_overrides("train_grpo", [item])
+        assert message in str(err.value)
+    preset = write(tmp_path / "p.toml", "[shared]\nn_grpo_steps = 2\n[arms.a]\nlearning_rate = 1e-4\n[arms.b]\n")
+    runs = load_preset(preset, {"learning_rate": 3e-5, "kl_prev": True}).runs
+    assert all(run.settings == {"n_grpo_steps": 2, "learning_rate": 3e-5, "kl_prev": True} for run in runs)
+    with pytest.raises(ValueError, match="arm 'a': --learning-rate must be > 0"):
+        load_preset(preset, {"learning_rate": -1.0})  # the script's own checks, over the overridden settings
+
+
+def fake_run(run_dir: Path, finals: list[float], checkpoint: int | None, settings: dict, **ray: float) -> None:
+    """A run folder as a training run leaves it: validation rows (and Ray's loop rows), a checkpoint, its config."""
+    run_dir.mkdir(parents=True)
+    rows = []
+    for i, reward in enumerate(finals):
+        if i and ray:
+            rows.append({"grpo_step": i, "loss": 0.1, "grad_norm": 1.0, "time_elapsed_s": 10.0 * i} | ray)
+        rows.append({"grpo_step": i, "eval_reward": reward, "time_elapsed_s": 10.0 * i})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if checkpoint is not None:
+        checkpoint_at(run_dir, checkpoint)
+    write_run_config(run_dir.parent / "configs" / f"{run_dir.name}.toml", settings | {"output_dir": run_dir})
+
+
+def test_best_arm_names_its_metric_and_leaves_out_diverged_and_unfinished_arms(tmp_path):
+    preset_path = write(
+        tmp_path / "lr.toml",
+        "seeds = [0, 1]\n[shared]\nn_grpo_steps = 2\n[arms.lr_a]\nlearning_rate = 1e-5\n"
+        "[arms.lr_b]\nlearning_rate = 1e-4\n[arms.lr_c]\nlearning_rate = 3e-5\n",
+    )
+    preset, root = load_preset(preset_path), tmp_path / "out" / "lr"
+    finals = {"lr_a": [0.5, 0.7], "lr_b": [0.9, 0.2], "lr_c": [0.8, 0.8]}
+    for run in preset.runs:
+        reward = finals[run.arm][run.seed]
+        fake_run(root / run.label, [0.1, reward], 1 if run.label == "lr_c_seed1" else 2, run.settings)
+    write_marker(root / "lr_b_seed1", Diverged("GRPO step 2: loss nan", 2))  # its validation at step 1 stays
+    write_sweep_record(root, preset_path, preset, {"set": {}, "arms": None, "from_best": None})
+    table = results_table(preset, root)
+    assert "| lr_b_seed1 | lr_b | 1 | diverged at step 2 | 1 | 0.200 | 0.200 | 10 |" in table
+    assert "| lr_c_seed1 | lr_c | 1 | stopped (resumable) | 1 | 0.800 | 0.800 | 10 |" in table
+    assert "| lr_b | 1 | 0.900 | 0.900 | 0.900 | 1 |" in table  # the diverged seed is out of the mean, and counted
+    assert "left out): **lr_a**, 0.600 (mean of 2 seeds)." in table  # lr_b diverged once, lr_c is unfinished
+
+    best = best_arm(root)
+    assert (best.arm, best.reward, best.seeds) == ("lr_a", 0.6, 2)
+    assert best.settings == {"n_grpo_steps": 2, "learning_rate": 1e-5}  # no run's folder, seed or group
+    assert best.describe() == f"best arm lr_a of {root} (final validation reward 0.600, mean of 2 seeds)"
+    chained = write(
+        tmp_path / "next.toml",
+        'base = "missing.toml"\n[shared]\nn_grpo_steps = 3\n[arms.clip]\nloss_type = "grpo_clip"\n',
+    )
+    [run] = load_preset(chained, base=best).runs  # the best arm's settings stand in for the preset's base
+    assert run.settings == {"n_grpo_steps": 3, "learning_rate": 1e-5, "loss_type": "grpo_clip"}
+    with pytest.raises(ValueError, match="--from-best .*: no sweep.json there"):
+        best_arm(tmp_path)
+
+
+def test_results_of_ray_runs_give_loop_throughput_and_speed_up(tmp_path):
+    preset_path = write(
+        tmp_path / "p.toml",
+        'script = "train_grpo_ray"\n[shared]\nn_grpo_steps = 2\n[arms.sync]\n'
+        '[arms.async]\nstrategy = "disaggregated-one-behind"\n',
+    )
+    preset = load_preset(preset_path)
+    loop = {"time_step_s": 4.0, "device_hours": 0.01, "time_weight_sync_s": 0.5}
+    fake_run(tmp_path / "sync", [0.1, 0.2, 0.3], 2, preset.runs[0].settings, samples_per_s=8.0, **loop)
+    fake_run(
+        tmp_path / "async",
+        [0.1, 0.2, 0.3],
+        2,
+        preset.runs[1].settings,
+        samples_per_s=16.0,
+        **loop | {"time_step_s": 2.0},
+    )
+    table = results_table(preset, tmp_path)
+    assert "| samples | samples/s (loop) | device-hours | weight sync (s) | speed-up over sync |" in table
+    assert "| sync | sync |  | finished | 2 | 0.300 | 0.300 | 20 | 64 | 8.00 | 0.0100 | 0.500 | 1.00x |" in table
+    assert "| async | async |  | finished | 2 | 0.300 | 0.300 | 20 | 64 | 16.00 | 0.0100 | 0.500 | 2.00x |" in table
 
 
 TINY = """
@@ -200,7 +330,7 @@ def test_tiny_preset_end_to_end_restart_skip_and_resume(tiny_model_dir, tmp_path
         "clip_fraction.png",
     } <= {p.name for p in (root / "plots").iterdir()}
     results = (root / "results.md").read_text()
-    assert all(f"| {arm} | {arm} |  | 1 |" in results for arm in ("plain", "clip"))
+    assert all(f"| {arm} | {arm} |  | finished | 1 |" in results for arm in ("plain", "clip"))
 
     plain_before, clip_before = (root / "plain" / "metrics.jsonl").read_bytes(), rows_of(root / "clip")
     write(
@@ -221,7 +351,104 @@ def test_tiny_preset_end_to_end_restart_skip_and_resume(tiny_model_dir, tmp_path
     assert run_state(root / "clip", 2) == "finished"
     commands = [line for line in (root / "logs" / "clip.log").read_text().splitlines() if line.startswith("$ ")]
     assert len(commands) == 2 and "--resume" not in commands[0] and f"--resume {root / 'clip'}" in commands[1]
-    assert "| clip | clip |  | 2 |" in (root / "results.md").read_text()
+    assert "| clip | clip |  | finished | 2 |" in (root / "results.md").read_text()
+
+
+def test_a_diverged_arm_is_reported_skipped_and_left_out_of_the_best(tiny_model_dir, tmp_path, monkeypatch):
+    """Two training subprocesses: --arms clip with a loss bound every loss is past (it diverges at step 1), then
+    --arms plain; the diverged run is skipped on reruns, and --from-best picks plain. (The tiny model earns no
+    keyword reward: the overlong penalty under no_baseline gives the diverging run a loss other than 0.)"""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    preset = write(tmp_path / "tiny.toml", TINY.format(model=tiny_model_dir, clip_steps=""))
+    out, root, runner = tmp_path / "out", tmp_path / "out" / "tiny", CliRunner()
+    diverging = [str(preset), "--output-root", str(out), "--arms", "clip"]
+    diverging += ["--set", "loss_type=no_baseline", "--set", "overlong_buffer=3", "--set", "divergence_loss_bound=1e-9"]
+    result = runner.invoke(script.app, diverging)
+    assert result.exit_code == 0, result.output + (root / "logs" / "clip.log").read_text()  # a result, not a failure
+    assert "clip: new" in result.output and "plain" not in result.output.split("wrote")[0]
+    assert "diverged runs (results.md says at which step): clip" in result.output
+    results = (root / "results.md").read_text()
+    assert "| clip | clip |  | diverged at step 1 | 0 |" in results and "| plain | plain |  | not run |" in results
+    assert (
+        'last command ran): `loss_type = "no_baseline"`, `overlong_buffer = 3`, `divergence_loss_bound = 1e-09`.'
+        in results
+    )
+    assert "Arms the last command ran (--arms): clip." in results
+    assert (root / "plots" / "eval_reward_vs_step.png").is_file()  # its curve up to the divergence is drawn
+    assert json.loads((root / "sweep.json").read_text())["set"]["divergence_loss_bound"] == 1e-9
+
+    result = runner.invoke(script.app, diverging)
+    assert result.exit_code == 0 and "clip: diverged at step 1, skipped (--diverged resume or restart" in result.output
+    result = runner.invoke(script.app, diverging[:-2])  # the bound gone: not the settings it diverged with
+    assert result.exit_code != 0 and "run clip diverged with other settings (divergence_loss_bound)" in result.output
+    assert "pass --diverged restart" in result.output
+
+    result = runner.invoke(script.app, [str(preset), "--output-root", str(out), "--arms", "plain"])
+    assert result.exit_code == 0, result.output + (root / "logs" / "plain.log").read_text()
+    assert "clip" not in result.output.split("wrote")[0]  # the arms not asked for are left alone
+    assert "left out): **plain**" in (root / "results.md").read_text()
+    # chained: the best arm's settings as the base; for this preset they are plain's own, so plain stays finished
+    result = runner.invoke(
+        script.app, [str(preset), "--output-root", str(out), "--arms", "plain", "--from-best", str(root)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        f"base: best arm plain of {root} (final validation reward" in result.output
+        and "plain: finished" in result.output
+    )
+    assert f"Base (--from-best): best arm plain of {root}" in (root / "results.md").read_text()
+    assert tomllib.loads((root / "configs" / "plain.toml").read_text())["wandb_group"] == "tiny"
+
+
+RAY_TINY = """
+script = "train_grpo_ray"
+[shared]
+model = "{model}"
+task = "keywords"
+n_train_prompts = 16
+n_eval_examples = 2
+n_grpo_steps = 2
+learning_rate = 1e-3
+rollout_batch_size = 4
+group_size = 2
+train_batch_size = 4
+gradient_accumulation_steps = 2
+sampling_max_tokens = 6
+sampling_min_tokens = 2
+eval_every = 2
+checkpoint_every = 2
+grader_workers = 1
+backend = "hf"
+loss_type = "grpo_clip"
+
+[arms.variant_a]
+strategy = "colocated-sync"
+
+[arms.variant_b_k2]
+strategy = "colocated-k-batches"
+multistep_k = 2
+"""
+
+
+@pytest.mark.slow  # two GRPO-on-Ray runs, each starting its own Ray cluster: 3.5 minutes on the loaded 2-core VM
+def test_a_ray_preset_runs_end_to_end(tiny_model_dir, tmp_path):
+    preset = write(tmp_path / "ray_tiny.toml", RAY_TINY.format(model=tiny_model_dir))
+    root = tmp_path / "out" / "ray_tiny"
+    result = CliRunner().invoke(
+        script.app, [str(preset), "--output-root", str(tmp_path / "out"), "--launcher", "local"]
+    )
+    logs = "".join(p.read_text()[-3000:] for p in (root / "logs").glob("*.log"))
+    assert result.exit_code == 0, result.output + logs
+    for arm in ("variant_a", "variant_b_k2"):
+        assert run_state(root / arm, 2) == "finished"
+        assert [r["grpo_step"] for r in rows_of(root / arm) if "loss" in r] == [1, 2]
+    results = (root / "results.md").read_text()
+    assert "| samples/s (loop) | device-hours | weight sync (s) | speed-up over variant_a |" in results
+    assert "| variant_a | variant_a |  | finished | 2 |" in results and " | 8 | " in results  # 2 steps x 4 samples
+    assert "1.00x |" in results
+    assert {"phase_times_variant_a.png", "phase_times_variant_b_k2.png", "time_breakdown.png"} <= {
+        p.name for p in (root / "plots").iterdir()
+    }
 
 
 def test_any_script_and_a_failed_run(tmp_path):
@@ -231,11 +458,19 @@ def test_any_script_and_a_failed_run(tmp_path):
     assert result.exit_code == 1 and "failed runs" in result.output and "a: exit status 2" in result.output
     log = (tmp_path / "out" / "p" / "logs" / "a.log").read_text()
     assert "scripts/plot.py --config" in log and "No such option: --config" in log
-    assert "| a | a |  | - | not run |" in (tmp_path / "out" / "p" / "results.md").read_text()
+    assert "| a | a |  | not run | - |" in (tmp_path / "out" / "p" / "results.md").read_text()
 
 
 def test_bad_flags_and_preset_are_reported(tmp_path):
     runner = CliRunner()
+    for flags, message in [
+        (["--set", "learning_rat=1"], "did you mean learning_rate?"),
+        (["--arms", "no_baseline,nope"], "no arm nope in grpo_baselines_cpu.toml; its arms: no_baseline,"),
+        (["--from-best", str(tmp_path)], "no sweep.json there"),
+        (["--diverged", "ignore"], "ignore"),
+    ]:
+        result = runner.invoke(script.app, [str(PRESETS[0]), *flags])
+        assert result.exit_code != 0 and message in result.output, flags
     result = runner.invoke(script.app, [str(tmp_path / "missing.toml")])
     assert result.exit_code != 0 and "no such preset file" in result.output
     result = runner.invoke(script.app, [str(PRESETS[0]), "--launcher", "slurm"])

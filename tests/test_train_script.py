@@ -1,14 +1,13 @@
 """scripts/train_grpo.py: a --config file (TOML or YAML) with command-line flags overriding it."""
 
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from scripts import train_grpo as script
-from tests.test_grpo_loop import TASK, tiny_config
+from tests.test_grpo_loop import TASK
 
 
 @pytest.mark.parametrize(
@@ -52,15 +51,6 @@ def test_invalid_flags_are_reported_before_any_model_loads(tmp_path):
     )
     text = " ".join(result.output.replace("│", " ").split())  # the message is wrapped inside an error panel
     assert result.exit_code != 0 and "--rollout-batch-size (10) must be divisible by --group-size (4)" in text
-
-
-def test_wandb_offline_needs_no_network(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    from alignment.grpo_run import train_grpo
-
-    config = replace(tiny_config(tiny_model_dir, tmp_path), wandb_mode="offline", wandb_project="tests")
-    rows = train_grpo(config, TASK, TASK)
-    assert rows and list((config.output_dir / "wandb").glob("offline-run-*"))
 
 
 OBJECTIVES = {  # each variant as the flags a user types (configs/experiments/objectives.toml has the same arms)

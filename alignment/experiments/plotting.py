@@ -1,5 +1,12 @@
-"""Figures of GRPO runs from metrics.jsonl files or wandb CSV exports: several runs per figure."""
+"""Figures of GRPO runs from metrics.jsonl files or wandb CSV exports: several runs per figure.
 
+Beside one curve per metric: where the time went (`time_breakdown_figure`: each run's seconds per phase, against
+its wall time), KL with validation accuracy on one GRPO-step axis (`kl_validation_figure`, UW v1 problem 15) and
+pass@N / Best@N against N from scripts/best_of_n.py's summary.json files (`pass_at_n_figure`).
+"""
+
+import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +80,7 @@ def line_figure(
 
 def phase_figure(label: str, rows: list[dict], path: Path) -> bool:
     """Stacked seconds per phase for each GRPO step (the first optimizer-step row of each)."""
-    by_step: dict[float, dict] = {}
-    for row in rows:
-        if any(f"time_{p}_s" in row for p in PHASES):
-            by_step.setdefault(row["grpo_step"], row)
+    by_step = {row["grpo_step"]: row for row in first_rows_per_step(rows)}
     if not by_step:
         return False
     steps = sorted(by_step)
@@ -89,6 +93,120 @@ def phase_figure(label: str, rows: list[dict], path: Path) -> bool:
     ax.set_xlabel("GRPO step")
     ax.set_ylabel("seconds")
     ax.set_title(f"time per phase: {label}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def first_rows_per_step(rows: list[dict]) -> list[dict]:
+    """The first row of each GRPO step that has phase timings (a step's optimizer-step rows share them)."""
+    by_step: dict[float, dict] = {}
+    for row in rows:
+        if any(f"time_{p}_s" in row for p in PHASES):
+            by_step.setdefault(row["grpo_step"], row)
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def time_breakdown(rows: list[dict]) -> dict[str, float]:
+    """Seconds per phase over a run's GRPO steps, and `wall` (its last time_elapsed_s: validation, checkpoints and
+    set-up after the start included). Where phases overlap (disaggregated Ray strategies) they add up past it."""
+    steps = first_rows_per_step(rows)
+    totals = {phase: sum(row.get(f"time_{phase}_s", 0.0) for row in steps) for phase in PHASES}
+    elapsed = [row["time_elapsed_s"] for row in rows if "time_elapsed_s" in row]
+    return totals | {"wall": max(elapsed, default=float("nan"))}
+
+
+def time_breakdown_figure(runs: dict[str, list[dict]], path: Path) -> bool:
+    """One stacked bar per run: its seconds in each phase, summed over its steps; a black tick marks its wall time."""
+    breakdowns = {label: time_breakdown(rows) for label, rows in runs.items() if first_rows_per_step(rows)}
+    if not breakdowns:
+        return False
+    labels = list(breakdowns)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(labels)), 4))
+    bottom = [0.0] * len(labels)
+    for phase in PHASES:
+        values = [breakdowns[label][phase] for label in labels]
+        ax.bar(labels, values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.scatter(labels, [breakdowns[label]["wall"] for label in labels], marker="_", s=600, color="black", zorder=3)
+    ax.scatter([], [], marker="_", color="black", label="wall time")
+    ax.set_ylabel("seconds (summed over GRPO steps)")
+    ax.set_title("where the time went", fontsize=9)
+    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+KL_KEYS = ("kl_ref_k1", "kl_ref_k3", "kl_prev_k1", "kl_prev_k3")
+
+
+def mean_per_step(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
+    """(GRPO steps, the key's mean over each step's rows): an off-policy step logs one value per optimizer step."""
+    per_step: dict[float, list[float]] = {}
+    for row in rows:
+        if key in row:
+            per_step.setdefault(row["grpo_step"], []).append(row[key])
+    steps = sorted(per_step)
+    return steps, [statistics.fmean(per_step[s]) for s in steps]
+
+
+def kl_validation_figure(runs: dict[str, list[dict]], path: Path) -> bool:
+    """KL estimates (lines, left axis) and validation accuracy (dots, right axis: eval_answer_reward, else
+    eval_reward) against the same GRPO steps, one colour per run that logged a KL."""
+    fig, kl_ax = plt.subplots(figsize=(7, 4))
+    accuracy_ax = kl_ax.twinx()
+    drawn = False
+    for i, (label, rows) in enumerate(runs.items()):
+        colour, kls = f"C{i % 10}", [key for key in KL_KEYS if any(key in row for row in rows)]
+        for key, dash in zip(kls, ["-", "--", "-.", ":"]):
+            kl_ax.plot(*mean_per_step(rows, key), dash, color=colour, label=f"{label}: {key}")
+        accuracy = "eval_answer_reward" if any("eval_answer_reward" in row for row in rows) else "eval_reward"
+        xs, ys = series(rows, accuracy)
+        if kls and xs:
+            accuracy_ax.plot(xs, ys, "o", color=colour, alpha=0.6, markersize=4, label=f"{label}: {accuracy}")
+        drawn = drawn or bool(kls)
+    if drawn:
+        kl_ax.set_xlabel("GRPO step")
+        kl_ax.set_ylabel("KL estimate (lines)")
+        accuracy_ax.set_ylabel("validation accuracy (dots)")
+        kl_ax.grid(alpha=0.3)
+        handles = [h for ax in (kl_ax, accuracy_ax) for h in ax.get_legend_handles_labels()[0]]
+        kl_ax.legend(handles, [h.get_label() for h in handles], fontsize=7)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return drawn
+
+
+def read_best_of_n(path: Path) -> dict[str, dict[int, float]]:
+    """pass@N and Best@N by N from scripts/best_of_n.py's summary.json (its N keys are strings in JSON)."""
+    if not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    summary = json.loads(path.read_text())
+    try:
+        return {key: {int(n): float(v) for n, v in summary[key].items()} for key in ("pass_at", "best_at")}
+    except (KeyError, AttributeError, ValueError):
+        raise ValueError(f"{path}: not a summary.json of scripts/best_of_n.py (no pass_at / best_at by N)") from None
+
+
+def pass_at_n_figure(summaries: dict[str, dict[str, dict[int, float]]], path: Path) -> bool:
+    """pass@N (solid) and Best@N (dashed) against N on a log2 axis, one colour per evaluation."""
+    if not summaries:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (label, summary) in enumerate(summaries.items()):
+        for key, dash, name in (("pass_at", "-", "pass@N"), ("best_at", "--", "Best@N")):
+            ns = sorted(summary[key])
+            ax.plot(ns, [summary[key][n] for n in ns], dash, marker="o", color=f"C{i % 10}", label=f"{label}: {name}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (samples per question)")
+    ax.set_ylabel("fraction of questions")
+    ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -112,7 +230,8 @@ def plot_runs(
 def plot_rows(
     runs: dict[str, list[dict]], output_dir: Path, styles: dict[str, dict[str, Any]] | None = None, phases: bool = True
 ) -> list[Path]:
-    """Every figure some run has data for, one line per run; `phases` adds one time-per-phase figure per run."""
+    """Every figure some run has data for, one line per run, with the time breakdown and KL with validation accuracy;
+    `phases` adds one time-per-phase figure per run (a time series)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
     figures = {
@@ -121,6 +240,9 @@ def plot_rows(
     } | {name: (keys, ylabel, "grpo_step") for name, (ylabel, keys) in CURVES.items()}
     for name, (keys, ylabel, x) in figures.items():
         if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x, styles):
+            written.append(output_dir / f"{name}.png")
+    for name, draw in (("time_breakdown", time_breakdown_figure), ("kl_and_validation", kl_validation_figure)):
+        if draw(runs, output_dir / f"{name}.png"):
             written.append(output_dir / f"{name}.png")
     for label, rows in runs.items() if phases else ():
         path = output_dir / f"phase_times_{label.replace('/', '_')}.png"

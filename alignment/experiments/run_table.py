@@ -7,6 +7,7 @@ with `grpo_step`, like the lines of metrics.jsonl; wandb's `_runtime` stands in 
 """
 
 import csv
+import glob
 import json
 from pathlib import Path
 
@@ -60,6 +61,19 @@ def read_wandb_export(path: Path) -> dict[str, list[dict]]:
                 row = runs.setdefault(run, {}).setdefault(at, {"grpo_step": at})
                 row["time_elapsed_s" if metric == "_runtime" else metric] = value
     return {run: [rows[s] for s in sorted(rows)] for run, rows in runs.items()}
+
+
+def matching(patterns: list[str], root: Path) -> list[Path]:
+    """Files matching glob patterns, each sorted; a relative pattern is taken from `root` (the repository, wherever
+    a notebook's kernel started), a pattern without wildcards is the file itself even when missing (to be reported)."""
+    paths: list[Path] = []
+    for pattern in patterns:
+        base = Path(pattern) if Path(pattern).is_absolute() else root / pattern
+        if not any(c in pattern for c in "*?["):
+            paths.append(base)
+            continue
+        paths += sorted(Path(p) for p in glob.glob(str(base)))
+    return paths
 
 
 def read_metrics_jsonl(path: Path) -> list[dict]:

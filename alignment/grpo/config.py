@@ -128,6 +128,11 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
         "Log KL between the policies before and after each step (two scoring passes a step; not in the handouts' "
         "loop).",
     )
+    divergence_loss_bound: float | None = setting(
+        None,
+        "Stop the run as diverged when a step's loss is above this in magnitude (as on a NaN or inf); the run "
+        "folder then holds diverged.json with the step (off by default).",
+    )
     gradient_checkpointing: bool = setting(False, "Recompute activations in backward to save memory.")
     ignore_memory_plan: bool = setting(
         False,
@@ -153,6 +158,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
     # Settings a resumed run may change without changing what it computes: length, cadence, logging, placement.
     RESUMABLE: ClassVar[frozenset[str]] = TrainingSettings.RESUMABLE | {
         "n_grpo_steps",
+        "divergence_loss_bound",
         "eval_max_tokens",
         "gpu_memory_utilization",
         "reuse_rollout_forward",
@@ -256,6 +262,8 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--sampling-temperature must be >= 0, got {c.sampling_temperature}")
     if not 0 < c.learning_rate:
         _fail(f"--learning-rate must be > 0, got {c.learning_rate}")
+    if c.divergence_loss_bound is not None and not c.divergence_loss_bound > 0:
+        _fail(f"--divergence-loss-bound must be > 0, got {c.divergence_loss_bound}")
     if c.gpu_memory_utilization is not None and not 0 < c.gpu_memory_utilization <= 1:
         _fail(f"--gpu-memory-utilization must be in (0, 1], got {c.gpu_memory_utilization}")
     check_lora(c, c.backend)

@@ -30,6 +30,7 @@ from alignment.prompts import format_prompt
 from alignment.rollout.forward_tape import ForwardTape, has_dropout
 from alignment.rollout.interface import Rollout, RolloutEngine
 from alignment.rollout_correction import rollout_mismatch
+from alignment.run.divergence import Diverged
 from alignment.run.setup import PhaseTimer
 from alignment.utils.faults import fault_point
 
@@ -100,11 +101,16 @@ class GRPOLearner:
             # On-policy, the old policy is the one being trained: its log-probs are the training forward's own
             # (ratio exactly 1), so a separate pass is only needed off-policy or for the KL monitors.
             needs_old = (self.objective.needs_old_log_probs or self.objective.corrects_rollouts) and c.off_policy
-            if needs_old or self.reference is not None or c.kl_prev:
-                batch.old_log_probs = score(self.policy, batch, c.micro_train_batch_size)
+            # Old log-probs handed in with the batch are kept: they were scored under an earlier version on purpose
+            # (the Ray driver's colocated-k-batches round); the KL monitors still measure the policy as it is now.
+            handed_in, current = batch.old_log_probs is not None, None
+            if (needs_old and not handed_in) or self.reference is not None or c.kl_prev:
+                current = score(self.policy, batch, c.micro_train_batch_size)
+            if not handed_in:
+                batch.old_log_probs = current
             if self.reference is not None:
                 reference = score(self.reference, batch, c.micro_train_batch_size)
-                kl = kl_estimates(batch.old_log_probs, reference, batch.response_mask)
+                kl = kl_estimates(current, reference, batch.response_mask)
                 extra |= {f"kl_ref_{k}": v for k, v in kl.items()}
         rows = []
         with timer("train"):
@@ -121,10 +127,16 @@ class GRPOLearner:
             with timer("old_logprob"):
                 updated = score(self.policy, batch, c.micro_train_batch_size)
                 # KL(before || after), estimated on the rollouts, which the policy before the step sampled
-                kl = kl_estimates(batch.old_log_probs, updated, batch.response_mask)
+                kl = kl_estimates(current, updated, batch.response_mask)
                 extra |= {f"kl_prev_{k}": v for k, v in kl.items()}
         self.step += 1
         return [row | extra for row in rows]
+
+    def old_log_probs(self, batch: RolloutBatch) -> torch.Tensor:
+        """(batch, seq) the batch's log-probs under the policy as it is now, to hand in with it to a later `update`
+        (Variant B of UW CSE599-O A3 v2: k batches sampled and scored by one version, then one update each)."""
+        self.policy.eval()
+        return score(self.policy, batch, self.config.micro_train_batch_size)
 
     def optimizer_step(self, batch: RolloutBatch) -> dict[str, float]:
         """One optimizer step over `batch`, in microbatches (this rank's share of them when sharded)."""
@@ -167,9 +179,17 @@ class GRPOLearner:
         grad_norm = clip_grad_norm(list(self.policy.parameters()), c.max_grad_norm)
         if not (math.isfinite(grad_norm) and all(math.isfinite(loss) for loss in losses)):
             self.optimizer.zero_grad(set_to_none=True)
-            raise FloatingPointError(
+            raise Diverged(
                 f"GRPO step {self.step + 1}: loss {sum(losses)} and gradient norm {grad_norm} "
-                "(NaN or inf log-probs); the weights were not updated"
+                "(NaN or inf log-probs); the weights were not updated",
+                self.step + 1,
+            )
+        if c.divergence_loss_bound is not None and abs(sum(losses)) > c.divergence_loss_bound:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(
+                f"GRPO step {self.step + 1}: loss {sum(losses):.4g} is past --divergence-loss-bound "
+                f"{c.divergence_loss_bound:g}; the weights were not updated",
+                self.step + 1,
             )
         self.optimizer.step()
         fault_point("optimizer_step")

@@ -20,6 +20,7 @@ from alignment.grpo_step import LossAggregation, grpo_microbatch_train_step
 from alignment.losses import RATIO_LOSSES, LossType
 from alignment.rollout.interface import Rollout
 from alignment.rollout_correction import RolloutCorrection
+from alignment.run.divergence import Diverged
 
 
 @dataclass(frozen=True)
@@ -71,13 +72,15 @@ class Objective:
 
     def rewards(self, rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]], step: int) -> torch.Tensor:
         """(n,) the rewards advantages are made of: the task's, plus DAPO's overlong penalty with --overlong-buffer.
-        A NaN or inf reward is a FloatingPointError naming GRPO step `step` and the rollout, before any update."""
+        A NaN or inf reward is a Diverged (FloatingPointError) naming GRPO step `step` and the rollout, before any
+        update."""
         raw = torch.tensor([s["reward"] for s in scores], dtype=torch.float32)
         if not raw.isfinite().all():
             bad = int((~raw.isfinite()).nonzero()[0])
-            raise FloatingPointError(
+            raise Diverged(
                 f"GRPO step {step}: the reward of rollout {bad} is {raw[bad].item()} "
-                f"(response {rollouts[bad].text[:80]!r}); no update was made"
+                f"(response {rollouts[bad].text[:80]!r}); no update was made",
+                step,
             )
         return raw if self.overlong_buffer is None else raw + self.length_penalties(rollouts)
 

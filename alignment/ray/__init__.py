@@ -1,6 +1,6 @@
 """GRPO on Ray: a driver that schedules actors wrapping the library's sampler, grader and learner.
 
-driver.py         the driver and its strategies (colocated-sync, colocated-multistep,
+driver.py         the driver and its strategies (colocated-sync, colocated-multistep, colocated-k-batches,
                   disaggregated-one-behind, replay-buffer): lag and checksum checks, logging, checkpoints
 actors.py         Generator, Learner (a GRPOLearner), ColocatedWorker
 learner_group.py  the learner as N actors sharing the policy with FSDP2 (--learner-processes)

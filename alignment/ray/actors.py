@@ -155,14 +155,29 @@ class Learner(_Actor):
         self.learner = GRPOLearner(config.learner_config(), policy, tokenizer, self.task)
 
     def learn(
-        self, questions: Sequence[int], rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]]
+        self,
+        questions: Sequence[int],
+        rollouts: Sequence[Rollout],
+        scores: Sequence[dict[str, float]],
+        old_log_probs: torch.Tensor | None = None,
     ) -> Learned:
-        """One GRPO update on these groups (prompt-major, group_size rollouts per question)."""
+        """One GRPO update on these groups (prompt-major, group_size rollouts per question); `old_log_probs`, when
+        given, are the batch's from `old_log_probs_of` (scored by an earlier version) and are trained against."""
         timer = PhaseTimer()
         batch = self.learner.make_batch(questions, rollouts, scores)
+        batch.old_log_probs = old_log_probs
         checksum = token_checksum(batch.labels[i][batch.response_mask[i]].tolist() for i in range(len(batch)))
         rows = self.learner.update(batch, timer)
         return Learned(rows, checksum, self.learner.step, timer.seconds)
+
+    def old_log_probs_of(
+        self, batches: Sequence[tuple[Sequence[int], Sequence[Rollout], Sequence[dict[str, float]]]]
+    ) -> tuple[list[torch.Tensor], int, float]:
+        """Each batch's (questions, rollouts, scores) log-probs under the policy as it is now, its version, and the
+        seconds it took: colocated-k-batches scores a round's batches before the round's first update."""
+        start = time.perf_counter()
+        scored = [self.learner.old_log_probs(self.learner.make_batch(*batch)) for batch in batches]
+        return scored, self.learner.step, time.perf_counter() - start
 
     def weights(self, on_cpu: bool) -> dict[str, torch.Tensor]:
         """The weights a generator loads (under LoRA the adapters only: generators hold the same frozen base). A sharded

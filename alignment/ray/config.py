@@ -9,8 +9,15 @@ from alignment.grpo.config import GRPOConfig, validate
 from alignment.ray.replay_buffer import SAMPLING_POLICIES
 from alignment.ray.weight_sync import TRANSPORTS
 
-STRATEGIES = ("colocated-sync", "colocated-multistep", "disaggregated-one-behind", "replay-buffer")
-COLOCATED = ("colocated-sync", "colocated-multistep")
+STRATEGIES = (
+    "colocated-sync",
+    "colocated-multistep",
+    "colocated-k-batches",
+    "disaggregated-one-behind",
+    "replay-buffer",
+)
+COLOCATED = ("colocated-sync", "colocated-multistep", "colocated-k-batches")
+K_STRATEGIES = ("colocated-multistep", "colocated-k-batches")  # the strategies --multistep-k applies to
 
 
 Strategy = Literal[STRATEGIES]  # type: ignore[valid-type]
@@ -23,7 +30,12 @@ class RayGRPOConfig(GRPOConfig):
     strategy: Strategy = setting(
         "colocated-sync", "How generation and learning are scheduled (alignment/ray/driver.py)."
     )
-    multistep_k: int = setting(1, "colocated-multistep: GRPO-Clip optimizer steps per rollout batch (e.g. 1, 2, 4, 8).")
+    multistep_k: int = setting(
+        1,
+        "k (e.g. 1, 2, 4, 8). colocated-multistep (UW v1): k GRPO-Clip optimizer steps on each rollout batch. "
+        "colocated-k-batches (UW v2 problem 7, Variant B): k rollout batches sampled by one policy version, their old "
+        "log-probs scored by it, then one optimizer step on each.",
+    )
     buffer_capacity: int = setting(64, "replay-buffer: groups (one question's --group-size rollouts) the buffer keeps.")
     buffer_policy: BufferPolicy = setting(
         "fifo", "replay-buffer: fifo (oldest, used once), uniform (random, kept) or newest (latest, kept)."
@@ -48,6 +60,13 @@ class RayGRPOConfig(GRPOConfig):
     def colocated(self) -> bool:
         return self.strategy in COLOCATED
 
+    @property
+    def max_version_lag(self) -> int:
+        """How many versions a batch's sampler may be behind the learner that trains on it."""
+        if self.strategy == "colocated-k-batches":
+            return self.multistep_k - 1  # the i-th batch of a round is trained by version v + i - 1
+        return 0 if self.colocated else 1
+
     def learner_config(self) -> GRPOConfig:
         """What the GRPO learner runs: k passes over each rollout batch when multistep."""
         return (
@@ -65,8 +84,25 @@ def validate_ray(config: RayGRPOConfig) -> None:
     c = config
     if c.multistep_k < 1:
         _fail(f"--multistep-k must be >= 1, got {c.multistep_k}")
-    if c.multistep_k != 1 and c.strategy != "colocated-multistep":
-        _fail(f"--multistep-k ({c.multistep_k}) applies only to --strategy colocated-multistep")
+    if c.multistep_k != 1 and c.strategy not in K_STRATEGIES:
+        _fail(f"--multistep-k ({c.multistep_k}) applies only to --strategy {' or '.join(K_STRATEGIES)}")
+    if c.strategy == "colocated-k-batches":
+        if not c.needs_old_log_probs:
+            _fail(
+                "--strategy colocated-k-batches trains each batch against old log-probs stored from the version that "
+                f"sampled it: pass --loss-type grpo_clip (or another ratio loss; got {c.loss_type!r})"
+            )
+        if c.off_policy:
+            _fail(
+                "--strategy colocated-k-batches takes one optimizer step per rollout batch: keep "
+                "--epochs-per-rollout-batch 1 and --train-batch-size equal to --rollout-batch-size"
+            )
+        if c.checkpoint_every % c.multistep_k:
+            _fail(
+                f"--checkpoint-every ({c.checkpoint_every}) must be a multiple of --multistep-k ({c.multistep_k}) "
+                "with --strategy colocated-k-batches: checkpoints fall between rounds, so that --resume starts a round "
+                "where an uninterrupted run would"
+            )
     if c.strategy == "colocated-multistep":
         if c.loss_type != "grpo_clip":
             _fail(

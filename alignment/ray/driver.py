@@ -4,7 +4,11 @@ Strategies (--strategy):
 - colocated-sync: one ColocatedWorker generates, the Scorer grades, the worker takes one update and hands
   the new policy to its engine; strictly on-policy (version lag 0).
 - colocated-multistep: the same, with k = --multistep-k GRPO-Clip optimizer steps per rollout batch against
-  old log-probs scored once before the first of them.
+  old log-probs scored once before the first of them (UW CSE599-O A3 v1's Variant B).
+- colocated-k-batches: rounds of k = --multistep-k rollout batches, all sampled by the round's policy version v,
+  their old log-probs scored by v before any update, then one GRPO-Clip optimizer step on each batch in turn
+  (v -> v + k) and one hand-over of the weights to the engine (A3 v2 problem 7's Variant B). One GRPO step is one
+  batch and one optimizer step; the i-th batch of a round is trained i - 1 versions after its sampler.
 - disaggregated-one-behind: a Generator and a Learner. While the learner trains on batch t (policy version
   t -> t+1), the generator samples batch t+1 with version t; then the weights are synced. Every batch is
   trained on by a learner at most one version ahead of its sampler; this is checked on every batch.
@@ -21,6 +25,7 @@ it, after checkpointing the last completed step when the learner is still alive 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from tqdm.auto import tqdm
@@ -101,6 +106,7 @@ class Driver:
             )
         )
         self.prefetched: Batch | None = None
+        self.round: list[tuple[Generated, Scored, Training, Any]] = []  # colocated-k-batches: the round's batches left
         self.unlogged: list[dict] = []  # rows of an update that finished but whose step is not yet logged
         if resume:
             try:
@@ -142,7 +148,13 @@ class Driver:
             eval_reward = self.validate() if self.step == 0 else float("nan")
             with tqdm(total=c.n_grpo_steps, initial=self.step, desc="GRPO", unit="step") as bar:
                 while self.step < c.n_grpo_steps:
-                    step_rows = self.colocated_step() if c.colocated else self.pipelined_step()
+                    step_rows = (
+                        self.k_batches_step()
+                        if c.strategy == "colocated-k-batches"
+                        else self.colocated_step()
+                        if c.colocated
+                        else self.pipelined_step()
+                    )
                     rows += step_rows
                     if self.step % c.eval_every == 0 or self.step == c.n_grpo_steps:
                         eval_reward = self.validate()
@@ -163,7 +175,8 @@ class Driver:
         except (RayActorError, GetTimeoutError) as err:
             raise self.failure(err) from err
         except RayTaskError as err:
-            if not dead_actors(self.actors):  # the task's own error
+            if not dead_actors(self.actors):  # the task's own error; the log records it if it is a divergence
+                self.log.close(err)
                 raise
             raise self.failure(err) from err  # a learner rank whose collective lost a rank that died
         finally:
@@ -180,6 +193,33 @@ class Driver:
         )
         sync_s = self.get(worker.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
         return self.commit(self.rows(generated, scored, training, learned, sync_s, start, {}))
+
+    def k_batches_step(self) -> list[dict]:
+        """One batch of a colocated-k-batches round: at the round's start its k batches are sampled and graded, and
+        their old log-probs scored, all by the current version; each call then trains on the next batch."""
+        start, worker = time.perf_counter(), self.actors.learner
+        scoring_s = 0.0
+        if not self.round:
+            steps = range(self.step, min(self.step + self.config.multistep_k, self.config.n_grpo_steps))
+            batches = [self.launch(step) for step in steps]  # the worker runs them in order, before any update
+            got = [
+                self.get([b.generated, b.scored], f"ColocatedWorker/Scorer: batch {s}") for b, s in zip(batches, steps)
+            ]
+            trainings = [Training(b.questions, g.rollouts, sc.scores) for b, (g, sc) in zip(batches, got)]
+            old, version, scoring_s = self.get(
+                worker.old_log_probs_of.remote([(t.questions, t.rollouts, t.scores) for t in trainings]),
+                f"ColocatedWorker: old log-probs of batches {steps[0]}..{steps[-1]}",
+            )
+            self.round = [(g, sc, t, (lp, version)) for (g, sc), t, lp in zip(got, trainings, old)]
+        generated, scored, training, (old_log_probs, scored_by) = self.round.pop(0)
+        learning = worker.learn.remote(training.questions, training.rollouts, training.scores, old_log_probs)
+        learned = self.learn(self.get(learning, f"ColocatedWorker: learn on batch {self.step}"), training)
+        learned.seconds["old_logprob"] = learned.seconds.get("old_logprob", 0.0) + scoring_s  # the round's scoring
+        sync_s = 0.0
+        if not self.round:  # the round's last batch: the engine gets version v + k
+            sync_s = self.get(worker.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
+        extra = {"old_logprob_version": scored_by}
+        return self.commit(self.rows(generated, scored, training, learned, sync_s, start, extra))
 
     def pipelined_step(self) -> list[dict]:
         start = time.perf_counter()
@@ -242,7 +282,7 @@ class Driver:
     ) -> list[dict]:
         c, wall = self.config, time.perf_counter() - start
         lag = self.step - generated.version
-        bound = 0 if c.colocated else 1
+        bound = c.max_version_lag
         if lag > bound:  # the one-behind guarantee (and on-policy for colocated): never silently exceeded
             raise RuntimeError(
                 f"batch {self.step} was sampled by policy version {generated.version}, {lag} behind the "
@@ -277,6 +317,8 @@ class Driver:
         return rows
 
     def validate(self) -> float:
+        if self.round:  # mid-round: the engine still samples with the round's version (vLLM holds its own copy)
+            self.get(self.actors.learner.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
         summary, examples = self.get(
             self.actors.generator.validate.remote(validation_sampling(self.config)),
             f"{self.generator_name}: validation at step {self.step}",

@@ -49,6 +49,10 @@ class TrainingSettings(OutputSettings, LoRASettings):
     checkpoint_every: int = setting(50, "Save a resumable checkpoint every N steps, and at the end.")
     wandb_project: str | None = setting(None, "wandb project name.")
     wandb_mode: WandbMode = setting("disabled", "wandb logging: online, offline (no network needed) or disabled.")
+    wandb_group: str | None = setting(
+        None,
+        "wandb group of the run (scripts/sweep.py sets it to the preset's name); the run is named after its folder.",
+    )
 
     # Settings a resumed run may change without changing what it computes: cadence, logging, placement.
     RESUMABLE: ClassVar[frozenset[str]] = frozenset(
@@ -60,6 +64,7 @@ class TrainingSettings(OutputSettings, LoRASettings):
             "checkpoint_every",
             "wandb_project",
             "wandb_mode",
+            "wandb_group",
             "policy_device",
             "rollout_device",
             "grader_workers",
