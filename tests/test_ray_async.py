@@ -4,11 +4,13 @@ group within 2 versions while responses span versions, generators killed mid-str
 which then resumes without training any group twice."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from alignment.ray.async_driver import Ticket, keep_on_resume, pick_batch
 from alignment.ray.cluster import ActorFailure
+from alignment.ray.config import RayGRPOConfig, validate_ray
 from alignment.ray.driver import train_grpo_ray
 from alignment.ray.env import ray
 from alignment.rollout.interface import Rollout
@@ -24,6 +26,42 @@ def cluster():
     ray.init(num_cpus=1, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+ASYNC = RayGRPOConfig(
+    rollout_batch_size=8, group_size=4, train_batch_size=8, gradient_accumulation_steps=4, strategy="async"
+)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"strategy": "replay-buffer", "max_staleness": 2}, "--max-staleness applies only to --strategy async"),
+        ({"strategy": "colocated-sync", "partial_rollouts": False}, "--partial-rollouts applies only to"),
+        ({"max_staleness": -1}, "--max-staleness must be >= 0, got -1"),
+        ({"generators": 0}, "--generators must be >= 1, got 0"),
+        ({"sampling_temperature": 0.7}, "--off-policy-objective decoupled weighs each token by pi_prox / pi_behav"),
+        ({"rollout_correction": "token_mask"}, "--rollout-correction token_mask under the decoupled objective needs"),
+        ({"loss_type": "gspo", "loss_aggregation": "sequence_mean"}, "the decoupled objective's weight needs"),
+        ({"off_policy_objective": "naive", "tis_cap": 2.0}, "--off-policy-objective naive trains stale samples"),
+        ({"backend": "transformer_lm"}, "our TransformerLM's sampler does not stream"),
+        ({"backend": "vllm", "lora_rank": 4}, "--partial-rollouts with --lora-rank on --backend vllm"),
+        ({"generator_restarts": 1, "weight_sync": "gloo"}, "--generator-restarts with --weight-sync gloo"),
+    ],
+)
+def test_bad_async_flags_are_named(overrides, message):
+    with pytest.raises(ValueError) as info:
+        validate_ray(replace(ASYNC, **overrides))
+    assert message in str(info.value)
+
+
+def test_the_async_learner_trains_with_the_off_policy_objective():
+    validate_ray(ASYNC)
+    assert ASYNC.learner_objective().off_policy == "decoupled"
+    assert replace(ASYNC, strategy="replay-buffer").learner_objective().off_policy is None
+    naive = replace(ASYNC, off_policy_objective="naive", sampling_temperature=0.7)
+    validate_ray(naive)  # no weight: any temperature
+    assert naive.learner_objective().correction_cap is None
 
 
 def ticket(number: int, floor: int, start: int | None = None, graded: bool = True) -> Ticket:
@@ -145,3 +183,33 @@ def test_a_generator_death_past_the_restarts_stops_the_run_which_resumes(cluster
     assert resumed[-1]["grpo_step"] == 4
     check_async_rows(logged(config), 2, 4, 2)
     assert sorted(trained_tickets(config)) == list(range(8))  # every group once, across the two invocations
+
+
+@pytest.mark.slow  # 3 minutes under load: four runs of the real command line
+@pytest.mark.parametrize(
+    "fault,message",
+    [
+        ("ray_step:2", None),  # kill -9 of the driver right after update 2 is logged and checkpointed
+        ("async_stream:5", "actor Generator died"),  # the generator, as it streams its 5th group: the run stops
+    ],
+)
+def test_killed_then_resumed_from_the_command_line_trains_every_group_once(tiny_model_dir, tmp_path, fault, message):
+    import signal
+
+    from tests.test_fault_cli import STEPS, checkpoint_step, ok, resume, train, write_config
+
+    config = write_config(tiny_model_dir, tmp_path, strategy="async", max_staleness=2, sampling_max_tokens=24)
+    run = tmp_path / "run"
+    stopped = train("train_grpo_ray.py", config, run, "--ray-timeout-s", "120", fault=fault)
+    if message is None:
+        assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-3000:]
+    else:
+        assert stopped.returncode == 1 and message in stopped.stderr and "--resume" in stopped.stderr, stopped.stderr
+    assert 1 <= (checkpoint_step(run) or 0) < STEPS
+    ok(resume("train_grpo_ray.py", run))
+    assert checkpoint_step(run) == STEPS
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    check_async_rows(rows, 2, STEPS, 2)
+    trained = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    tickets = [row["ticket"] for row in trained if row["kind"] == "trained"]
+    assert sorted(tickets) == list(range(STEPS * 2))  # none lost, none trained twice

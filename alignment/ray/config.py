@@ -24,7 +24,8 @@ Transport = Literal[TRANSPORTS]  # type: ignore[valid-type]
 @dataclass
 class RayGRPOConfig(GRPOConfig):
     strategy: Strategy = setting(
-        "colocated-sync", "How generation and learning are scheduled (alignment/ray/driver.py)."
+        "colocated-sync",
+        "How generation and learning are scheduled (alignment/ray/driver.py; async: alignment/ray/async_driver.py).",
     )
     multistep_k: int = setting(1, "colocated-multistep: GRPO-Clip optimizer steps per rollout batch (e.g. 1, 2, 4, 8).")
     buffer_capacity: int = setting(64, "replay-buffer: groups (one question's --group-size rollouts) the buffer keeps.")
