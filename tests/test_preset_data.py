@@ -11,6 +11,7 @@ from alignment.data.splits import run_data
 from alignment.experiments.sweep import load_preset
 from alignment.grpo.config import GRPOConfig
 from alignment.prompts import load_prompt
+from alignment.ray.config import RayGRPOConfig
 from alignment.run.setup import keyword_run_tasks
 from alignment.sft_run import load_training_examples, sft_validation
 from alignment.supervised.config import EIConfig, SFTConfig
@@ -25,8 +26,14 @@ SETTINGS_FILES = {  # configs/*.toml -> the script that takes it
     "grpo_gsm8k_cpu": "train_grpo",
     "sft_gsm8k_demo": "train_sft",
     "ei_gsm8k_demo": "expert_iteration",
+    "keyword_async": "train_grpo_ray",
 }
-CONFIGS = {"train_grpo": GRPOConfig, "train_sft": SFTConfig, "expert_iteration": EIConfig}
+CONFIGS = {
+    "train_grpo": GRPOConfig,
+    "train_sft": SFTConfig,
+    "expert_iteration": EIConfig,
+    "train_grpo_ray": RayGRPOConfig,
+}
 
 
 def runs() -> list[tuple[str, str, dict]]:
@@ -44,7 +51,7 @@ def runs() -> list[tuple[str, str, dict]]:
 def load_data(script: str, settings: dict) -> int:
     """Load a run's training and validation data as its script would; returns the number of training items."""
     config = CONFIGS[script](**settings)
-    if script == "train_grpo":
+    if script in ("train_grpo", "train_grpo_ray"):
         if config.task == "keywords":
             return len(keyword_run_tasks(config, "{question}")[0].questions)
         return len(

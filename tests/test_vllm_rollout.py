@@ -364,6 +364,36 @@ def test_ray_generator_holding_vllm_receives_the_learners_weights(cluster, tiny_
         ray.kill(generator)
 
 
+@pytest.mark.slow  # a minute and a half: Ray, a learner, and a vLLM generator that streams
+def test_async_strategy_with_a_vllm_generator(cluster, tiny_model_dir, tmp_path):
+    """--strategy async on a vLLM generator: groups streamed from vLLM's own step loop, weights loaded between its
+    steps (recompute), each token's version from vLLM's spans; staleness within the bound, every group once."""
+    from alignment.ray.driver import train_grpo_ray
+    from tests.test_ray_async import check_async_rows, trained_tickets
+    from tests.test_ray_strategies import TASK, config_for, logged
+
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="async",
+        backend="vllm",
+        max_staleness=1,
+        sampling_max_tokens=32,
+        sampling_min_tokens=32,
+        n_grpo_steps=4,
+        eval_every=2,
+    )
+    train_grpo_ray(config, TASK, TASK)
+    rows = logged(config)
+    check_async_rows(rows, 1, 4, 2)
+    updates = [row for row in rows if "loss" in row]
+    # the learner scores vLLM's samples; tokens sampled by the learner's own version agree to the engine's rounding,
+    # older ones differ by the update: the decoupled weight takes both
+    assert all(row["tis_weight_mean"] > 0 for row in updates)
+    assert sorted(trained_tickets(config)) == list(range(8))
+    assert [row["grpo_step"] for row in rows if "eval_reward" in row] == [0, 2, 4]
+
+
 @pytest.mark.parametrize("transport", ["gloo", "nccl"])
 def test_collective_transports_are_refused_for_a_vllm_generator(transport):
     """Measured here: gloo's group fails to form in an actor whose vLLM engine already holds the process's

@@ -1,0 +1,194 @@
+"""Fully asynchronous GRPO against the synchronous strategies, on a workload whose response lengths vary (issue 37).
+
+    uv run python bench/async_grpo.py                        # SmolLM2-135M, configs/keyword_async.toml's workload
+    uv run python bench/async_grpo.py --tiny --steps 3       # a tiny random model: checks that the bench runs
+
+One after the other, with the same seed and the same samples (--steps rollout batches of --rollout-batch-size):
+colocated-sync, disaggregated-one-behind, then async with --max-staleness 1, 2 and 4, each with and without partial
+rollouts. Every run trains the same objective (the preset's GRPO-Clip with its --tis-cap). Prints one table per run:
+
+- loop wall time (the sum of the steps' wall times) and samples/s over it;
+- learner idle: 1 - (seconds the learner spent in its old-log-prob and train phases) / loop wall time;
+- generator idle: 1 - (seconds spent sampling) / (loop wall time x generators); colocated-sync's generator is
+  the worker, idle while it learns;
+- mean and max version lag of the groups trained, the fraction of responses whose tokens span versions;
+- the held-out reward first -> last, and the load average (1 min) over the run: other sessions share the machine.
+
+Then a projection for N generators from the async run's busy times (each generator on a device like the one
+measured): steady-state samples/s = min(N x g, B / L), g the samples a generator makes per second of sampling,
+L the learner's seconds per update of B samples. Writes summary.json, each run's folder and a plot of held-out
+reward against wall time (held_out_reward_vs_wall_time.png) to --output-dir.
+"""
+
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import typer
+
+from alignment.config.cli import read_config_file
+from alignment.experiments.plotting import line_figure, read_rows
+from alignment.ray.config import RayGRPOConfig
+from alignment.ray.driver import train_grpo_ray
+from alignment.ray.env import ray
+from bench.ray_strategies import tiny_model
+
+RUNS = {  # label -> settings over the base
+    "colocated-sync": {"strategy": "colocated-sync"},
+    "disaggregated-one-behind": {"strategy": "disaggregated-one-behind"},
+    **{
+        f"async eta={eta}{'' if partial else ', no partial'}": {
+            "strategy": "async",
+            "max_staleness": eta,
+            "partial_rollouts": partial,
+        }
+        for eta in (1, 2, 4)
+        for partial in (True, False)
+    },
+}
+
+
+class LoadSampler:
+    """The 1-minute load average, sampled every few seconds while a run goes."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.samples: list[float] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(every_s,), daemon=True)
+
+    def _run(self, every_s: float) -> None:
+        while not self.stop.wait(every_s):
+            self.samples.append(os.getloadavg()[0])
+
+    def __enter__(self) -> "LoadSampler":
+        self.samples.append(os.getloadavg()[0])
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def summarize(config: RayGRPOConfig) -> dict[str, float]:
+    rows = read_rows(config.output_dir / "metrics.jsonl")
+    steps = [row for row in rows if "time_step_s" in row]
+    steps = list({row["grpo_step"]: row for row in reversed(steps)}.values())[::-1]  # the first row of each step
+    loop_s = sum(row["time_step_s"] for row in steps)
+    learner_s = sum(row.get("time_old_logprob_s", 0.0) + row["time_train_s"] for row in steps)
+    sampling_s = sum(row["time_rollout_s"] for row in steps)
+    generators = config.generators if config.strategy == "async" else 1
+    evals = [row["eval_reward"] for row in rows if "eval_reward" in row]
+    samples = len(steps) * config.rollout_batch_size
+    return {
+        "loop_s": loop_s,
+        "samples": samples,
+        "samples_per_s": samples / loop_s,
+        "learner_idle": 1 - learner_s / loop_s,
+        "generator_idle": 1 - sampling_s / (loop_s * generators),
+        "learner_s_per_update": learner_s / len(steps),
+        "sampling_s": sampling_s,
+        "lag_mean": statistics.mean(row.get("staleness_mean", row["version_lag"]) for row in steps),
+        "lag_max": max(row["version_lag"] for row in steps),
+        "partial_fraction": statistics.mean(row.get("partial_fraction", 0.0) for row in steps),
+        "response_length_mean": statistics.mean(row["response_length_mean"] for row in steps),
+        "truncated_fraction": statistics.mean(row["truncated_fraction"] for row in steps),
+        "eval_first": evals[0],
+        "eval_final": evals[-1],
+    }
+
+
+def projection(async_run: dict[str, float], sync_run: dict[str, float], batch: int) -> list[tuple[int, float, float]]:
+    """(N, projected samples/s, x over the measured colocated-sync) for N generators on devices like the one
+    measured: the learner takes L s per update of `batch` samples, a generator makes g samples per second sampling."""
+    g = async_run["samples"] / async_run["sampling_s"]
+    learner_rate = batch / async_run["learner_s_per_update"]
+    return [(n, min(n * g, learner_rate), min(n * g, learner_rate) / sync_run["samples_per_s"]) for n in (1, 2, 4, 8)]
+
+
+def main(
+    config: Path = typer.Option(Path("configs/keyword_async.toml"), help="The workload every run shares."),
+    steps: int = typer.Option(8, help="GRPO steps (rollout batches) per run."),
+    rollout_batch_size: int = typer.Option(16, help="Samples per rollout batch (--group-size each prompt)."),
+    eval_examples: int = typer.Option(16, help="Held-out prompts, validated at step 0, midway and at the end."),
+    only: list[str] = typer.Option([], help="Run only these labels (default: all)."),
+    backend: str | None = typer.Option(None, help="Rollout backend of every run (default: --config's)."),
+    tiny: bool = typer.Option(False, help="A tiny random model and short responses instead of --config's model."),
+    num_cpus: int | None = typer.Option(None, help="CPUs the local Ray cluster may use (default: all)."),
+    output_dir: Path = typer.Option(Path("outputs/bench_async"), help="Runs, plot and summary.json."),
+) -> None:
+    base = RayGRPOConfig(**read_config_file(config, RayGRPOConfig))
+    base = replace(
+        base,
+        n_grpo_steps=steps,
+        rollout_batch_size=rollout_batch_size,
+        train_batch_size=rollout_batch_size,
+        gradient_accumulation_steps=max(1, rollout_batch_size // 8),
+        eval_every=max(1, steps // 2),
+        checkpoint_every=steps,
+        n_eval_examples=eval_examples,
+        overwrite=True,
+    )
+    if backend is not None:
+        base = replace(base, backend=backend)
+    if tiny:
+        # vLLM's CPU attention has no kernel for the tiny model's head size
+        base = replace(base, model=tiny_model(output_dir / "tiny-model"), sampling_max_tokens=24, backend="hf")
+    labels = [label for label in RUNS if not only or label in only]
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    results: dict[str, dict[str, float]] = {}
+    try:
+        for label in labels:
+            settings = {"max_staleness": 1, "partial_rollouts": True} | RUNS[label]
+            run = replace(base, output_dir=output_dir / label.replace(" ", "_").replace(",", ""), **settings)
+            started = time.perf_counter()
+            with LoadSampler() as load:
+                train_grpo_ray(run)
+            results[label] = summarize(run) | {
+                "wall_s": time.perf_counter() - started,
+                "load_mean": statistics.mean(load.samples),
+                "output_dir": str(run.output_dir),
+            }
+    finally:
+        ray.shutdown()
+
+    print(
+        f"\n{steps} steps x {base.rollout_batch_size} samples ({base.n_prompts_per_rollout_batch} prompts x "
+        f"{base.group_size}), up to {base.sampling_max_tokens} tokens, {base.model}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, {torch.cuda.device_count()} GPUs"
+    )
+    print(
+        "| run | loop wall (s) | samples/s | learner idle | generator idle | lag mean / max | partial responses "
+        "| response tokens (mean) | held-out reward first -> last | load avg |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, r in results.items():
+        print(
+            f"| {label} | {r['loop_s']:.0f} | {r['samples_per_s']:.3f} | {r['learner_idle']:.2f} | "
+            f"{r['generator_idle']:.2f} | {r['lag_mean']:.2f} / {r['lag_max']:g} | {r['partial_fraction']:.2f} | "
+            f"{r['response_length_mean']:.0f} | {r['eval_first']:.3f} -> {r['eval_final']:.3f} | "
+            f"{r['load_mean']:.1f} |"
+        )
+    summary: dict = {"steps": steps, "model": base.model, "results": results}
+    reference = next((label for label in ("async eta=2", "async eta=1") if label in results), None)
+    if reference is not None and "colocated-sync" in results:
+        rows = projection(results[reference], results["colocated-sync"], base.rollout_batch_size)
+        summary["projection"] = {"from": reference, "rows": rows}
+        print(f"\nprojection from {reference}'s busy times: | generators | samples/s | x colocated-sync (measured) |")
+        for n, rate, speedup in rows:
+            print(f"| {n} | {rate:.3f} | {speedup:.2f} |")
+    runs = {label: read_rows(Path(r["output_dir"]) / "metrics.jsonl") for label, r in results.items()}
+    plot = output_dir / "held_out_reward_vs_wall_time.png"
+    line_figure(runs, ["eval_reward"], "held-out reward", plot, x="time_elapsed_s")
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"summary: {output_dir / 'summary.json'}; plot: {plot}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
