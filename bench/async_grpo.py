@@ -14,10 +14,12 @@ rollouts. Every run trains the same objective (the preset's GRPO-Clip with its -
 - mean and max version lag of the groups trained, the fraction of responses whose tokens span versions;
 - the held-out reward first -> last, and the load average (1 min) over the run: other sessions share the machine.
 
-Then a projection for N generators from the async run's busy times (each generator on a device like the one
-measured): steady-state samples/s = min(N x g, B / L), g the samples a generator makes per second of sampling,
-L the learner's seconds per update of B samples. Writes summary.json, each run's folder and a plot of held-out
-reward against wall time (held_out_reward_vs_wall_time.png) to --output-dir.
+Then a projection for N generators from an async run's idle fractions: with the learner busy a fraction b_L of
+the loop and the one generator b_G, N generators (each on a device of its own, as fast as the one measured, the
+learner on another) sample a batch N times faster, so the loop is set by the slower side:
+samples/s(N) = measured samples/s / max(b_L, b_G / N). It is an upper bound (perfect overlap, no contention).
+Writes summary.json, each run's folder and a plot of held-out reward against wall time
+(held_out_reward_vs_wall_time.png) to --output-dir; `--report-only` prints them again from summary.json.
 """
 
 import json
@@ -26,6 +28,7 @@ import platform
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -104,12 +107,45 @@ def summarize(config: RayGRPOConfig) -> dict[str, float]:
     }
 
 
-def projection(async_run: dict[str, float], sync_run: dict[str, float], batch: int) -> list[tuple[int, float, float]]:
-    """(N, projected samples/s, x over the measured colocated-sync) for N generators on devices like the one
-    measured: the learner takes L s per update of `batch` samples, a generator makes g samples per second sampling."""
-    g = async_run["samples"] / async_run["sampling_s"]
-    learner_rate = batch / async_run["learner_s_per_update"]
-    return [(n, min(n * g, learner_rate), min(n * g, learner_rate) / sync_run["samples_per_s"]) for n in (1, 2, 4, 8)]
+def projection(run: dict[str, float], generators: Sequence[int] = (1, 2, 4, 8)) -> list[tuple[int, float, float]]:
+    """(N, projected samples/s, learner idle) for N generators, from a run's samples/s and idle fractions."""
+    learner_busy, generator_busy = 1 - run["learner_idle"], 1 - run["generator_idle"]
+    return [
+        (
+            n,
+            run["samples_per_s"] / max(learner_busy, generator_busy / n),
+            1 - learner_busy / max(learner_busy, generator_busy / n),
+        )
+        for n in generators
+    ]
+
+
+def report(results: dict[str, dict[str, float]], header: str, output_dir: Path) -> dict:
+    """Print the table and the projection, draw the plot; the summary's JSON."""
+    print(f"\n{header}")
+    print(
+        "| run | loop wall (s) | samples/s | learner idle | generator idle | lag mean / max | partial responses "
+        "| response tokens (mean) | held-out reward first -> last | load avg |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, r in results.items():
+        print(
+            f"| {label} | {r['loop_s']:.0f} | {r['samples_per_s']:.3f} | {r['learner_idle']:.2f} | "
+            f"{r['generator_idle']:.2f} | {r['lag_mean']:.2f} / {r['lag_max']:g} | {r['partial_fraction']:.2f} | "
+            f"{r['response_length_mean']:.0f} | {r['eval_first']:.3f} -> {r['eval_final']:.3f} | "
+            f"{r['load_mean']:.1f} |"
+        )
+    summary: dict = {"header": header, "results": results, "projection": {}}
+    for label, r in results.items():
+        if label.startswith("async"):
+            rows = projection(r)
+            summary["projection"][label] = rows
+            print(f"\nprojection from {label}: " + ", ".join(f"N={n}: {rate:.3f} samples/s" for n, rate, _ in rows))
+    runs = {label: read_rows(Path(r["output_dir"]) / "metrics.jsonl") for label, r in results.items()}
+    plot = output_dir / "held_out_reward_vs_wall_time.png"
+    line_figure(runs, ["eval_reward"], "held-out reward", plot, x="time_elapsed_s")
+    print(f"plot: {plot}")
+    return summary
 
 
 def main(
@@ -122,7 +158,13 @@ def main(
     tiny: bool = typer.Option(False, help="A tiny random model and short responses instead of --config's model."),
     num_cpus: int | None = typer.Option(None, help="CPUs the local Ray cluster may use (default: all)."),
     output_dir: Path = typer.Option(Path("outputs/bench_async"), help="Runs, plot and summary.json."),
+    report_only: bool = typer.Option(False, help="Print the table, projection and plot again from summary.json."),
 ) -> None:
+    if report_only:
+        summary = json.loads((output_dir / "summary.json").read_text())
+        header = summary.get("header", f"{summary.get('steps')} steps, {summary.get('model')}")  # older summaries
+        report(summary["results"], header, output_dir)
+        return
     base = RayGRPOConfig(**read_config_file(config, RayGRPOConfig))
     base = replace(
         base,
@@ -158,36 +200,14 @@ def main(
     finally:
         ray.shutdown()
 
-    print(
-        f"\n{steps} steps x {base.rollout_batch_size} samples ({base.n_prompts_per_rollout_batch} prompts x "
-        f"{base.group_size}), up to {base.sampling_max_tokens} tokens, {base.model}, {platform.machine()}, "
-        f"{os.cpu_count()} CPUs, {torch.cuda.device_count()} GPUs"
+    header = (
+        f"{steps} steps x {base.rollout_batch_size} samples ({base.n_prompts_per_rollout_batch} prompts x "
+        f"{base.group_size}), up to {base.sampling_max_tokens} tokens, {base.model}, backend {base.backend}, "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.cuda.device_count()} GPUs, Ray num_cpus {num_cpus}"
     )
-    print(
-        "| run | loop wall (s) | samples/s | learner idle | generator idle | lag mean / max | partial responses "
-        "| response tokens (mean) | held-out reward first -> last | load avg |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for label, r in results.items():
-        print(
-            f"| {label} | {r['loop_s']:.0f} | {r['samples_per_s']:.3f} | {r['learner_idle']:.2f} | "
-            f"{r['generator_idle']:.2f} | {r['lag_mean']:.2f} / {r['lag_max']:g} | {r['partial_fraction']:.2f} | "
-            f"{r['response_length_mean']:.0f} | {r['eval_first']:.3f} -> {r['eval_final']:.3f} | "
-            f"{r['load_mean']:.1f} |"
-        )
-    summary: dict = {"steps": steps, "model": base.model, "results": results}
-    reference = next((label for label in ("async eta=2", "async eta=1") if label in results), None)
-    if reference is not None and "colocated-sync" in results:
-        rows = projection(results[reference], results["colocated-sync"], base.rollout_batch_size)
-        summary["projection"] = {"from": reference, "rows": rows}
-        print(f"\nprojection from {reference}'s busy times: | generators | samples/s | x colocated-sync (measured) |")
-        for n, rate, speedup in rows:
-            print(f"| {n} | {rate:.3f} | {speedup:.2f} |")
-    runs = {label: read_rows(Path(r["output_dir"]) / "metrics.jsonl") for label, r in results.items()}
-    plot = output_dir / "held_out_reward_vs_wall_time.png"
-    line_figure(runs, ["eval_reward"], "held-out reward", plot, x="time_elapsed_s")
+    summary = report(results, header, output_dir)
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"summary: {output_dir / 'summary.json'}; plot: {plot}")
+    print(f"summary: {output_dir / 'summary.json'}")
 
 
 if __name__ == "__main__":
