@@ -123,6 +123,7 @@ def check_async_rows(rows: list[dict], eta: int, steps: int, size: int) -> None:
     for row in updates.values():
         assert row["tokens_checksum_trained"] == row["tokens_checksum_sent"]
         assert 0 <= row["staleness_mean"] <= row["staleness_max"] == row["version_lag"] <= eta
+        assert (row["stale_groups"] > 0) == (row["staleness_max"] > 0)
         assert 0 <= row["token_lag_mean"] <= eta and 0 <= row["learner_idle_fraction"] <= 1
         assert row["time_rollout_s"] >= 0 and 0 <= row["generator_idle_fraction"] <= 1
 

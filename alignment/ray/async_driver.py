@@ -21,8 +21,9 @@ every trained group within ETA:
 - the batch (earliest deadline first): a group is due by version start + ETA (floor + ETA while unfinished). The
   learner takes the B graded groups due first, unless leaving the rest would make some later version unable to
   take every group due by then (more than B per version); then it waits for the older groups (learner idle).
-  Ages are checked on every batch (a RuntimeError past ETA) and logged per step: `staleness_mean`/`_max`
-  (groups), `token_lag_mean`, `version_span_max` (versions within one response), `partial_fraction`.
+  Ages are checked on every batch (a RuntimeError past ETA) and logged per step: `staleness_mean`/`_max` and
+  `stale_groups` (groups older than the learner), `token_lag_mean`, `version_span_max` (versions within one
+  response), `partial_fraction`.
 
 Faults. A generator that dies is replaced (--generator-restarts) and its unfinished groups handed out again on the
 current weights; past the allowance the run stops naming it, with a checkpoint. A checkpoint keeps the groups
@@ -434,6 +435,7 @@ class AsyncLoop:
             "version_lag": max(lags),
             "staleness_mean": sum(lags) / len(lags),
             "staleness_max": max(lags),
+            "stale_groups": sum(lag > 0 for lag in lags),
             "token_lag_mean": sum(token_lags) / max(len(token_lags), 1),
             "version_span_max": max((max(vs) - min(vs) for vs in versions if vs), default=0),
             "partial_fraction": sum(len(set(vs)) > 1 for vs in versions) / len(versions),
