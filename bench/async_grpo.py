@@ -18,8 +18,9 @@ Then a projection for N generators from an async run's idle fractions: with the 
 the loop and the one generator b_G, N generators (each on a device of its own, as fast as the one measured, the
 learner on another) sample a batch N times faster, so the loop is set by the slower side:
 samples/s(N) = measured samples/s / max(b_L, b_G / N). It is an upper bound (perfect overlap, no contention).
-Writes summary.json, each run's folder and a plot of held-out reward against wall time
-(held_out_reward_vs_wall_time.png) to --output-dir; `--report-only` prints them again from summary.json.
+Writes summary.json, each run's folder (with its bench.json) and a plot of held-out reward against wall time
+(held_out_reward_vs_wall_time.png) to --output-dir; `--report-only` prints them again from summary.json, and
+`--skip-done` measures only the runs without a bench.json (a run that fails is reported and skipped).
 """
 
 import json
@@ -159,6 +160,7 @@ def main(
     num_cpus: int | None = typer.Option(None, help="CPUs the local Ray cluster may use (default: all)."),
     output_dir: Path = typer.Option(Path("outputs/bench_async"), help="Runs, plot and summary.json."),
     report_only: bool = typer.Option(False, help="Print the table, projection and plot again from summary.json."),
+    skip_done: bool = typer.Option(False, help="Keep the runs already measured in --output-dir (their bench.json)."),
 ) -> None:
     if report_only:
         summary = json.loads((output_dir / "summary.json").read_text())
@@ -189,14 +191,23 @@ def main(
         for label in labels:
             settings = {"max_staleness": 1, "partial_rollouts": True} | RUNS[label]
             run = replace(base, output_dir=output_dir / label.replace(" ", "_").replace(",", ""), **settings)
+            done = run.output_dir / "bench.json"
+            if skip_done and done.is_file():
+                results[label] = json.loads(done.read_text())
+                continue
             started = time.perf_counter()
-            with LoadSampler() as load:
-                train_grpo_ray(run)
+            try:
+                with LoadSampler() as load:
+                    train_grpo_ray(run)
+            except Exception as err:  # another session's memory use may get an actor killed: the next runs go on
+                print(f"{label} failed: {type(err).__name__}: {err}"[:2000])
+                continue
             results[label] = summarize(run) | {
                 "wall_s": time.perf_counter() - started,
                 "load_mean": statistics.mean(load.samples),
                 "output_dir": str(run.output_dir),
             }
+            done.write_text(json.dumps(results[label], indent=2))
     finally:
         ray.shutdown()
 
