@@ -95,7 +95,6 @@ class Clock:
 class Streamed:
     """One finished group: ticket `ticket`'s group_size rollouts, with per-token versions and behaviour log-probs."""
 
-    generator: str
     ticket: int
     rollouts: list[Rollout]
     clock: Clock
@@ -103,7 +102,6 @@ class Streamed:
 
 @dataclass
 class Validated:
-    generator: str
     version: int  # of the weights validated
     summary: dict[str, float]
     examples: list[dict[str, Any]]
@@ -227,12 +225,12 @@ class Generator(_Actor):
         for item in self.engine.stream(self.feed, c.partial_rollouts, c.inflight_kv):  # type: ignore[attr-defined]
             if isinstance(item, FinishedGroup):
                 fault_point("async_stream")
-                yield Streamed(self.name, item.key, item.rollouts, clock())
+                yield Streamed(item.key, item.rollouts, clock())
             elif isinstance(item, Validate):
                 start = time.perf_counter()
                 summary, examples = self.validate(item.sampling)
                 validation_s += time.perf_counter() - start
-                yield Validated(self.name, self.feed.version, summary, examples, clock())
+                yield Validated(self.feed.version, summary, examples, clock())
 
     def validate(self, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
         if self.model is not None:

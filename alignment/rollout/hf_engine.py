@@ -21,7 +21,7 @@ from alignment.rollout.decoding import (
 from alignment.rollout.forward_tape import ForwardTape
 from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.rollout.reserved_cache import ReservedCache
-from alignment.rollout.streaming import FinishedGroup, KVAfterLoad, StreamFeed, Unit, groups_of_rows
+from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit, groups_of_rows
 
 
 def kv_cache_bytes_per_token(model: PreTrainedModel) -> int:
@@ -75,7 +75,9 @@ class HFRolloutEngine:
             self.progress,
         )
 
-    def stream(self, feed: StreamFeed, partial: bool = True, kv: KVAfterLoad = "recompute") -> Iterator[object]:
+    def stream(
+        self, feed: StreamFeed, partial: bool = True, kv: KVAfterLoad = "recompute"
+    ) -> Iterator[FinishedGroup | Barrier]:
         """StreamingEngine.stream (alignment/rollout/streaming.py): units one after another, each sampled exactly as
         `generate` samples its prompts (same batches, one seeded generator), each group yielded once its n rows are
         done. With `partial`, offered weights are loaded between two decode steps; without, between units."""

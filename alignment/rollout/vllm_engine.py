@@ -32,7 +32,7 @@ import torch
 
 from alignment.models.lora import LoRASettings, is_adapter_state, save_adapter_folder
 from alignment.rollout.interface import Rollout, SamplingConfig
-from alignment.rollout.streaming import FinishedGroup, KVAfterLoad, StreamFeed, Unit
+from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU vLLM sizes the KV cache from this, not from a memory fraction
 
@@ -171,7 +171,9 @@ class VLLMRolloutEngine:
             self.cycle.sleep()
         return rollouts
 
-    def stream(self, feed: StreamFeed, partial: bool = True, kv: KVAfterLoad = "recompute") -> Iterator[object]:
+    def stream(
+        self, feed: StreamFeed, partial: bool = True, kv: KVAfterLoad = "recompute"
+    ) -> Iterator[FinishedGroup | Barrier]:
         """StreamingEngine.stream (alignment/rollout/streaming.py) over vLLM's own step loop: every prompt of the feed's
         units is admitted at once (continuous batching; each request seeded as `generate` seeds it) and each finished
         request is a group. Weights offered while requests run are loaded between two engine steps with `partial`
