@@ -16,8 +16,9 @@ rollouts. Every run trains the same objective (the preset's GRPO-Clip with its -
 
 Then a projection for N generators from an async run's idle fractions: with the learner busy a fraction b_L of
 the loop and the one generator b_G, N generators (each on a device of its own, as fast as the one measured, the
-learner on another) sample a batch N times faster, so the loop is set by the slower side:
-samples/s(N) = measured samples/s / max(b_L, b_G / N). It is an upper bound (perfect overlap, no contention).
+learner on another) sample a batch N times faster and a learner k times faster trains one k times faster, so the
+loop is set by the slower side: samples/s(N, k) = measured samples/s / max(b_L / k, b_G / N). It is an upper
+bound (perfect overlap, no contention between the devices).
 Writes summary.json, each run's folder (with its bench.json) and a plot of held-out reward against wall time
 (held_out_reward_vs_wall_time.png) to --output-dir; `--report-only` prints them again from summary.json, and
 `--skip-done` measures only the runs without a bench.json (a run that fails is reported and skipped).
@@ -108,17 +109,18 @@ def summarize(config: RayGRPOConfig) -> dict[str, float]:
     }
 
 
-def projection(run: dict[str, float], generators: Sequence[int] = (1, 2, 4, 8)) -> list[tuple[int, float, float]]:
-    """(N, projected samples/s, learner idle) for N generators, from a run's samples/s and idle fractions."""
+def projection(
+    run: dict[str, float], generators: Sequence[int] = (1, 2, 4, 8), learner_speedups: Sequence[int] = (1, 2, 4)
+) -> list[tuple[int, int, float, float]]:
+    """(N, k, projected samples/s, learner idle) for N generators and a learner k times faster (a GPU, or
+    --learner-processes), from a run's samples/s and idle fractions: the slower side sets the loop."""
     learner_busy, generator_busy = 1 - run["learner_idle"], 1 - run["generator_idle"]
-    return [
-        (
-            n,
-            run["samples_per_s"] / max(learner_busy, generator_busy / n),
-            1 - learner_busy / max(learner_busy, generator_busy / n),
-        )
-        for n in generators
-    ]
+    rows = []
+    for k in learner_speedups:
+        for n in generators:
+            interval = max(learner_busy / k, generator_busy / n)  # of the measured loop
+            rows.append((n, k, run["samples_per_s"] / interval, 1 - learner_busy / k / interval))
+    return rows
 
 
 def report(results: dict[str, dict[str, float]], header: str, output_dir: Path) -> dict:
@@ -139,9 +141,18 @@ def report(results: dict[str, dict[str, float]], header: str, output_dir: Path) 
     summary: dict = {"header": header, "results": results, "projection": {}}
     for label, r in results.items():
         if label.startswith("async"):
-            rows = projection(r)
-            summary["projection"][label] = rows
-            print(f"\nprojection from {label}: " + ", ".join(f"N={n}: {rate:.3f} samples/s" for n, rate, _ in rows))
+            summary["projection"][label] = projection(r)
+    reference = next((label for label in ("async eta=2", "async eta=1") if label in results), None)
+    if reference is not None:
+        print(
+            f"\nprojection from {reference} (samples/s; learner idle):\n| generators | "
+            + " | ".join(f"learner x{k}" for k in (1, 2, 4))
+            + " |\n|---|---|---|---|"
+        )
+        rows = summary["projection"][reference]
+        for n in (1, 2, 4, 8):
+            cells = [f"{rate:.2f}; {idle:.2f}" for m, _, rate, idle in rows if m == n]
+            print(f"| {n} | " + " | ".join(cells) + " |")
     runs = {label: read_rows(Path(r["output_dir"]) / "metrics.jsonl") for label, r in results.items()}
     plot = output_dir / "held_out_reward_vs_wall_time.png"
     line_figure(runs, ["eval_reward"], "held-out reward", plot, x="time_elapsed_s")
