@@ -1,4 +1,4 @@
-"""Train a policy with GRPO on Ray, scheduling generation and learning with one of five strategies.
+"""Train a policy with GRPO on Ray, scheduling generation and learning with one of six strategies.
 
     uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy colocated-sync
     uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy colocated-multistep --multistep-k 4
@@ -7,12 +7,15 @@
     uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy disaggregated-one-behind
     uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy replay-buffer --buffer-policy uniform
     uv run scripts/train_grpo_ray.py --config configs/keyword_demo.toml --strategy replay-buffer --learner-processes 2
-    uv run scripts/train_grpo_ray.py --resume outputs/grpo                # continue a stopped run
+    uv run scripts/train_grpo_ray.py --config configs/keyword_async.toml              # async, --max-staleness 2
+    uv run scripts/train_grpo_ray.py --resume outputs/keyword_async                   # continue a stopped run
 
 Every flag of scripts/train_grpo.py is here too, plus the Ray ones (--strategy, --multistep-k, --buffer-capacity,
---buffer-policy, --weight-sync, --ray-timeout-s, --ray-address, --learner-processes). Writes metrics.jsonl (with
-per-phase seconds, samples/s, device-hours, version lag and staleness), rollouts.jsonl, checkpoint/ and plots to
---output-dir; a run that diverges (NaN, or a loss past --divergence-loss-bound) leaves diverged.json there.
+--buffer-policy, --weight-sync, --ray-timeout-s, --ray-address, --learner-processes) and the async strategy's
+(--max-staleness, --partial-rollouts, --inflight-kv, --off-policy-objective, --generators, --generator-restarts).
+Writes metrics.jsonl (with per-phase seconds, samples/s, device-hours, version lag and staleness), rollouts.jsonl,
+checkpoint/ and plots to --output-dir; a run that diverges (NaN, or a loss past --divergence-loss-bound) leaves
+diverged.json there.
 """
 
 import typer

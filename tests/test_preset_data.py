@@ -27,12 +27,13 @@ SETTINGS_FILES = {  # configs/*.toml -> the script that takes it
     "grpo_gsm8k_cpu": "train_grpo",
     "sft_gsm8k_demo": "train_sft",
     "ei_gsm8k_demo": "expert_iteration",
+    "keyword_async": "train_grpo_ray",
 }
 CONFIGS = {
     "train_grpo": GRPOConfig,
-    "train_grpo_ray": RayGRPOConfig,
     "train_sft": SFTConfig,
     "expert_iteration": EIConfig,
+    "train_grpo_ray": RayGRPOConfig,
 }
 
 

@@ -16,7 +16,7 @@ BASE = RayGRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gra
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        ({"strategy": "async"}, "--strategy 'async' is not one of colocated-sync, colocated-multistep"),
+        ({"strategy": "fully-async"}, "--strategy 'fully-async' is not one of colocated-sync, colocated-multistep"),
         ({"multistep_k": 0}, "--multistep-k must be >= 1"),
         (
             {"multistep_k": 4},

@@ -50,9 +50,11 @@ class GRPOLearner:
         tokenizer: PreTrainedTokenizerBase,
         task: Task,
         tape: ForwardTape | None = None,
+        objective: Objective | None = None,
     ) -> None:
+        """`objective`: by default the settings' (Objective.from_settings)."""
         self.config, self.policy, self.tokenizer, self.tape = config, policy, tokenizer, tape
-        self.objective = Objective.from_settings(config)
+        self.objective = objective or Objective.from_settings(config)
         self.optimizer = torch.optim.AdamW(
             trainable_parameters(policy),
             lr=config.learning_rate,

@@ -6,10 +6,24 @@ nothing else of the objective's settings, so a new objective enters here (and in
 alignment/advantages.py, alignment/grpo_step.py), not as a branch in the loop. Every default is decided here:
 the aggregation's constant (Dr. GRPO's, --sampling-max-tokens unless --normalize-constant), the clip range's
 two sides, whether the loss needs the old policy's log-probs.
+
+Samples of older policy versions (the async Ray strategy, alignment/ray/async_driver.py; tokens of one response
+may come from several versions) are trained with `off_policy`:
+- decoupled (AReaL's decoupled PPO, arXiv 2505.24298): ratios and clipping against the proximal policy, the
+  learner's weights before this update (the old log-probs the learner already supplies: its own forward, or the
+  batch scored before the first of several optimizer steps), and each token's loss weighted by pi_prox / pi_behav,
+  pi_behav being the log-prob the token was sampled with (the rollout log-probs). The weight is the rollout
+  correction's (--rollout-correction, capped at --tis-cap; uncapped without it, as in the paper): one weight
+  covers both the policy's lag and the engine's mismatch, since pi_prox / pi_behav = (pi_prox / pi_train,behav)
+  (pi_train,behav / pi_engine,behav). Every loss composes: the weight multiplies its token terms.
+- naive: ratios against the behaviour log-probs themselves and no weight (PPO as if the samples were on-policy:
+  AReaL's baseline in its staleness ablation).
 """
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -21,6 +35,8 @@ from alignment.losses import RATIO_LOSSES, LossType
 from alignment.rollout.interface import Rollout
 from alignment.rollout_correction import RolloutCorrection
 from alignment.run.divergence import Diverged
+
+OffPolicyObjective = Literal["decoupled", "naive"]
 
 
 @dataclass(frozen=True)
@@ -40,9 +56,12 @@ class Objective:
     overlong_buffer: int | None
     overlong_penalty: float
     gradient_accumulation_steps: int
+    off_policy: OffPolicyObjective | None = None  # None: samples of the policy being trained (the synchronous loops)
 
     @classmethod
-    def from_settings(cls, c: GRPOConfig) -> "Objective":
+    def from_settings(cls, c: GRPOConfig, off_policy: OffPolicyObjective | None = None) -> "Objective":
+        """`off_policy`: how samples of older policy versions are trained (see the module docstring)."""
+        cap = math.inf if off_policy == "decoupled" and c.tis_cap is None else c.tis_cap
         return cls(
             loss_type=c.loss_type,  # type: ignore[arg-type]
             clip_low=c.clip_low,
@@ -54,11 +73,12 @@ class Objective:
             use_std_normalization=c.use_std_normalization,
             group_size=c.group_size,
             correction=c.rollout_correction,
-            correction_cap=c.tis_cap,
+            correction_cap=cap,
             max_tokens=c.sampling_max_tokens,
             overlong_buffer=c.overlong_buffer,
             overlong_penalty=c.overlong_penalty,
             gradient_accumulation_steps=c.gradient_accumulation_steps,
+            off_policy=off_policy,
         )
 
     @property
@@ -116,8 +136,11 @@ class Objective:
 
         log_probs, loss_mask, old_log_probs: (rows, seq) on the policy's device; `batch_rows` / `batch_tokens`
         count the whole optimizer step's rows and response tokens in the loss (the aggregation's denominators).
+        old_log_probs are those of the policy the learner held before this update (the proximal policy).
         """
         device = log_probs.device
+        if self.off_policy == "naive" and old_log_probs is not None:
+            old_log_probs = micro.rollout_log_probs.to(device)  # ratios against the behaviour policy itself
         return grpo_microbatch_train_step(
             log_probs,
             loss_mask,

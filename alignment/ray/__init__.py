@@ -2,7 +2,8 @@
 
 driver.py         the driver and its strategies (colocated-sync, colocated-multistep, colocated-k-batches,
                   disaggregated-one-behind, replay-buffer): lag and checksum checks, logging, checkpoints
-actors.py         Generator, Learner (a GRPOLearner), ColocatedWorker
+async_driver.py   the async strategy's loop the driver runs: streams, admission, batches within --max-staleness
+actors.py         Generator (streaming too), Learner (a GRPOLearner), ColocatedWorker
 learner_group.py  the learner as N actors sharing the policy with FSDP2 (--learner-processes)
 scorer.py         the torch-free Scorer actor
 cluster.py        starting actors, turning a dead one into a clear error and a checkpoint

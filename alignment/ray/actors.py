@@ -1,6 +1,8 @@
 """The actors of GRPO on Ray: plain classes that `spawn` makes remote, each wrapping library code.
 
-- Generator: a rollout engine and the version of the weights it samples with.
+- Generator: a rollout engine and the version of the weights it samples with; under --strategy async it streams
+  groups as they finish (`stream`) while other threads hand it weights and work (`offer_weights`, `submit`,
+  `stop_stream`: the "control" concurrency group), the engine loading the weights between decode steps.
 - Scorer (alignment.ray.scorer, a light process): grades the generated texts.
 - Learner: a GRPOLearner (alignment/grpo/learner.py: batches, rewards, old/reference log-probs, optimizer
   steps) and checkpoints; or several sharing the policy with FSDP2 (alignment/ray/learner_group.py).
@@ -12,8 +14,8 @@ import hashlib
 import random
 import time
 import zlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,11 @@ from alignment.ray.env import ray
 from alignment.ray.weight_sync import Placement
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
+from alignment.rollout.streaming import Barrier, FinishedGroup, StreamFeed, Unit
 from alignment.run.checkpoint import load_checkpoint, save_checkpoint
 from alignment.run.memory_plan import OWN_GPU_SHARE
 from alignment.run.setup import PhaseTimer, build_engine, load_policy, model_dtype
+from alignment.utils.faults import fault_point
 
 
 @dataclass
@@ -52,6 +56,56 @@ class Learned:
     checksum: int  # token_checksum of the response tokens the optimizer steps saw
     version: int  # the learner's policy version after this update
     seconds: dict[str, float]  # old_logprob and train phases
+
+
+@dataclass(frozen=True)
+class Work:
+    """Groups for a streaming generator: tickets (positions in the prompt order) of rollout batch `unit`, whose
+    sampling seed they share, asking `questions`; not started on weights older than version `floor`."""
+
+    unit: int
+    tickets: tuple[int, ...]
+    questions: tuple[int, ...]
+    floor: int
+
+
+@dataclass(frozen=True)
+class Validate(Barrier):
+    """A validation run by a streaming generator between two units, on weights of at least version `floor`."""
+
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+
+@dataclass
+class Clock:
+    """A streaming generator's time so far: sampling is what is left of `elapsed_s` after waiting and validating."""
+
+    elapsed_s: float
+    idle_s: float  # waiting for work or for the weights a unit needs
+    validation_s: float
+    load_s: float  # loading weights (inside sampling time when in flight)
+    loads: int
+
+    @property
+    def sampling_s(self) -> float:
+        return self.elapsed_s - self.idle_s - self.validation_s
+
+
+@dataclass
+class Streamed:
+    """One finished group: ticket `ticket`'s group_size rollouts, with per-token versions and behaviour log-probs."""
+
+    ticket: int
+    rollouts: list[Rollout]
+    clock: Clock
+
+
+@dataclass
+class Validated:
+    version: int  # of the weights validated
+    summary: dict[str, float]
+    examples: list[dict[str, Any]]
+    clock: Clock
 
 
 def token_checksum(token_lists: Iterable[Sequence[int]]) -> int:
@@ -88,8 +142,11 @@ class _Actor:
 class Generator(_Actor):
     name = "Generator"
 
-    def __init__(self, config: RayGRPOConfig, task: Task, validation: Task, device: str, threads: int) -> None:
+    def __init__(
+        self, config: RayGRPOConfig, task: Task, validation: Task, device: str, threads: int, name: str = "Generator"
+    ) -> None:
         torch.set_num_threads(threads)
+        self.name, self.threads = name, threads
         dtype = model_dtype(config, device)
         if resolve_backend(config.backend) == "vllm":  # type: ignore[arg-type]
             share = config.gpu_memory_utilization or OWN_GPU_SHARE  # a generator actor has its GPU to itself
@@ -105,8 +162,12 @@ class Generator(_Actor):
         if hasattr(engine, "progress"):
             engine.progress = False  # the driver shows progress; bars from actors would interleave with it
         self.config, self.task, self.validation, self.model, self.engine = config, task, validation, model, engine
-        self.weights_version = 0
+        self.feed = StreamFeed()  # its version is that of the weights the engine holds
         self.eval_grader = ParallelGrader(validation.reward_fn, 1)
+
+    @property
+    def weights_version(self) -> int:
+        return self.feed.version
 
     def generate(self, questions: Sequence[int], step: int) -> tuple[Generated, list[tuple[int, str]]]:
         """The rollouts, and (prompt index, text) pairs for the scorer (call with num_returns=2)."""
@@ -121,8 +182,55 @@ class Generator(_Actor):
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> float:
         start = time.perf_counter()
         self.engine.load_policy_weights(state_dict)
-        self.weights_version = version
+        self.feed.version = version
         return time.perf_counter() - start
+
+    # --- streaming (--strategy async); the control methods run on the actor's "control" thread
+    def offer_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Weights for the engine to load between two decode steps (or between units without partial rollouts)."""
+        self.feed.offer(state_dict, version)
+
+    def submit(self, work: Sequence[Work | Validate]) -> None:
+        self.feed.submit(
+            [
+                item
+                if isinstance(item, Validate)
+                else Unit(
+                    item.tickets,
+                    tuple(format_prompt(self.task.template, self.task.questions[q]) for q in item.questions),
+                    self.config.group_size,
+                    rollout_sampling(self.config, item.unit),  # the seed of rollout batch `unit`, as generate uses
+                    item.floor,
+                )
+                for item in work
+            ]
+        )
+
+    def stop_stream(self) -> None:
+        self.feed.stop()
+
+    def stream(self) -> Iterator[Streamed | Validated]:
+        """Sample submitted work until stopped, yielding each group as it finishes (call with
+        num_returns="streaming")."""
+        torch.set_num_threads(self.threads)  # OpenMP's team is per thread: this task's thread gets the actor's share
+        if self.model is not None:
+            self.model.eval()
+        started, validation_s = time.perf_counter(), 0.0
+
+        def clock() -> Clock:
+            feed = self.feed
+            return Clock(time.perf_counter() - started, feed.idle_s, validation_s, feed.load_s, feed.loads)
+
+        c = self.config
+        for item in self.engine.stream(self.feed, c.partial_rollouts, c.inflight_kv):  # type: ignore[attr-defined]
+            if isinstance(item, FinishedGroup):
+                fault_point("async_stream")
+                yield Streamed(item.key, item.rollouts, clock())
+            elif isinstance(item, Validate):
+                start = time.perf_counter()
+                summary, examples = self.validate(item.sampling)
+                validation_s += time.perf_counter() - start
+                yield Validated(self.feed.version, summary, examples, clock())
 
     def validate(self, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
         if self.model is not None:
@@ -152,7 +260,9 @@ class Learner(_Actor):
         policy, tokenizer = load_policy(
             config, device, model_dtype(config, device), shard=group is not None, group=group
         )
-        self.learner = GRPOLearner(config.learner_config(), policy, tokenizer, self.task)
+        self.learner = GRPOLearner(
+            config.learner_config(), policy, tokenizer, self.task, objective=config.learner_objective()
+        )
 
     def learn(
         self,
@@ -229,7 +339,10 @@ class ColocatedWorker(Generator, Learner):
         return state
 
 
-def spawn(cls: type, cpus: float, gpus: float, *args: Any) -> Any:
-    """A remote instance of `cls` holding these resources; never restarted (a death ends the run)."""
-    remote = ray.remote(enable_tensor_transport=True, max_restarts=0)(cls)
+def spawn(cls: type, cpus: float, gpus: float, *args: Any, control: bool = False) -> Any:
+    """A remote instance of `cls` holding these resources; never restarted by Ray (a death ends the run, or the async
+    driver replaces it). `control`: a "control" concurrency group of one thread beside the default one, for calls
+    that must run while a long call (a stream) does."""
+    groups = {"concurrency_groups": {"control": 1}} if control else {}
+    remote = ray.remote(enable_tensor_transport=True, max_restarts=0, **groups)(cls)
     return remote.options(num_cpus=cpus, num_gpus=gpus).remote(*args)

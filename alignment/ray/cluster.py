@@ -1,13 +1,15 @@
 """Starting, probing and stopping the actors of a GRPO run on Ray.
 
 Resources: with GPUs, each model actor holds one (a shared GPU is split in halves when there is only one; a
-learner of several processes needs a GPU for each and one for the generator); on CPUs, the colocated worker
-takes every core, and the generator and the learner half each (split among the learner's processes), with
-torch limited to that many threads so they do not fight over cores. The scorer reserves no core (grading is
-light and its worker processes are its own). `devices` (GPUs, or CPU cores) is what device-hours multiply by.
+learner of several processes needs a GPU for each and one for each generator); on CPUs, the colocated worker
+takes every core, and the generators and the learner half each (split among the learner's processes and among
+the async strategy's --generators), with torch limited to that many threads so they do not fight over cores. The
+scorer reserves no core (grading is light and its worker processes are its own). `devices` (GPUs, or CPU cores)
+is what device-hours multiply by.
 """
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ray.actor import ActorHandle
@@ -37,6 +39,8 @@ class Actors:
     names: dict[str, ActorHandle] = field(default_factory=dict)
     placements: list[Placement] = field(default_factory=list)
     learner_names: list[str] = field(default_factory=list)  # the actors holding the policy being trained
+    generators: dict[str, ActorHandle] = field(default_factory=dict)  # by name; the ColocatedWorker when colocated
+    respawn: Callable[[str], ActorHandle] | None = None  # a fresh generator of that name (async: replacing a dead one)
 
     def stop(self) -> None:
         for handle in self.names.values():
@@ -58,10 +62,11 @@ def start_actors(config: RayGRPOConfig, task: Task, validation: Task) -> Actors:
             f"has {gpus} GPU(s): use --weight-sync object_store (or gloo)"
         )
     n = config.learner_processes
-    if gpus and n > 1 and gpus < n + 1:  # NCCL runs one rank per GPU
+    n_generators = config.generators if config.strategy == "async" else 1
+    if gpus and (n > 1 or n_generators > 1) and gpus < n + n_generators:  # NCCL runs one rank per GPU
         raise ValueError(
-            f"--learner-processes {n} needs a GPU for each learner process and one for the generator "
-            f"({n + 1}); this cluster has {gpus}"
+            f"--learner-processes {n} and {n_generators} generator(s) need a GPU each ({n + n_generators}); this "
+            f"cluster has {gpus}"
         )
     scorer = spawn(Scorer, 0, 0, task, config.grader_workers)
     if config.colocated:
@@ -76,26 +81,38 @@ def start_actors(config: RayGRPOConfig, task: Task, validation: Task) -> Actors:
             1 if gpus else cores,
             {"ColocatedWorker": worker, "Scorer": scorer},
             learner_names=["ColocatedWorker"],
+            generators={"ColocatedWorker": worker},
         )
     else:
         cpus, gpu_share = (1, 1 if gpus >= 2 else 0.5) if gpus else (cores / 2, 0)
         device = "cuda" if gpus else "cpu"
-        generator = spawn(Generator, cpus, gpu_share, config, task, validation, device, max(1, int(cpus)))
+        generator_cpus = cpus if gpus else cpus / n_generators
+
+        def respawn(name: str) -> ActorHandle:
+            args = (config, task, validation, device, max(1, int(generator_cpus)), name)
+            return spawn(Generator, generator_cpus, gpu_share, *args, control=config.strategy == "async")
+
+        names = ["Generator"] if n_generators == 1 else [f"Generator {i}" for i in range(n_generators)]
+        generators = {name: respawn(name) for name in names}
         learner_cpus = cpus if gpus else cpus / n
         learner = LearnerGroup.spawn(config, task, device, learner_cpus, gpu_share, max(1, int(learner_cpus)))
         actors = Actors(
-            generator,
+            generators[names[0]],
             learner,
             scorer,
-            min(gpus, n + 1) if gpus else cores,
-            {"Generator": generator, **learner.names, "Scorer": scorer},
+            min(gpus, n + n_generators) if gpus else cores,
+            {**generators, **learner.names, "Scorer": scorer},
             learner_names=list(learner.names),
+            generators=generators,
+            respawn=respawn,
         )
     try:
         ray.get([h.ping.remote() for h in actors.names.values()], timeout=config.ray_timeout_s)
         if isinstance(actors.learner, LearnerGroup):  # over gloo, the weight sync's group is the learners' world too
-            actors.learner.start([actors.generator] if config.weight_sync == "gloo" else [], config.ray_timeout_s)
-        models = [actors.learner] if config.colocated else [actors.learner, actors.generator]
+            actors.learner.start(
+                list(actors.generators.values()) if config.weight_sync == "gloo" else [], config.ray_timeout_s
+            )
+        models = [actors.learner] if config.colocated else [actors.learner, *actors.generators.values()]
         actors.placements = ray.get([h.placement.remote() for h in models], timeout=config.ray_timeout_s)
     except GetTimeoutError:
         actors.stop()

@@ -1,13 +1,16 @@
 """Settings of a GRPO run on Ray: every GRPOConfig field plus the strategy, buffer, weight-sync and learner-group
-flags."""
+flags, and the async strategy's (staleness bound, partial rollouts, the objective of stale samples, generators)."""
 
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 from alignment.config.settings import setting
 from alignment.grpo.config import GRPOConfig, validate
+from alignment.grpo.objective import Objective, OffPolicyObjective
 from alignment.ray.replay_buffer import SAMPLING_POLICIES
 from alignment.ray.weight_sync import TRANSPORTS
+from alignment.rollout.streaming import KVAfterLoad
+from alignment.rollout_correction import SEQUENCE_LEVEL
 
 STRATEGIES = (
     "colocated-sync",
@@ -15,6 +18,7 @@ STRATEGIES = (
     "colocated-k-batches",
     "disaggregated-one-behind",
     "replay-buffer",
+    "async",
 )
 COLOCATED = ("colocated-sync", "colocated-multistep", "colocated-k-batches")
 K_STRATEGIES = ("colocated-multistep", "colocated-k-batches")  # the strategies --multistep-k applies to
@@ -28,7 +32,8 @@ Transport = Literal[TRANSPORTS]  # type: ignore[valid-type]
 @dataclass
 class RayGRPOConfig(GRPOConfig):
     strategy: Strategy = setting(
-        "colocated-sync", "How generation and learning are scheduled (alignment/ray/driver.py)."
+        "colocated-sync",
+        "How generation and learning are scheduled (alignment/ray/driver.py; async: alignment/ray/async_driver.py).",
     )
     multistep_k: int = setting(
         1,
@@ -53,8 +58,42 @@ class RayGRPOConfig(GRPOConfig):
         "disaggregated strategies only.",
     )
 
-    # The transport, timeouts and cluster may change too: they move the same tensors.
-    RESUMABLE: ClassVar[frozenset[str]] = GRPOConfig.RESUMABLE | {"weight_sync", "ray_timeout_s", "ray_address"}
+    max_staleness: int = setting(
+        1,
+        "async: the most policy versions any trained token may lag the learner (AReaL's eta); 0: the synchronous "
+        "on-policy update.",
+    )
+    partial_rollouts: bool = setting(
+        True,
+        "async: load new weights between two decode steps and continue unfinished responses under them (each token "
+        "records its version); off: responses finish on the weights they started with.",
+    )
+    inflight_kv: KVAfterLoad = setting(
+        "recompute",
+        "async, partial rollouts: after an in-flight load, recompute the cached keys and values under the new "
+        "weights (AReaL: exact samples of the new policy) or keep those of the old (PipelineRL).",
+    )
+    off_policy_objective: OffPolicyObjective = setting(
+        "decoupled",
+        "async: decoupled: clip against the learner's weights before the update and weight each token by "
+        "pi_prox / pi_behav (--rollout-correction, capped at --tis-cap; uncapped without it); naive: clip against "
+        "the behaviour log-probs, no weight (alignment/grpo/objective.py).",
+    )
+    generators: int = setting(1, "async: generator actors streaming groups side by side.")
+    generator_restarts: int = setting(
+        0, "async: generators that may die and be replaced before the run stops naming the dead one."
+    )
+
+    # The transport, timeouts and cluster may change too: they move the same tensors. Under async, so may the
+    # generators and the staleness bound (buffered groups past a lower bound are dropped, counted and resampled).
+    RESUMABLE: ClassVar[frozenset[str]] = GRPOConfig.RESUMABLE | {
+        "weight_sync",
+        "ray_timeout_s",
+        "ray_address",
+        "max_staleness",
+        "generators",
+        "generator_restarts",
+    }
 
     @property
     def colocated(self) -> bool:
@@ -71,6 +110,12 @@ class RayGRPOConfig(GRPOConfig):
         """What the GRPO learner runs: k passes over each rollout batch when multistep."""
         return (
             replace(self, epochs_per_rollout_batch=self.multistep_k) if self.strategy == "colocated-multistep" else self
+        )
+
+    def learner_objective(self) -> Objective:
+        """The learner's objective: async trains samples of older versions with --off-policy-objective."""
+        return Objective.from_settings(
+            self.learner_config(), self.off_policy_objective if self.strategy == "async" else None
         )
 
 
@@ -157,3 +202,54 @@ def validate_ray(config: RayGRPOConfig) -> None:
                 f"--learner-processes {n} shards a transformers model; --backend transformer_lm trains our own "
                 "TransformerLM in one process: use --learner-processes 1"
             )
+    validate_async(c)
+
+
+ASYNC_FLAGS = (
+    "max_staleness",
+    "partial_rollouts",
+    "inflight_kv",
+    "off_policy_objective",
+    "generators",
+    "generator_restarts",
+)
+
+
+def validate_async(c: RayGRPOConfig) -> None:
+    defaults = RayGRPOConfig()
+    if c.strategy != "async":
+        for name in ASYNC_FLAGS:
+            if getattr(c, name) != getattr(defaults, name):
+                _fail(f"--{name.replace('_', '-')} applies only to --strategy async")
+        return
+    if c.backend == "transformer_lm":
+        _fail("--strategy async streams from --backend hf or vllm; our TransformerLM's sampler does not stream")
+    for name, least in (("max_staleness", 0), ("generators", 1), ("generator_restarts", 0)):
+        if getattr(c, name) < least:
+            _fail(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(c, name)}")
+    if c.off_policy_objective == "decoupled":
+        if not (c.sampling_temperature == 1 and c.sampling_top_p == 1):
+            _fail(
+                "--off-policy-objective decoupled weighs each token by pi_prox / pi_behav, which needs "
+                "--sampling-temperature 1 and --sampling-top-p 1 (behaviour log-probs are those of the tempered "
+                "distribution); or use --off-policy-objective naive"
+            )
+        if c.tis_cap is None and c.rollout_correction.endswith("mask"):
+            _fail(f"--rollout-correction {c.rollout_correction} under the decoupled objective needs a bound: --tis-cap")
+        if c.loss_type == "gspo" and c.rollout_correction not in SEQUENCE_LEVEL:
+            _fail(
+                f"--loss-type gspo weighs whole sequences: the decoupled objective's weight needs --rollout-correction "
+                f"sequence_tis or sequence_mask (got {c.rollout_correction})"
+            )
+    elif c.tis_cap is not None:
+        _fail("--off-policy-objective naive trains stale samples without weights: drop --tis-cap (or use decoupled)")
+    if c.partial_rollouts and c.lora_rank > 0 and c.backend == "vllm":
+        _fail(
+            "--partial-rollouts with --lora-rank on --backend vllm: vLLM cannot swap the adapter that running requests "
+            "use; use --no-partial-rollouts (responses finish on their adapter) or --backend hf"
+        )
+    if c.generator_restarts > 0 and c.weight_sync != "object_store":
+        _fail(
+            f"--generator-restarts with --weight-sync {c.weight_sync}: a replaced generator would have to join the "
+            "collective group again; use --weight-sync object_store"
+        )

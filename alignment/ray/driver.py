@@ -14,6 +14,8 @@ Strategies (--strategy):
   trained on by a learner at most one version ahead of its sampler; this is checked on every batch.
 - replay-buffer: the same pipeline, but scored groups go into a bounded ReplayBuffer and the learner trains
   on groups sampled from it; how stale they are is logged.
+- async: generators stream groups without stopping, the learner trains whenever enough are graded, no token
+  more than --max-staleness versions behind (alignment/ray/async_driver.py, an AsyncDriver of this Driver).
 
 The learner may be several actors sharing the policy with FSDP2 (--learner-processes, disaggregated strategies):
 alignment/ray/learner_group.py puts them behind one Learner's interface, so that nothing here changes with it.
@@ -36,6 +38,7 @@ from alignment.grpo.sampler import rollout_stats, validation_sampling
 from alignment.models.loading import load_tokenizer
 from alignment.prompts import chat_template
 from alignment.ray.actors import Generated, Learned, token_checksum
+from alignment.ray.async_driver import AsyncLoop
 from alignment.ray.cluster import ActorFailure, Actors, dead_actors, start_actors
 from alignment.ray.config import RayGRPOConfig, validate_ray
 from alignment.ray.env import ray
@@ -102,12 +105,17 @@ class Driver:
             None
             if config.colocated
             else WeightSync(
-                config.weight_sync, actors.learner, [actors.generator], actors.placements, config.ray_timeout_s
+                config.weight_sync,
+                actors.learner,
+                list(actors.generators.values()),
+                actors.placements,
+                config.ray_timeout_s,
             )
         )
         self.prefetched: Batch | None = None
         self.round: list[tuple[Generated, Scored, Training, Any]] = []  # colocated-k-batches: the round's batches left
         self.unlogged: list[dict] = []  # rows of an update that finished but whose step is not yet logged
+        self.restored: dict | None = None  # the driver's state in the checkpoint resumed from
         if resume:
             try:
                 state = self.get(
@@ -115,13 +123,14 @@ class Driver:
                 )
             except RayTaskError as err:  # a missing or foreign checkpoint: the learner's own ValueError
                 raise err.cause from None
-            self.step, elapsed = state["step"], state["elapsed_s"]
+            self.restored, self.step, elapsed = state, state["step"], state["elapsed_s"]
             if self.buffer is not None:
                 self.buffer.load_state_dict(state["buffer"])
             if self.sync is not None:
                 self.get_sync(self.step)
         self.started = time.perf_counter() - elapsed
         self.log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, self.step)
+        self.streaming = AsyncLoop(self, self.restored) if config.strategy == "async" else None
 
     def get(self, refs, doing: str):
         self.doing = doing
@@ -148,13 +157,7 @@ class Driver:
             eval_reward = self.validate() if self.step == 0 else float("nan")
             with tqdm(total=c.n_grpo_steps, initial=self.step, desc="GRPO", unit="step") as bar:
                 while self.step < c.n_grpo_steps:
-                    step_rows = (
-                        self.k_batches_step()
-                        if c.strategy == "colocated-k-batches"
-                        else self.colocated_step()
-                        if c.colocated
-                        else self.pipelined_step()
-                    )
+                    step_rows = self.next_step()
                     rows += step_rows
                     if self.step % c.eval_every == 0 or self.step == c.n_grpo_steps:
                         eval_reward = self.validate()
@@ -171,6 +174,7 @@ class Driver:
                     fault_point("ray_step")
                     if on_step is not None:
                         on_step(self.step, self.actors)
+            self.drain()
             export_policy(c.output_dir)
         except (RayActorError, GetTimeoutError) as err:
             raise self.failure(err) from err
@@ -182,6 +186,19 @@ class Driver:
         finally:
             self.log.close()
         return rows
+
+    def next_step(self) -> list[dict]:
+        """Run the strategy until the learner's next update is logged; its rows."""
+        if self.streaming is not None:
+            return self.streaming.next_step()
+        if self.config.strategy == "colocated-k-batches":
+            return self.k_batches_step()
+        return self.colocated_step() if self.config.colocated else self.pipelined_step()
+
+    def drain(self) -> None:
+        """Finish work still under way after the last step (only async leaves any: every other call is waited for)."""
+        if self.streaming is not None:
+            self.streaming.drain()
 
     def colocated_step(self) -> list[dict]:
         start, worker = time.perf_counter(), self.actors.learner
@@ -317,6 +334,8 @@ class Driver:
         return rows
 
     def validate(self) -> float:
+        if self.streaming is not None and self.streaming.started:  # queued between two of a generator's units
+            return self.streaming.validate()
         if self.round:  # mid-round: the engine still samples with the round's version (vLLM holds its own copy)
             self.get(self.actors.learner.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
         summary, examples = self.get(
@@ -327,8 +346,13 @@ class Driver:
         self.log.log_rollouts(self.step, "eval", examples)
         return summary["eval_reward"]
 
-    def checkpoint(self) -> int:
+    def driver_state(self) -> dict:
+        """What a checkpoint keeps of the driver (JSON values)."""
         state = {"elapsed_s": self.elapsed(), "buffer": None if self.buffer is None else self.buffer.state_dict()}
+        return state if self.streaming is None else state | {"async": self.streaming.state_dict()}
+
+    def checkpoint(self) -> int:
+        state = self.driver_state()
         return self.get(
             self.actors.learner.save.remote(self.config.output_dir, state),
             f"{self.learner_name}: checkpoint step {self.step}",
@@ -337,6 +361,8 @@ class Driver:
     def failure(self, err: Exception) -> ActorFailure:
         """Name what failed, save the last completed step if the learner can, and say how to continue."""
         doing, dead = self.doing, dead_actors(self.actors)
+        if self.streaming is not None and not set(self.actors.learner_names) & set(dead):
+            self.streaming.settle()
         what = (
             f"actor {', '.join(dead)} died"
             if dead

@@ -8,7 +8,9 @@
 - gloo: the same direct path over CPU tensors with gloo, so the direct-transport code runs without GPUs.
 
 The learner actor must offer `weights(on_cpu: bool) -> dict[str, Tensor]` and each generator
-`load_weights(state_dict, version) -> float`; all actors must be created with `enable_tensor_transport=True`.
+`load_weights(state_dict, version) -> float` (and, for `offer`, the async strategy's non-blocking
+`offer_weights(state_dict, version)` in its "control" concurrency group); all actors must be created with
+`enable_tensor_transport=True`.
 A learner of several processes (alignment/ray/learner_group.py's LearnerGroup) gathers its shards for each sync and
 sends from its rank 0; over gloo, its process group already spans the generators, and the sync uses that group.
 """
@@ -83,15 +85,34 @@ class WeightSync:
             )
         self.latencies: list[float] = []
 
+    def weights(self) -> ray.ObjectRef:
+        """A reference to the learner's weights as they are once its queued calls are done."""
+        if self.group is None:
+            return self.learner.weights.remote(True)
+        # a reference only: tensors go learner -> generator when each task that takes them needs them
+        return self.learner.weights.options(tensor_transport=self.transport).remote(False)
+
     def sync(self, version: int) -> float:
         start = time.perf_counter()
-        if self.group is None:
-            weights = self.learner.weights.remote(True)
-        else:  # a reference only: tensors go learner -> generator when each load_weights task needs them
-            weights = self.learner.weights.options(tensor_transport=self.transport).remote(False)
+        weights = self.weights()
         ray.get([g.load_weights.remote(weights, version) for g in self.generators], timeout=self.timeout_s)
         self.latencies.append(time.perf_counter() - start)
         return self.latencies[-1]
+
+    def offer(self, version: int, generators: Sequence[ActorHandle] | None = None) -> ray.ObjectRef:
+        """Offer the learner's weights as `version` to the generators (default: all) without waiting: each loads
+        them between two decode steps. Returns the weights' reference (keep it to offer them again)."""
+        weights = self.weights()
+        self.offer_ref(weights, version, generators)
+        return weights
+
+    def offer_ref(
+        self, weights: ray.ObjectRef, version: int, generators: Sequence[ActorHandle] | None = None
+    ) -> list[ray.ObjectRef]:
+        return [
+            g.offer_weights.options(concurrency_group="control").remote(weights, version)
+            for g in (self.generators if generators is None else generators)
+        ]
 
     def close(self) -> None:
         """Release the collective group it made (call after the actors are done; dead actors are skipped)."""

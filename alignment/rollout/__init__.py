@@ -10,5 +10,7 @@ lm_sampler.py      ... and its KV-cache sampler
 decoding.py        what the in-process engines share: the decoding loop, stop strings, in-place weight loads
 reserved_cache.py  a transformers KV cache that writes new tokens into reserved room
 forward_tape.py    the sampler's forward kept for the learner to replay (--reuse-rollout-forward)
+streaming.py       streaming generation: work and weights fed to an engine while it samples, groups out as they
+                   finish, in-flight weight loads, per-token versions (the async Ray strategy)
 sharded.py         under torchrun: each rank samples and grades its share, every rank gets all
 """

@@ -143,7 +143,24 @@ def decode(
     generator: torch.Generator | None,
     bar: tqdm | None = None,
 ) -> list[Rollout]:
-    """Sample every row to its end; row j continues prompt prompt_indices[j].
+    """Sample every row to its end (see `decode_rows`); the rollouts in row order."""
+    finished = dict(decode_rows(logits, advance, tokenizer, prompt_indices, eos_ids, sampling, generator, bar))
+    return [finished[row] for row in range(len(finished))]
+
+
+def decode_rows(
+    logits: torch.Tensor,
+    advance: Advance,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_indices: Sequence[int],
+    eos_ids: Sequence[int],
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    bar: tqdm | None = None,
+    version: Callable[[], int] | None = None,
+) -> Iterator[tuple[int, Rollout]]:
+    """Sample every row to its end, yielding (row, rollout) as each row finishes; row j continues prompt
+    prompt_indices[j].
 
     logits: (rows, vocab), each row's first next-token logits. advance(chosen, kept) is called after each
     step with the tokens just chosen for the rows still running, (live,), and, when some rows have just
@@ -151,13 +168,17 @@ def decode(
     it drops the others from the model state and returns the running rows' next logits, (live, vocab), a
     tensor of its own (decode masks EOS in it in place).
     A row stops at an EOS token, a stop string or max_tokens; neither EOS nor a stop string counts before
-    min_tokens, and EOS gets no probability there. `bar` counts finished sequences.
+    min_tokens, and EOS gets no probability there. `bar` counts finished sequences. `version()`, when given, is
+    the policy version of the weights that produced the current logits (advance may load new weights), recorded
+    for each token in Rollout.versions.
     """
     eos = torch.tensor(list(eos_ids), dtype=torch.long, device=logits.device)
+    eos_list = eos.tolist()
     rows = logits.shape[0]
     live = list(range(rows))  # position in the batch -> row
     tokens: list[list[int]] = [[] for _ in range(rows)]
     logprobs: list[list[float]] = [[] for _ in range(rows)]
+    versions: list[list[int]] | None = None if version is None else [[] for _ in range(rows)]
     finish = ["length"] * rows
     for step in range(sampling.max_tokens):
         if step < sampling.min_tokens:
@@ -166,9 +187,12 @@ def decode(
         chosen = log_probs.argmax(dim=-1) if sampling.temperature == 0 else sample_tokens(log_probs.exp(), generator)
         chosen_lp = log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
         done = torch.isin(chosen, eos).tolist()
+        step_version = None if version is None else version()
         for row, token, lp in zip(live, chosen.tolist(), chosen_lp.tolist()):
             tokens[row].append(token)
             logprobs[row].append(lp)
+            if versions is not None:
+                versions[row].append(step_version)
         if step == 0:
             fault_point("rollout")
         if sampling.stop and step + 1 >= sampling.min_tokens:
@@ -182,6 +206,12 @@ def decode(
         if bar is not None:
             bar.set_postfix(step=step + 1, live=len(keep), refresh=False)
             bar.update(len(live) if last else len(live) - len(keep))  # redraws at most every mininterval
+        for position, row in enumerate(live):
+            if last or done[position]:
+                rollout = finish_rollout(
+                    tokenizer, eos_list, prompt_indices[row], tokens[row], logprobs[row], finish[row], sampling
+                )
+                yield row, rollout if versions is None else dataclasses.replace(rollout, versions=versions[row])
         if last:
             break
         kept = None
@@ -189,11 +219,25 @@ def decode(
             kept = torch.tensor(keep, device=chosen.device)
             chosen, live = chosen[kept], [live[position] for position in keep]
         logits = advance(chosen, kept)
-    eos_list = eos.tolist()
-    return [
-        finish_rollout(tokenizer, eos_list, prompt_indices[row], tokens[row], logprobs[row], finish[row], sampling)
-        for row in range(rows)
-    ]
+
+
+def group_batches(
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    n: int,
+    sampling: SamplingConfig,
+    device: torch.device,
+    rows_that_fit: Callable[[int], int],
+) -> tuple[list[tuple[int, list[list[int]]]], torch.Generator | None]:
+    """The prompts tokenized, in batches of whole groups that `rows_that_fit` (sequence length -> rows) allows, each
+    with the index of its first prompt; and the one generator every batch draws from (seeded by the sampling)."""
+    if n < 1:
+        raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
+    prompt_ids = tokenizer(list(prompts))["input_ids"]
+    generator = None if sampling.seed is None else torch.Generator(device=device).manual_seed(sampling.seed)
+    rows = rows_that_fit(max(len(p) for p in prompt_ids) + sampling.max_tokens)
+    per_batch = max(1, rows // n)  # whole groups per batch (at least one, even past the budget)
+    return [(start, prompt_ids[start : start + per_batch]) for start in range(0, len(prompts), per_batch)], generator
 
 
 def generate_in_groups(
@@ -209,16 +253,11 @@ def generate_in_groups(
     """The RolloutEngine.generate contract over a backend's `run(prompt_ids, generator, bar)`, which samples n
     rollouts of each of a few tokenized prompts: prompts go in batches of whole groups that `rows_that_fit`
     (sequence length -> rows) allows, and come back prompt-major with indices into `prompts`."""
-    if n < 1:
-        raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
-    prompt_ids = tokenizer(list(prompts))["input_ids"]
-    generator = None if sampling.seed is None else torch.Generator(device=device).manual_seed(sampling.seed)
-    rows = rows_that_fit(max(len(p) for p in prompt_ids) + sampling.max_tokens)
-    per_batch = max(1, rows // n)  # whole groups per batch (at least one, even past the budget)
+    batches, generator = group_batches(tokenizer, prompts, n, sampling, device, rows_that_fit)
     rollouts: list[Rollout] = []
     with tqdm(total=len(prompts) * n, desc="generating", unit="seq", disable=not progress, leave=False) as bar:
-        for start in range(0, len(prompts), per_batch):
-            batch = run(prompt_ids[start : start + per_batch], generator, bar)
+        for start, prompt_ids in batches:
+            batch = run(prompt_ids, generator, bar)
             rollouts += [dataclasses.replace(r, prompt_index=start + r.prompt_index) for r in batch]
     return rollouts
 

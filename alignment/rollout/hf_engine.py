@@ -4,22 +4,24 @@ Prompts are left-padded so every row's next token sits in the last column; finis
 (and the cache) at once, so a batch costs as much as its live rows.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.rollout.decoding import (
-    decode,
+    decode_rows,
     default_memory_budget,
     generate_in_groups,
+    group_batches,
     load_unless_shared,
     sampling_linears,
 )
 from alignment.rollout.forward_tape import ForwardTape
 from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.rollout.reserved_cache import ReservedCache
+from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit, groups_of_rows
 
 
 def kv_cache_bytes_per_token(model: PreTrainedModel) -> int:
@@ -73,11 +75,50 @@ class HFRolloutEngine:
             self.progress,
         )
 
-    @torch.inference_mode()
+    def stream(
+        self, feed: StreamFeed, partial: bool = True, kv: KVAfterLoad = "recompute"
+    ) -> Iterator[FinishedGroup | Barrier]:
+        """StreamingEngine.stream (alignment/rollout/streaming.py): units one after another, each sampled exactly as
+        `generate` samples its prompts (same batches, one seeded generator), each group yielded once its n rows are
+        done. With `partial`, offered weights are loaded between two decode steps; without, between units."""
+        while (item := feed.next_item()) is not None:
+            if not feed.load(self._load, item.floor):  # a unit starts on the newest weights
+                return
+            if not isinstance(item, Unit):
+                yield item
+                continue
+            batches, generator = group_batches(
+                self.tokenizer, item.prompts, item.n, item.sampling, self.model.device, self.batch_size_for
+            )
+            inflight = _InFlight(feed, self._load, kv == "recompute") if partial else None
+            for start, prompt_ids in batches:
+                rows = self._batch_rows(prompt_ids, item.n, item.sampling, generator, None, feed, inflight)
+                for prompt, rollouts in groups_of_rows(rows, item.n):
+                    yield FinishedGroup(item.keys[start + prompt], rollouts)
+
+    def _load(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        load_unless_shared(self.model, state_dict)
+
     def _generate_batch(
         self, prompts: list[list[int]], n: int, sampling: SamplingConfig, generator: torch.Generator | None, bar: tqdm
     ) -> list[Rollout]:
-        """n samples of each prompt; each prompt is prefilled once and its cache copied to its n rows."""
+        finished = dict(self._batch_rows(prompts, n, sampling, generator, bar))
+        return [finished[row] for row in range(len(finished))]
+
+    @torch.inference_mode()
+    def _batch_rows(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        bar: tqdm | None,
+        feed: StreamFeed | None = None,
+        inflight: "_InFlight | None" = None,
+    ) -> Iterator[tuple[int, Rollout]]:
+        """n samples of each prompt, (row, rollout) as each row finishes (rows i * n .. (i + 1) * n - 1 answer
+        prompts[i]); each prompt is prefilled once and its cache copied to its n rows. With a `feed`, each token
+        records the feed's weights version; with `inflight`, offered weights are loaded between decode steps."""
         device = self.model.device
         width = max(len(ids) for ids in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -88,22 +129,40 @@ class HFRolloutEngine:
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         cache, tape = ReservedCache(sampling.max_tokens), self.tape  # room for every new token: no per-step copy
+        if tape is not None and inflight is not None:
+            raise ValueError("in-flight weight loads would invalidate the forward tape the learner replays")
+        fed = input_ids.repeat_interleave(n, dim=0) if inflight is not None and inflight.recompute else None
 
         def advance(chosen: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
-            nonlocal attention, position
+            nonlocal attention, position, cache, fed
             if kept is not None:
                 cache.batch_select_indices(kept)
                 attention, position = attention[kept], position[kept]
+                fed = None if fed is None else fed[kept]
             if tape is not None:
                 tape.add_response_tokens(chosen, kept)
             attention = torch.cat([attention, attention.new_ones((len(chosen), 1))], dim=-1)
-            out = self.model(
-                input_ids=chosen.unsqueeze(-1),
-                attention_mask=attention,
-                position_ids=position.unsqueeze(-1),
-                past_key_values=cache,
-                use_cache=True,
-            )
+            if fed is not None:
+                fed = torch.cat([fed, chosen.unsqueeze(-1)], dim=-1)
+            if inflight is not None and inflight.load() and fed is not None:
+                # keys and values of every position again, under the new weights (AReaL's interruptible generation)
+                cache = ReservedCache(sampling.max_tokens)
+                out = self.model(
+                    input_ids=fed,
+                    attention_mask=attention,
+                    position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
+            else:
+                out = self.model(
+                    input_ids=chosen.unsqueeze(-1),
+                    attention_mask=attention,
+                    position_ids=position.unsqueeze(-1),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
             position = position + 1
             return out.logits[:, -1]
 
@@ -121,7 +180,7 @@ class HFRolloutEngine:
             ).logits[:, -1]
             cache.batch_repeat_interleave(n)
             attention, position = attention.repeat_interleave(n, dim=0), positions[:, -1].repeat_interleave(n) + 1
-            return decode(
+            yield from decode_rows(
                 logits.repeat_interleave(n, dim=0),
                 advance,
                 self.tokenizer,
@@ -130,4 +189,20 @@ class HFRolloutEngine:
                 sampling,
                 generator,
                 bar,
+                None if feed is None else lambda: feed.version,
             )
+
+
+class _InFlight:
+    """Weights offered to a feed, loaded between two decode steps; `recompute`: the caller rebuilds the cache."""
+
+    def __init__(self, feed: StreamFeed, apply: Callable[[dict[str, torch.Tensor], int], None], recompute: bool):
+        self.feed, self.apply, self.recompute = feed, apply, recompute
+
+    def load(self) -> bool:
+        """Load offered weights, if any; whether it did."""
+        if not self.feed.has_weights():
+            return False
+        before = self.feed.version
+        self.feed.load(self.apply)
+        return self.feed.version != before

@@ -46,6 +46,9 @@ class Rollout:
     token_ids: list[int]  # sampled tokens, EOS or the token completing a stop string included
     logprobs: list[float]  # one per token in token_ids
     finish_reason: FinishReason  # "stop": EOS or a stop string; "length": max_tokens reached
+    # the policy version that sampled each token, when the engine streams with in-flight weight updates
+    # (alignment/rollout/streaming.py); None: every token came from the weights the engine held for the whole call
+    versions: list[int] | None = None
 
 
 class RolloutEngine(Protocol):

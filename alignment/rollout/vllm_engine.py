@@ -18,6 +18,7 @@
   so OMP_NUM_THREADS is set to torch's current thread count first, and `torch.set_num_threads` is restored.
 """
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -31,6 +32,7 @@ import torch
 
 from alignment.models.lora import LoRASettings, is_adapter_state, save_adapter_folder
 from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU vLLM sizes the KV cache from this, not from a memory fraction
 
@@ -140,14 +142,10 @@ class VLLMRolloutEngine:
         if self.cycle is not None:
             self.cycle.sleep()  # the policy may train before the first rollout
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def sampling_params(self, sampling: SamplingConfig, n: int, **extra: Any) -> Any:
         from vllm import SamplingParams
 
-        # OpenMP's team size is a per-thread setting: a thread other than the builder's (a Ray actor's task
-        # thread) starts at the core count, and the CPU attention kernel refuses a team that differs from torch's
-        torch.set_num_threads(torch.get_num_threads())
-
-        params = SamplingParams(
+        return SamplingParams(
             n=n,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
@@ -157,20 +155,84 @@ class VLLMRolloutEngine:
             include_stop_str_in_output=sampling.include_stop_str_in_output,
             seed=sampling.seed,
             logprobs=0,  # only the sampled token's log-prob
+            **extra,
         )
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+        # OpenMP's team size is a per-thread setting: a thread other than the builder's (a Ray actor's task
+        # thread) starts at the core count, and the CPU attention kernel refuses a team that differs from torch's
+        torch.set_num_threads(torch.get_num_threads())
         if self.cycle is not None:
             self.cycle.wake("weights", "kv_cache")
-        rollouts = []
+        params = self.sampling_params(sampling, n)
         outputs = self.llm.generate(list(prompts), params, use_tqdm=False, lora_request=self.adapter)
-        for index, request in enumerate(outputs):
-            for sample in request.outputs:
-                token_ids = list(sample.token_ids)
-                logprobs = [step[token].logprob for step, token in zip(sample.logprobs, token_ids)]
-                reason = "length" if sample.finish_reason == "length" else "stop"
-                rollouts.append(Rollout(index, sample.text, token_ids, logprobs, reason))
+        rollouts = [rollout for index, request in enumerate(outputs) for rollout in request_rollouts(request, index)]
         if self.cycle is not None:
             self.cycle.sleep()
         return rollouts
+
+    def stream(
+        self, feed: StreamFeed, partial: bool = True, kv: KVAfterLoad = "recompute"
+    ) -> Iterator[FinishedGroup | Barrier]:
+        """StreamingEngine.stream (alignment/rollout/streaming.py) over vLLM's own step loop: every prompt of the feed's
+        units is admitted at once (continuous batching; each request seeded as `generate` seeds it) and each finished
+        request is a group. Weights offered while requests run are loaded between two engine steps with `partial`
+        (`reload_weights`; recompute: the running requests are preempted and their prompt and tokens so far prefilled
+        again under the new weights; keep: their cache stays), or, without, once the running requests have drained
+        (no prompt is admitted meanwhile). Per-token versions come from vLLM's weight-version spans."""
+        from vllm.sampling_params import RequestOutputKind
+
+        if self.cycle is not None:
+            raise ValueError("a vLLM engine sleeping between rollouts (a GPU shared with the policy) cannot stream")
+        torch.set_num_threads(torch.get_num_threads())  # this thread's OpenMP team, as in generate
+        engine, serial = self.llm.llm_engine, itertools.count()
+        engine.set_weight_version(str(feed.version))
+        running: dict[str, int] = {}  # request id -> the group's key
+
+        def apply(state_dict: dict[str, torch.Tensor], version: int) -> None:
+            if not running:
+                self.load_policy_weights(state_dict)  # and a fresh prefix cache
+            elif is_adapter_state(state_dict):  # refused before the run starts (alignment/ray/config.py)
+                raise ValueError("a LoRA adapter cannot replace the one running requests use: stream without partial")
+            else:
+                self._reload_running(state_dict, kv)
+            engine.set_weight_version(str(version))  # stamps every token sampled from now on
+
+        while not feed.stopped:
+            if feed.has_weights() and (partial or not running):
+                feed.load(apply)
+            head = feed.head()
+            if isinstance(head, Unit) and head.floor <= feed.version and not feed.has_weights():
+                feed.pop()
+                params = self.sampling_params(head.sampling, head.n, output_kind=RequestOutputKind.FINAL_ONLY)
+                for key, prompt in zip(head.keys, head.prompts):
+                    request = f"{key}.{next(serial)}"
+                    # salted by version: a prompt never reuses prefix-cache blocks that older weights computed
+                    salted = {"prompt": prompt, "cache_salt": f"v{feed.version}"}
+                    engine.add_request(request, salted, params, lora_request=self.adapter)
+                    running[request] = key
+                continue
+            if head is not None and not isinstance(head, Unit) and not running:
+                feed.pop()
+                if not feed.load(apply, head.floor):
+                    break
+                yield head
+                continue
+            if not running:  # nothing to step: wait for work, or for the weights the next unit needs
+                if not feed.wait(lambda: feed.has_weights() or feed.head() is not head):
+                    break
+                continue
+            for output in engine.step():
+                if output.finished:
+                    yield FinishedGroup(running.pop(output.request_id), request_rollouts(output, 0, versioned=True))
+        if running:
+            engine.abort_request(list(running))
+
+    def _reload_running(self, state_dict: dict[str, torch.Tensor], kv: KVAfterLoad) -> None:
+        """Load full weights while requests run (between two engine steps)."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
+        if kv == "recompute" and not self.llm.reset_prefix_cache(reset_running_requests=True):
+            raise RuntimeError("vLLM refused to preempt its running requests after a weight update")
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Reload the engine's weights in place from a transformers-named state dict (any device and dtype); an
@@ -207,6 +269,23 @@ class VLLMRolloutEngine:
             if self.adapter_root is not None and Path(previous.lora_path).parent == self.adapter_root:
                 shutil.rmtree(previous.lora_path, ignore_errors=True)  # a version load_policy_weights wrote
         self.llm.reset_prefix_cache()
+
+
+def request_rollouts(request: Any, prompt_index: int, versioned: bool = False) -> list[Rollout]:
+    """The Rollouts of one finished vLLM RequestOutput (its n samples); `versioned`: with per-token weight versions
+    from vLLM's spans (labelled with our integer versions while streaming)."""
+    rollouts = []
+    for sample in request.outputs:
+        token_ids = list(sample.token_ids)
+        logprobs = [step[token].logprob for step, token in zip(sample.logprobs, token_ids)]
+        reason = "length" if sample.finish_reason == "length" else "stop"
+        versions = None
+        if versioned:
+            versions = [int(span.version) for span in sample.weight_versions or () for _ in range(span.start, span.end)]
+        if versions is not None and len(versions) != len(token_ids):
+            raise RuntimeError(f"vLLM's weight-version spans cover {len(versions)} of {len(token_ids)} tokens")
+        rollouts.append(Rollout(prompt_index, sample.text, token_ids, logprobs, reason, versions))  # type: ignore
+    return rollouts
 
 
 def vllm_lora_rank(rank: int) -> int:

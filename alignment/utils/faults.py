@@ -7,7 +7,8 @@ Child processes and Ray actors inherit the variable, so a point inside an actor 
 `rollout` (a decoding loop, after its first token), `optimizer_step` (weights updated, the step not yet
 recorded), `checkpoint_write` (policy and optimizer tensors written, state.json and the completion marker
 not), `checkpoint_swap` (old checkpoint moved aside, new one not yet in place), `ray_step` (the Ray
-driver, after a step is logged and checkpointed).
+driver, after a step is logged and checkpointed), `async_stream` (a streaming generator of --strategy async, as it
+hands over a finished group).
 """
 
 import os
