@@ -51,7 +51,7 @@ def test_every_setting_has_help_beside_its_field():
             ["--loss-type", "ppo"],
             "'ppo' is not one of 'no_baseline', 'reinforce_with_baseline', 'grpo_clip', 'grpo_no_clip'",
         ),
-        ("train_grpo_ray", ["--strategy", "pipelined"], "'pipelined' is not one of 'colocated-sync', 'colocated-multistep'"),
+        ("train_grpo_ray", ["--strategy", "sync"], "'sync' is not one of 'colocated-sync', 'colocated-multistep'"),
         ("eval_zero_shot", ["--backend", "tpu"], "'tpu' is not one of 'auto', 'hf', 'vllm', 'transformer_lm'"),
         ("train_grpo", ["--dtype", "int8"], "'int8' is not one of 'bfloat16', 'float16', 'float32'"),
         ("train_sft", ["--dtype", "bf16"], "'bf16' is not one of 'bfloat16', 'float16', 'float32'"),

@@ -145,6 +145,7 @@ def test_colocated_k_batches_samples_a_round_with_one_version_and_steps_once_per
     assert [row["grpo_step"] for row in logged(config) if "eval_reward" in row] == [0, 3, 4]
 
 
+@pytest.mark.slow  # 15 s; the single-process divergence record is tested by default in tests/test_metrics_log.py
 def test_a_divergence_in_the_learner_actor_is_recorded_in_the_run_folder(cluster, tiny_model_dir, tmp_path):
     config = config_for(tiny_model_dir, tmp_path, n_grpo_steps=2, divergence_loss_bound=1e-9, n_eval_examples=2)
     with pytest.raises(FloatingPointError, match="GRPO step 1: loss .* past --divergence-loss-bound"):

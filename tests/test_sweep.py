@@ -306,6 +306,8 @@ def rows_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # a minute: three training subprocesses and a Ray launcher; the diverged-arm test below runs
+# the same sweep machinery in subprocesses in the default suite
 def test_tiny_preset_end_to_end_restart_skip_and_resume(tiny_model_dir, tmp_path, monkeypatch):
     """Three training subprocesses: a restarted and a new run, then the one run extended is resumed (on Ray)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a tiny model gains nothing from threads; on a busy CPU they cost
