@@ -74,16 +74,19 @@ def last_boxed(text: str) -> str | None:
     if i < len(text) and text[i] == " ":
         rest = text[i + 1 :].lstrip()
         return rest.split("$")[0].split()[0] if rest.strip() else None
+    end = closing_brace(text, i)
+    return None if end is None else text[i + 1 : end]
+
+
+def closing_brace(text: str, i: int) -> int | None:
+    """The index of the `}` that closes the `{` at text[i], or None when text[i] is not `{` or it is never closed."""
     if i >= len(text) or text[i] != "{":
         return None
     depth = 0
     for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j]
+        depth += (text[j] == "{") - (text[j] == "}")
+        if depth == 0:
+            return j
     return None
 
 

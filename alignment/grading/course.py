@@ -30,7 +30,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 
-from alignment.grading.answers import unit_key
+from alignment.grading.answers import closing_brace, unit_key
 from alignment.grading.symbolic import latex_text, latex_text_within, sympy_difference_is_zero
 
 # MathQA's unit words, in the order the course removes them (order matters: "sq m" before "sq" and "m"); each is a
@@ -322,18 +322,10 @@ def hendrycks_equal(given: str, truth: str | None) -> bool:
 def boxed_answer(text: str) -> str | None:
     """The content of the last `\\boxed{...}` (braces matched), or None when it is unclosed or not `\\boxed{`."""
     start = text.rfind("\\boxed")
-    if start < 0:
+    if not text.startswith("\\boxed{", start):
         return None
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                box = text[start : i + 1]
-                return box[len("\\boxed{") : -1] if box.startswith("\\boxed{") else None
-    return None
+    end = closing_brace(text, start + len("\\boxed"))
+    return None if end is None else text[start + len("\\boxed{") : end]
 
 
 def course_grade(
