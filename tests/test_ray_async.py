@@ -157,6 +157,7 @@ def test_eta_0_is_the_synchronous_update_bit_for_bit(cluster, tiny_model_dir, tm
 LONG = dict(sampling_max_tokens=48, sampling_min_tokens=48, n_grpo_steps=4, eval_every=2, max_staleness=2)
 
 
+@pytest.mark.slow  # 50 s with the cluster's start; by default the batch rule, admission and resume run on fake actors
 def test_eta_2_partial_rollouts_and_a_generator_killed_mid_stream(cluster, tiny_model_dir, tmp_path):
     """Long responses (48 tokens; the learner's update is shorter): weights arrive while a unit is decoding. The
     generator is killed after update 1 and replaced; its unfinished groups are sampled again, none trained twice."""
