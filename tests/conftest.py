@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+)
 
 from alignment.data.math_datasets import MIRROR_ENV
 from alignment.models.loading import SMOLLM2, load_tokenizer
@@ -29,7 +36,8 @@ def tokenizer() -> PreTrainedTokenizerBase:
     return load_tokenizer(SMOLLM2)
 
 
-def _tiny_config(kind: str, vocab_size: int, pad_token_id: int):
+def tiny_config(kind: str, vocab_size: int, pad_token_id: int | None = None, **overrides):
+    """A 2-layer config of `kind` (llama, qwen2 or qwen3) with hidden size 64 and 4 heads; `overrides` over it."""
     common = dict(
         vocab_size=vocab_size,
         hidden_size=64,
@@ -41,14 +49,14 @@ def _tiny_config(kind: str, vocab_size: int, pad_token_id: int):
         pad_token_id=pad_token_id,
         tie_word_embeddings=True,
     )
-    return LlamaConfig(**common) if kind == "llama" else Qwen2Config(**common)
+    return {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}[kind](**(common | overrides))
 
 
 @pytest.fixture(scope="session", params=["llama", "qwen2"])
 def tiny_model(request, tokenizer):
     """A 2-layer random model of either architecture over SmolLM2's vocabulary, float32, eval mode."""
     torch.manual_seed(0)
-    config = _tiny_config(request.param, len(tokenizer), tokenizer.pad_token_id)
+    config = tiny_config(request.param, len(tokenizer), tokenizer.pad_token_id)
     model = (LlamaForCausalLM if request.param == "llama" else Qwen2ForCausalLM)(config)
     return model.eval()
 
@@ -65,7 +73,7 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
     """A tiny random Llama saved with SmolLM2's tokenizer, loadable by name like any HF folder."""
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(_tiny_config("llama", len(tokenizer), tokenizer.pad_token_id)).save_pretrained(folder)
+    LlamaForCausalLM(tiny_config("llama", len(tokenizer), tokenizer.pad_token_id)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

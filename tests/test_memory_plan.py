@@ -9,6 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from alignment.run.memory_plan import GiB, Machine, ModelShape, Workload, activation_bytes, plan, remedies, report
+from tests.conftest import tiny_config
 
 QWEN_MATH_15B = ModelShape(
     hidden=1536,
@@ -352,18 +353,7 @@ def test_the_handouts_models_plan_offline_from_their_published_shapes(monkeypatc
 @pytest.fixture
 def tiny_qwen3_dir(tmp_path):
     """A tiny random Qwen3 (head size 32, not hidden / heads = 16), saved as its config.json only."""
-    from transformers import Qwen3Config
-
-    config = Qwen3Config(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        vocab_size=1000,
-        tie_word_embeddings=True,
-    )
+    config = tiny_config("qwen3", 1000, head_dim=32)
     config.save_pretrained(tmp_path / "tiny-qwen3")
     return tmp_path / "tiny-qwen3"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3ForCausalLM
 from typer.testing import CliRunner
 
 from alignment.data.splits import run_data
@@ -16,6 +16,7 @@ from alignment.experiments.sweep import load_preset
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.prompts import stop_strings
 from scripts import best_of_n, eval_zero_shot, train_grpo
+from tests.conftest import tiny_config
 
 PKU = Path(__file__).resolve().parents[1] / "configs" / "pku"
 SWEEPS = sorted(p for p in PKU.glob("grpo_*.toml"))
@@ -30,18 +31,7 @@ def invoke(app, *args):
 def tiny_qwen3(tmp_path_factory, tokenizer) -> Path:
     """A 2-layer random Qwen3 (head size 32, not hidden / heads) over SmolLM2's tokenizer, saved as a model folder."""
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=2048,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
-    )
+    config = tiny_config("qwen3", len(tokenizer), tokenizer.pad_token_id, head_dim=32, max_position_embeddings=2048)
     folder = tmp_path_factory.mktemp("tiny-qwen3")
     Qwen3ForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
