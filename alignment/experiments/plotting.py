@@ -29,6 +29,12 @@ CURVES = {  # file name -> (y label, metric keys)
 }
 
 
+def save_png(fig: Any, path: Path) -> None:
+    """Every figure of this module is written the same way: laid out tight, 120 dpi PNG."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def read_rows(path: Path) -> list[dict]:
     """Rows of a metrics.jsonl, or of a wandb CSV export of one run (`_step`/`Step` read as grpo_step)."""
     if path.suffix != ".csv":
@@ -72,8 +78,7 @@ def line_figure(
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        save_png(fig, path)
     plt.close(fig)
     return drawn
 
@@ -94,8 +99,7 @@ def phase_figure(label: str, rows: list[dict], path: Path) -> bool:
     ax.set_ylabel("seconds")
     ax.set_title(f"time per phase: {label}", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path)
     plt.close(fig)
     return True
 
@@ -136,8 +140,7 @@ def time_breakdown_figure(runs: dict[str, list[dict]], path: Path) -> bool:
     ax.set_title("where the time went", fontsize=9)
     ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path)
     plt.close(fig)
     return True
 
@@ -177,8 +180,7 @@ def kl_validation_figure(runs: dict[str, list[dict]], path: Path) -> bool:
         kl_ax.grid(alpha=0.3)
         handles = [h for ax in (kl_ax, accuracy_ax) for h in ax.get_legend_handles_labels()[0]]
         kl_ax.legend(handles, [h.get_label() for h in handles], fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        save_png(fig, path)
     plt.close(fig)
     return drawn
 
@@ -208,8 +210,7 @@ def pass_at_n_figure(summaries: dict[str, dict[str, dict[int, float]]], path: Pa
     ax.set_ylabel("fraction of questions")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path)
     plt.close(fig)
     return True
 
