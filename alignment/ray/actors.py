@@ -332,7 +332,8 @@ class ColocatedWorker(Generator, Learner):
             self._attach(config, task, validation, None, build_engine(config, policy, tokenizer, device, device))
         else:
             generator = frozen_copy(policy)  # the generation copy: never the tensors the optimizer steps
-            self._attach(config, task, validation, generator, build_engine(config, generator, tokenizer, device, device))
+            engine = build_engine(config, generator, tokenizer, device, device)
+            self._attach(config, task, validation, generator, engine)
 
     def sync_engine(self) -> float:
         """Copy the learner's weights into the generation copy (under LoRA its adapters); the seconds it took."""
