@@ -78,6 +78,7 @@ UW_V2 = {
     "group_size": 4,
     "sampling_temperature": 0.8,
     "sampling_max_tokens": 60,
+    "sampling_min_tokens": 0,  # the block sets none (CS336's 4 would hold EOS back)
     "advantage_eps": 1e-8,
     "loss_type": "grpo_clip",
     "use_std_normalization": True,
