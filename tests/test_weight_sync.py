@@ -102,10 +102,13 @@ def test_a_lora_learner_sends_only_its_adapters_and_the_generator_matches_it(tin
     assert learner.digest() == generator.digest()  # the same frozen base, now the same adapters
 
 
-@pytest.mark.parametrize("backend", ["hf", "transformer_lm"])
-def test_the_colocated_worker_samples_a_copy_of_its_own_that_each_sync_updates(tiny_model_dir, keep_threads, backend):
+@pytest.mark.parametrize("backend,lora_rank", [("hf", 0), ("transformer_lm", 0), ("hf", 4)])
+def test_the_colocated_worker_samples_a_copy_of_its_own_that_each_sync_updates(
+    tiny_model_dir, keep_threads, backend, lora_rank
+):
     """UW CSE599-O A3 v2 §3.1.1: the colocated worker holds "a second copy of the model just for generation"; the
-    sync copies the learner's weights into it, and takes measurable time."""
+    sync copies the learner's weights into it (under LoRA the adapters; the frozen base is shared), and takes
+    measurable time."""
     config = RayGRPOConfig(
         model=str(tiny_model_dir),
         rollout_batch_size=4,
@@ -119,18 +122,20 @@ def test_the_colocated_worker_samples_a_copy_of_its_own_that_each_sync_updates(t
         backend=backend,
         kl_reference=False,
         kl_prev=False,
+        lora_rank=lora_rank,
     )
     worker = ColocatedWorker(config, TASK, TASK, "cpu", 1)
     generator, policy = worker.model, worker.learner.policy
     assert generator is not None and worker.engine.model is generator and generator is not policy
 
-    def shares_storage() -> bool:
-        own = {t.data_ptr() for t in generator.state_dict().values()}
-        return any(t.data_ptr() in own for t in policy.state_dict().values())
+    def shared() -> set[bool]:
+        """For each weight that trains, whether the copy holds it in the learner's storage."""
+        own = {name: t.data_ptr() for name, t in generator.named_parameters()}
+        return {own[name] == t.data_ptr() for name, t in policy.named_parameters() if t.requires_grad}
 
-    assert not shares_storage() and worker.generator_digest() == worker.digest()
+    assert shared() == {False} and worker.generator_digest() == worker.digest()
     generated, _ = worker.generate([0, 1], step=0)
     worker.learn([0, 1], generated.rollouts, [hash_reward(r.text, "") for r in generated.rollouts])
     assert worker.generator_digest() != worker.digest()  # the update moved the learner's copy only
     assert worker.sync_engine() > 0
-    assert worker.generator_digest() == worker.digest() and worker.weights_version == 1 and not shares_storage()
+    assert worker.generator_digest() == worker.digest() and worker.weights_version == 1 and shared() == {False}

@@ -31,6 +31,7 @@ from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import rollout_sampling
 from alignment.models.lora import frozen_copy, sync_state_dict
+from alignment.models.policy_folder import push_weights
 from alignment.prompts import format_prompt
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.env import ray
@@ -336,8 +337,15 @@ class ColocatedWorker(Generator, Learner):
             self._attach(config, task, validation, generator, engine)
 
     def sync_engine(self) -> float:
-        """Copy the learner's weights into the generation copy (under LoRA its adapters); the seconds it took."""
-        return self.load_weights(sync_state_dict(self.learner.policy), self.learner.step)
+        """Copy the learner's weights into the generation copy (under LoRA its adapters), or hand vLLM the weights
+        as a standard model's (push_weights); the seconds it took."""
+        start, policy = time.perf_counter(), self.learner.policy
+        if self.model is not None:
+            self.engine.load_policy_weights(sync_state_dict(policy))
+        else:
+            push_weights(self.engine, policy)
+        self.feed.version = self.learner.step
+        return time.perf_counter() - start
 
     digest = Learner.digest  # the learner's weights; the generation copy's is generator_digest
     generator_digest = Generator.digest
