@@ -194,9 +194,10 @@ def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:
         "gradients": shard(trainable),
         "optimizer": 2 * shard(trainable),  # AdamW's exp_avg and exp_avg_sq
         "reference": shard(params) if work.kl_reference else 0,
-        "previous step's copy": shard(trainable) if work.previous_copy else 0,
         "activations": activation_bytes(shape, work),
     }
+    if work.previous_copy:  # under LoRA the adapters alone: the frozen base is shared
+        parts["previous step's copy"] = shard(trainable)
     if work.processes > 1:
         parts["gathered to train"] = gathered_bytes(shape, work)
     return parts
@@ -252,7 +253,7 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
     usable = total - CUDA_CONTEXT_BYTES
     learner = policy_bytes(shape, work)
     # held through every phase
-    resident = learner["weights"] + learner["optimizer"] + learner["reference"] + learner["previous step's copy"]
+    resident = learner["weights"] + learner["optimizer"] + learner["reference"] + learner.get("previous step's copy", 0)
     training = resident + learner["gradients"] + learner["activations"]
     notes: list[str] = []
     if work.processes > 1:
