@@ -102,7 +102,7 @@ def main(
     steps: int = typer.Option(4, help="GRPO steps per strategy."),
     tiny: bool = typer.Option(False, help="A tiny random model and small batches instead of --config's model."),
     multistep_k: int = typer.Option(2, help="colocated-multistep: optimizer steps per rollout batch."),
-    buffer_policy: str = typer.Option("uniform", help="replay-buffer: fifo, uniform or newest."),
+    buffer_policy: str = typer.Option("uniform", help="replay-buffer: uniform, newest or fifo."),
     eval_examples: int = typer.Option(16, help="Validation prompts, at step 0 and at the end."),
     sync_repeats: int = typer.Option(5, help="Timed weight syncs per transport."),
     num_cpus: int | None = typer.Option(None, help="CPUs the local Ray cluster may use (default: all)."),

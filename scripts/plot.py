@@ -3,8 +3,9 @@
     uv run scripts/plot.py outputs/run_a/metrics.jsonl outputs/run_b/metrics.jsonl --label clip --label no-clip
 
 Writes, to --output-dir: eval_reward_vs_step.png, eval_reward_vs_time.png, token_entropy.png, grad_norm.png,
-response_length.png, kl.png, clip_fraction.png, train_reward.png, and one phase_times_<label>.png per run.
-A figure whose metric no run has is skipped.
+response_length.png, kl.png, clip_fraction.png, train_reward.png, time_breakdown.png, time_per_step.png (mean
+seconds per GRPO step of each phase), kl_and_validation.png, kl_sum_and_validation.png (UW's Eq. 8 beside
+validation reward), and one phase_times_<label>.png per run. A figure whose metric no run has is skipped.
 """
 
 from pathlib import Path

@@ -22,7 +22,7 @@ from pathlib import Path
 import typer
 
 from alignment.config.cli import run_command
-from alignment.experiments.plotting import plot_runs, read_rows
+from alignment.experiments.plotting import describe_time_per_step, plot_runs, read_rows
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo_run import train_grpo
 from alignment.run.memory_plan import Machine, grpo_workload, model_shape
@@ -66,15 +66,20 @@ def print_memory_plan(config: GRPOConfig, machine_text: str, processes: int = 1)
 
 
 def report(output_dir: Path) -> None:
-    """Print how held-out reward moved over the whole run, and write its plots."""
+    """Print how held-out reward moved over the whole run and the mean seconds per step of each phase, and write its
+    plots."""
     metrics = output_dir / "metrics.jsonl"
-    evals = [(row["grpo_step"], row["eval_reward"]) for row in read_rows(metrics) if "eval_reward" in row]
+    rows = read_rows(metrics)
+    evals = [(row["grpo_step"], row["eval_reward"]) for row in rows if "eval_reward" in row]
     if evals:
         (first_step, first), (last_step, last) = evals[0], evals[-1]
         typer.echo(
             f"held-out reward: {first:.3f} at step {first_step} -> {last:.3f} at step {last_step} "
             f"({100 * (last - first):+.1f} points)"
         )
+    timing = describe_time_per_step(rows)
+    if timing is not None:
+        typer.echo(timing)
     for path in plot_runs([metrics], [output_dir.name], output_dir / "plots"):
         typer.echo(f"plot: {path}")
     typer.echo(f"trained policy: {output_dir / 'policy'}")

@@ -1,5 +1,7 @@
 """configs/grpo_handout_starter.toml and GRPOConfig's defaults are the CS336 A5 starter hyperparameters, value by value,
-and the loop they drive is the handout's: no KL monitors unless asked for (grpo_kl_monitoring asks)."""
+and the loop they drive is the handout's: no KL monitors unless asked for (grpo_kl_monitoring asks). The UW presets
+run on their handouts' settings: v2's keyword block (for the student's own model; a SmolLM2 stand-in only as an arm
+labelled so, at its own rate) and v1's starter block."""
 
 import tomllib
 from dataclasses import fields
@@ -9,6 +11,7 @@ import pytest
 
 from alignment.experiments.sweep import load_preset
 from alignment.grpo.config import GRPOConfig
+from alignment.ray.config import RayGRPOConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # The handout's starter block (CS336 A5, "GRPO train loop"): setting -> (value, the handout's line for it)
@@ -66,3 +69,50 @@ def test_kl_monitors_are_off_except_where_a_preset_asks():
     assert not config.kl_reference and not config.kl_prev  # the handout's loop keeps no reference copy
     for run in load_preset(CONFIGS / "experiments" / "grpo_kl_monitoring.toml").runs:
         assert run.settings["kl_reference"] and run.settings["kl_prev"]
+
+
+# UW CSE599-O A3 v2 §3.1.2's block, and problem 5's "prompts that include a single keyword" and its reward rule
+UW_V2 = {
+    "n_grpo_steps": 100,
+    "learning_rate": 5e-4,
+    "group_size": 4,
+    "sampling_temperature": 0.8,
+    "sampling_max_tokens": 60,
+    "sampling_min_tokens": 0,  # the block sets none (CS336's 4 would hold EOS back)
+    "advantage_eps": 1e-8,
+    "loss_type": "grpo_clip",
+    "use_std_normalization": True,
+    "keywords_per_prompt": 1,
+    "keyword_match": "substring",
+    "task": "keywords",
+}
+STAND_IN_RATE = 3e-5  # SmolLM2's pretrained weights collapse at the handout's 5e-4 (docs/benchmarks.md)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((CONFIGS / "experiments").glob("*/uw_v2*.toml")) + sorted((CONFIGS / "experiments").glob("uw_v2/*")),
+    ids=lambda p: p.stem,
+)
+def test_uw_v2_presets_are_on_the_handouts_settings(path):
+    on_cpu = path.parent.name == "cpu"  # CPU twins run fewer steps
+    for run in load_preset(path).runs:
+        config = RayGRPOConfig(**run.settings)
+        expected = UW_V2 | ({"n_grpo_steps": config.n_grpo_steps} if on_cpu else {})
+        if config.model == "smollm2-135m":  # a stand-in: an arm labelled as the departure, at its own rate
+            assert "smollm2" in run.label and "lr3e-5" in run.label, run.label
+            expected = expected | {"learning_rate": STAND_IN_RATE}
+        else:
+            assert config.model == "outputs/my_lm" and config.backend == "transformer_lm"  # the student's own model
+        assert {k: getattr(config, k) for k in expected} == expected, f"{path.name}: {run.label}"
+        assert not config.off_policy  # one optimizer step per rollout batch
+
+
+@pytest.mark.parametrize("path", sorted((CONFIGS / "experiments" / "uw_v1").glob("*.toml")), ids=lambda p: p.stem)
+def test_uw_v1_presets_are_on_the_handouts_starter_settings(path):
+    """UW A3 v1's starter block is CS336 A5's value for value; problems 13 and 14 ask for GRPO-Clip, on MATH 12K."""
+    for run in load_preset(path).runs:
+        config = RayGRPOConfig(**run.settings)
+        starter = {k: v for k, (v, _) in HANDOUT.items() if k != "loss_type"}
+        assert {k: getattr(config, k) for k in starter} == starter, run.label
+        assert config.loss_type == "grpo_clip" and config.dataset == "competition_math"

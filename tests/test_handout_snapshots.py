@@ -1,7 +1,8 @@
-"""The course's own tests against our adapters, as a student runs them: CS336 A5's tests/test_grpo.py and
+"""The courses' own tests against our adapters, as a student runs them: CS336 A5's tests/test_grpo.py and
 tests/test_sft.py with its conftest and reference snapshots, read at run time from a local checkout of the public
 stanford-cs336/assignment5-alignment ($CS336_A5_REPO), copied into a temporary folder beside our tests/adapters.py
-and run there. Nothing of the course is copied into this project; without a checkout the test is skipped.
+and run there; UW CSE599-O A3's tests/test_grpo.py the same way ($UW_A3_REPO). Nothing of the courses is copied into
+this project; without a checkout a test is skipped.
 
 The handout's model tests load Qwen2.5-Math-1.5B from its cluster path, so test_tokenize_prompt_and_output and
 test_get_response_log_probs are left out here (tests/test_sft.py checks them on a tiny model)."""
@@ -38,3 +39,25 @@ def test_a5s_own_tests_pass_through_our_adapters(a5_tests):
     result = subprocess.run(command, cwd=a5_tests, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "22 passed" in result.stdout  # 14 GRPO tests, 8 SFT tests without the model
+
+
+UW_REPO_ENV = "UW_A3_REPO"
+
+
+def test_uw_a3s_own_grpo_tests_pass_through_our_adapters(tmp_path):
+    """UW CSE599-O A3's tests/test_grpo.py (the 10 graded unit tests of v2 §1.4, A5's GRPO tests and snapshots under
+    the same adapter names) from a local checkout of uw-syfi/assignment3-rl ($UW_A3_REPO)."""
+    repo = Path(os.environ.get(UW_REPO_ENV, ""))
+    if not os.environ.get(UW_REPO_ENV) or not (repo / "tests" / "_snapshots").is_dir():
+        pytest.skip(f"set ${UW_REPO_ENV} to a checkout of uw-syfi/assignment3-rl to run its own tests")
+    folder = tmp_path / "tests"
+    folder.mkdir()
+    for name in ("__init__.py", "conftest.py", "common.py", "test_grpo.py"):
+        if (repo / "tests" / name).is_file():
+            shutil.copy(repo / "tests" / name, folder / name)
+    shutil.copytree(repo / "tests" / "_snapshots", folder / "_snapshots")
+    shutil.copy(ADAPTERS, folder / "adapters.py")
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_grpo.py"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "10 passed" in result.stdout

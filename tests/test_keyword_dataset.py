@@ -121,7 +121,7 @@ GOOD = {"prompt": "Use apple.", "answer": "An apple.", "keywords": ["apple"]}
         (json.dumps(GOOD | {"keywords": []}), "field 'keywords' must be a non-empty list"),
         (json.dumps(GOOD | {"keywords": ["apple pie"]}), "field 'keywords' must be a non-empty list of words"),
         (
-            json.dumps(GOOD | {"answer": "A pineapple."}),
+            json.dumps(GOOD | {"answer": "A pear."}),  # (a pineapple would do: the handout's rule, substrings)
             r"field 'answer' does not contain every keyword of \['apple'\]",
         ),
     ],

@@ -54,3 +54,41 @@ def test_rollout_mismatch_by_hand():
     assert found["rollout_logprob_diff_max"] == pytest.approx(0.2)
     k3 = ((math.exp(0.1) - 0.1 - 1) + (math.exp(-0.2) + 0.2 - 1)) / 3
     assert found["rollout_kl_k3"] == pytest.approx(k3, rel=1e-5)  # float32
+
+
+def test_kl_to_the_previous_step_is_the_handouts_direction_and_sum(tiny_model_dir, tmp_path):
+    """UW A3 v2 problem 6: at step t, KL(pi_theta || pi_theta_{t-1}) on the step's rollouts (sampled by pi_theta),
+    Eq. 8's sum over each response's tokens averaged over responses, beside the per-token means; none at the first
+    step, which has no step before it. Checked against log-probs recomputed under snapshots of each version."""
+    from alignment.grpo.sampler import rollout_sampling
+    from alignment.logprobs import get_response_log_probs
+    from alignment.models.loading import load_model_and_tokenizer
+    from alignment.prompts import format_prompt
+    from alignment.rollout.hf_engine import HFRolloutEngine
+    from tests.test_grpo_loop import TASK, grpo_parts, hash_reward, tiny_config
+
+    config = tiny_config(tiny_model_dir, tmp_path, kl_prev_step=True, kl_reference=False, learning_rate=1e-2)
+    policy, tokenizer = load_model_and_tokenizer(str(tiny_model_dir))
+    _, learner = grpo_parts(config, policy, tokenizer, HFRolloutEngine(policy, tokenizer, progress=False))
+    snapshot, _ = load_model_and_tokenizer(str(tiny_model_dir))
+    versions = [{k: v.clone() for k, v in policy.state_dict().items()}]
+    engine = HFRolloutEngine(policy, tokenizer, progress=False)
+    prompts = [format_prompt(TASK.template, q) for q in TASK.questions[:2]]
+    for step in range(2):
+        rollouts = engine.generate(prompts, 2, rollout_sampling(config, step))
+        batch = learner.make_batch([0, 1], rollouts, [hash_reward(r.text, "") for r in rollouts])
+        (row,) = learner.update(batch)
+        if step:
+            own, before = [], []
+            for weights, out in ((versions[step], own), (versions[step - 1], before)):
+                snapshot.load_state_dict(weights)
+                with torch.no_grad():
+                    out.append(get_response_log_probs(snapshot, batch.input_ids, batch.labels)["log_probs"].double())
+            diff = (own[0] - before[0]) * batch.response_mask
+            assert row["kl_prev_step_k1_sum"] == pytest.approx(diff.sum(-1).mean().item(), abs=1e-5)
+            assert row["kl_prev_step_k1"] == pytest.approx((diff.sum() / batch.response_mask.sum()).item(), abs=1e-5)
+            assert row["kl_prev_step_k3"] > 0
+        else:
+            assert not any(key.startswith("kl_prev_step") for key in row)
+        versions.append({k: v.clone() for k, v in policy.state_dict().items()})
+    assert learner.previous_version == 1

@@ -113,6 +113,14 @@ def test_kl_reference_costs_a_copy_and_shrinks_vllms_share():
     assert with_ref.devices[0].parts["reference"] == WEIGHTS
 
 
+def test_kl_to_the_previous_step_costs_a_copy_of_what_trains():
+    with_prev = plan(QWEN_MATH_15B, replace(HANDOUT, previous_copy=True), Machine(1, 80))
+    assert with_prev.devices[0].parts["previous step's copy"] == WEIGHTS and with_prev.vllm_share == 0.84
+    lora = replace(HANDOUT, previous_copy=True, trainable_fraction=0.01)  # the adapters only: the base is shared
+    assert plan(QWEN_MATH_15B, lora, Machine(1, 80)).devices[0].parts["previous step's copy"] < WEIGHTS / 50
+    assert "--no-kl-prev-step" in remedies(QWEN_MATH_15B, replace(HANDOUT, previous_copy=True), Machine(1, 40))
+
+
 def test_hf_rollouts_alternate_kv_cache_and_training():
     work = replace(HANDOUT, rollout="hf")
     kv = 256 * 1536 * 28_672  # every rollout of the batch at full length

@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 
 from alignment.experiments.plotting import (
+    KL_SUM_KEYS,
+    describe_time_per_step,
     kl_validation_figure,
     pass_at_n_figure,
     plot_runs,
@@ -11,6 +13,7 @@ from alignment.experiments.plotting import (
     read_rows,
     time_breakdown,
     time_breakdown_figure,
+    time_per_step,
 )
 
 
@@ -28,6 +31,7 @@ def write_run(folder: Path, rewards: list[float]) -> Path:
                 "response_length_mean": 20,
                 "response_length_max": 32,
                 "kl_prev_k3": 0.01 * step,
+                "kl_ref_k1_sum": 0.5 * step,  # UW v2's Eq. 8
                 "clip_fraction": 0.1,
                 "time_rollout_s": 3.0,
                 "time_grading_s": 0.1,
@@ -57,6 +61,8 @@ def test_two_runs_on_shared_figures(tmp_path):
         "clip_fraction.png",
         "phase_times_clip.png",
         "phase_times_noclip.png",
+        "time_per_step.png",
+        "kl_sum_and_validation.png",
     } <= names
     assert all(p.stat().st_size > 5000 for p in written)
 
@@ -101,3 +107,41 @@ def test_kl_with_validation_and_pass_at_n_figures(tmp_path):
     (tmp_path / "other.json").write_text('{"generated_tokens": 3}')
     with pytest.raises(ValueError, match="not a summary.json of scripts/best_of_n.py"):
         read_best_of_n(tmp_path / "other.json")
+
+
+def test_time_per_step_averages_each_phase_over_the_steps():
+    """UW A3 v1 problem 14: "report averages per training step". A step's rows share its timings (counted once); a
+    sync that did not finish (NaN) is left out of its mean; the whole step's time where the Ray driver logs it."""
+    timings = {"time_rollout_s": 3.0, "time_grading_s": 0.5, "time_train_s": 5.0, "time_old_logprob_s": 1.0}
+    rows = [
+        {"grpo_step": 1, "time_weight_sync_s": 0.2, "time_step_s": 10.0} | timings,
+        {"grpo_step": 1, "time_weight_sync_s": 0.2, "time_step_s": 10.0} | timings,  # a second optimizer step
+        {"grpo_step": 1, "eval_reward": 0.5},
+        {"grpo_step": 2, "time_weight_sync_s": 0.4, "time_step_s": 12.0} | timings | {"time_train_s": 7.0},
+        {"grpo_step": 3, "time_weight_sync_s": float("nan"), "time_step_s": 14.0} | timings,
+    ]
+    means = time_per_step(rows)
+    assert means == pytest.approx(
+        {
+            "rollout": 3.0,
+            "grading": 0.5,
+            "old_logprob": 1.0,
+            "train": 17 / 3,
+            "weight_sync": 0.3,
+            "step": 12.0,
+            "steps": 3,
+        }
+    )
+    assert describe_time_per_step(rows) == (
+        "seconds per GRPO step (mean of 3 steps): rollout 3.000, grading 0.500, old_logprob 1.000, train 5.667, "
+        "weight_sync 0.300; whole step 12.000"
+    )
+    assert time_per_step([{"grpo_step": 0, "eval_reward": 0.1}]) == {} and describe_time_per_step([]) is None
+
+
+def test_eq8_sums_are_plotted_beside_validation_reward(tmp_path):
+    rows = read_rows(write_run(tmp_path / "run", [0.1, 0.2, 0.4]))
+    assert kl_validation_figure({"run": rows}, tmp_path / "sum.png", keys=KL_SUM_KEYS)
+    assert (tmp_path / "sum.png").stat().st_size > 5000
+    without = [{k: v for k, v in row.items() if not k.endswith("_sum")} for row in rows]
+    assert not kl_validation_figure({"run": without}, tmp_path / "x.png", keys=KL_SUM_KEYS)  # no sum logged

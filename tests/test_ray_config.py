@@ -52,7 +52,7 @@ BASE = RayGRPOConfig(rollout_batch_size=8, group_size=4, train_batch_size=8, gra
             {"strategy": "replay-buffer", "buffer_capacity": 1},
             "--buffer-capacity (1) must hold at least one rollout batch (2 groups",
         ),
-        ({"buffer_policy": "lifo"}, "--buffer-policy 'lifo' is not one of fifo, uniform, newest"),
+        ({"buffer_policy": "lifo"}, "--buffer-policy 'lifo' is not one of uniform, newest, fifo"),
         ({"weight_sync": "rdma"}, "--weight-sync 'rdma' is not one of object_store, nccl, gloo"),
         ({"weight_sync": "nccl"}, "--weight-sync nccl needs two actors; --strategy colocated-sync"),
         ({"ray_timeout_s": 0}, "--ray-timeout-s must be > 0"),

@@ -78,7 +78,7 @@ def check_rows(rows: list[dict], max_lag: int) -> None:
 
 
 def test_colocated_sync_a_light_scorer_and_a_dead_learner(cluster, tiny_model_dir, tmp_path):
-    config = config_for(tiny_model_dir, tmp_path, kl_reference=True)
+    config = config_for(tiny_model_dir, tmp_path, kl_reference=True, kl_prev_step=True)
     scorer_imports = []
 
     def look_then_kill_worker(step, actors):
@@ -103,6 +103,9 @@ def test_colocated_sync_a_light_scorer_and_a_dead_learner(cluster, tiny_model_di
     assert [row["grpo_step"] for row in rows] == [1, 2]
     check_rows(rows, max_lag=0)
     assert all(row["kl_ref_k1"] is not None for row in rows)  # the worker's frozen reference model
+    # UW v2 problem 6's KL to the previous step's policy (a copy one update behind), from the second step on
+    assert "kl_prev_step_k1_sum" not in rows[0] and rows[1]["kl_prev_step_k1_sum"] != 0
+    assert all(row["time_weight_sync_s"] > 0 for row in rows)  # the generation copy takes the learner's weights
     assert [row["grpo_step"] for row in logged(config) if "eval_reward" in row] == [0, 1, 2]
 
 

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from alignment.ray.config import RayGRPOConfig
 from alignment.ray.replay_buffer import Group, ReplayBuffer, staleness
 from alignment.rollout.interface import Rollout
 
@@ -71,9 +72,27 @@ def test_state_round_trip_continues_the_same_draws():
     "capacity,policy,message",
     [
         (0, "fifo", "--buffer-capacity must be >= 1, got 0"),
-        (4, "lifo", "--buffer-policy 'lifo' is not one of fifo, uniform, newest"),
+        (4, "lifo", "--buffer-policy 'lifo' is not one of uniform, newest, fifo"),
     ],
 )
 def test_bad_settings_name_their_flag(capacity, policy, message):
     with pytest.raises(ValueError, match=message):
         ReplayBuffer(capacity, policy)
+
+
+def test_the_default_buffer_reuses_rollouts_across_steps():
+    """UW A3 v1 problem 14's Variant B: "stale rollouts reused across updates". With the Ray settings' defaults (a
+    step adds one rollout batch of groups and draws one), later steps train on groups of earlier batches again."""
+    config = RayGRPOConfig()
+    buffer = ReplayBuffer(config.buffer_capacity, config.buffer_policy, config.seed)
+    n = config.n_prompts_per_rollout_batch
+    trained: dict[int, int] = {}
+    stale = []
+    for step in range(4):
+        buffer.add([group(step * n + i, version=step) for i in range(n)])
+        picked = buffer.sample(n)
+        stale.append(staleness(picked, step)["staleness_max"])
+        for g in picked:
+            trained[g.question] = trained.get(g.question, 0) + 1
+    assert stale[0] == 0 and all(s > 0 for s in stale[1:])  # groups of earlier batches are drawn again
+    assert max(trained.values()) > 1  # some group trained in more than one step

@@ -23,7 +23,7 @@ from tests.test_sft_scripts import sft_flags
 
 BEFORE_THE_MOVE = "c955495"  # the last commit of the flat alignment/ (82 modules in one folder)
 REPO = Path(__file__).resolve().parents[1]
-ADDED_SINCE = ("grader", "ignore_memory_plan")  # settings this version has and the flat package had not
+ADDED_SINCE = ("grader", "ignore_memory_plan", "keyword_match", "kl_prev_step")  # settings the flat package had not
 
 OLD_GRPO = """
 import sys, zlib
@@ -74,8 +74,11 @@ def metric_rows(folder: Path) -> list[dict]:
 
 
 def test_a_grpo_run_of_the_flat_package_resumes_here(old_code, tiny_model_dir, tmp_path):
-    # that package graded leniently (the only grader it had) and knew none of the settings added since
-    config = tiny_config(tiny_model_dir, tmp_path / "old", n_grpo_steps=2, loss_type="grpo_clip", grader="lenient")
+    # that package graded leniently (the only grader it had), matched whole keywords, and knew none of the settings
+    # added since
+    config = tiny_config(
+        tiny_model_dir, tmp_path / "old", n_grpo_steps=2, loss_type="grpo_clip", grader="lenient", keyword_match="word"
+    )
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in config.to_json().items() if k not in ADDED_SINCE}
     killed = run_old(old_code, ["-c", OLD_GRPO, json.dumps(settings)], "optimizer_step:2")
     assert killed.returncode == -9, killed.stderr[-2000:]

@@ -143,9 +143,13 @@ def test_one_colocated_on_policy_step(student_model):
     assert row["avg_reward"] == pytest.approx(sum(sum(t.rewards) for t in generated) / 12)
     after = worker.get_weights()
     assert any(not torch.equal(before[k], after[k]) for k in before)
-    assert all(torch.equal(v, worker.model.state_dict()[k]) for k, v in after.items())
-    assert all(v.data_ptr() != worker.model.state_dict()[k].data_ptr() for k, v in after.items())
+    generator, learner = worker.model.state_dict(), worker.grpo.policy.state_dict()
+    assert all(torch.equal(generator[k], learner[k]) for k in learner)  # synced ...
+    assert all(generator[k].data_ptr() != learner[k].data_ptr() for k in learner)  # ... into tensors of its own
     assert worker.get_statistics()["generator_version"] == worker.grpo.step == 1
+    assert all(row[f"time_{phase}_s"] > 0 for phase in ("rollout", "train", "weight_sync"))  # the stages profiled
+    worker.update_policy(generated)  # a second update: until the sync, the generator keeps version 1
+    assert any(not torch.equal(worker.model.state_dict()[k], v) for k, v in worker.grpo.policy.state_dict().items())
 
 
 def test_the_driver_runs_steps_and_reports(student_model):

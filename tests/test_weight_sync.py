@@ -1,10 +1,11 @@
-"""Weight sync without a cluster: which transports are refused where, and that the learner's weights (and
-exactly the tokens it was sent) reach the generator bit for bit. The Ray transports run in test_ray_strategies."""
+"""Weight sync without a cluster: which transports are refused where, that the learner's weights (and exactly the
+tokens it was sent) reach the generator bit for bit, and that the colocated worker generates from a copy of its own
+that each sync updates. The Ray transports run in test_ray_strategies."""
 
 import pytest
 import torch
 
-from alignment.ray.actors import Generator, Learner, token_checksum
+from alignment.ray.actors import ColocatedWorker, Generator, Learner, token_checksum
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.weight_sync import Placement, check_transport
 from tests.test_grpo_loop import TASK, hash_reward
@@ -99,3 +100,42 @@ def test_a_lora_learner_sends_only_its_adapters_and_the_generator_matches_it(tin
     assert sum(t.numel() for t in sent.values()) < full / 10
     generator.load_weights(sent, 1)
     assert learner.digest() == generator.digest()  # the same frozen base, now the same adapters
+
+
+@pytest.mark.parametrize("backend,lora_rank", [("hf", 0), ("transformer_lm", 0), ("hf", 4)])
+def test_the_colocated_worker_samples_a_copy_of_its_own_that_each_sync_updates(
+    tiny_model_dir, keep_threads, backend, lora_rank
+):
+    """UW CSE599-O A3 v2 §3.1.1: the colocated worker holds "a second copy of the model just for generation"; the
+    sync copies the learner's weights into it (under LoRA the adapters; the frozen base is shared), and takes
+    measurable time."""
+    config = RayGRPOConfig(
+        model=str(tiny_model_dir),
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=2,
+        learning_rate=1e-2,
+        prompt="question_only",
+        backend=backend,
+        kl_reference=False,
+        kl_prev=False,
+        lora_rank=lora_rank,
+    )
+    worker = ColocatedWorker(config, TASK, TASK, "cpu", 1)
+    generator, policy = worker.model, worker.learner.policy
+    assert generator is not None and worker.engine.model is generator and generator is not policy
+
+    def shared() -> set[bool]:
+        """For each weight that trains, whether the copy holds it in the learner's storage."""
+        own = {name: t.data_ptr() for name, t in generator.named_parameters()}
+        return {own[name] == t.data_ptr() for name, t in policy.named_parameters() if t.requires_grad}
+
+    assert shared() == {False} and worker.generator_digest() == worker.digest()
+    generated, _ = worker.generate([0, 1], step=0)
+    worker.learn([0, 1], generated.rollouts, [hash_reward(r.text, "") for r in generated.rollouts])
+    assert worker.generator_digest() != worker.digest()  # the update moved the learner's copy only
+    assert worker.sync_engine() > 0
+    assert worker.generator_digest() == worker.digest() and worker.weights_version == 1 and shared() == {False}

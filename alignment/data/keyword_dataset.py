@@ -12,7 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from alignment.data.keywords import TEMPLATES, keyword_inclusion_reward_fn, keyword_instruction
+from alignment.data.keywords import (
+    TEMPLATES,
+    KeywordRewardFn,
+    keyword_inclusion_reward_fn,
+    keyword_instruction,
+    keyword_word_reward_fn,
+)
 from alignment.data.task import Task
 from alignment.prompts import format_prompt
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
@@ -54,15 +60,16 @@ def build_keyword_dataset(
     seed: int,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, validation) records. Each prompt (wrapped in `template`, which contains {question}) gets
-    samples_per_prompt responses; the first one with reward 1 becomes its answer, and a prompt without one
-    is dropped. The kept records are shuffled and round(20%) of them go to validation."""
+    samples_per_prompt responses; the first one the stricter whole-word rule rewards becomes its answer (so that it
+    passes either rule), and a prompt without one is dropped. The kept records are shuffled and round(20%) of them go
+    to validation."""
     pairs = dataset_prompts(words, keyword_counts, prompts_per_count, seed)
     rollouts = engine.generate([format_prompt(template, q) for q, _ in pairs], samples_per_prompt, sampling)
     answers: dict[int, str] = {}
     for r in rollouts:
         if (
             r.prompt_index not in answers
-            and keyword_inclusion_reward_fn(r.text, pairs[r.prompt_index][1])["reward"] == 1
+            and keyword_word_reward_fn(r.text, pairs[r.prompt_index][1])["reward"] == 1  # the stricter rule
         ):
             answers[r.prompt_index] = r.text.strip()
     records = [{"prompt": q, "answer": answers[i], "keywords": k} for i, (q, k) in enumerate(pairs) if i in answers]
@@ -122,14 +129,16 @@ def read_keyword_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def load_keyword_dataset(directory: Path, template: str = "{question}") -> tuple[Task, Task]:
-    """(train, validation) keyword tasks from a built dataset folder. `template` wraps each prompt; pass the
-    policy's chat template (as keyword_tasks gets it) to train a chat model."""
+def load_keyword_dataset(
+    directory: Path, template: str = "{question}", reward_fn: KeywordRewardFn = keyword_inclusion_reward_fn
+) -> tuple[Task, Task]:
+    """(train, validation) keyword tasks graded by `reward_fn` from a built dataset folder. `template` wraps each
+    prompt; pass the policy's chat template (as keyword_tasks gets it) to train a chat model."""
     if "{question}" not in template:
         raise ValueError(f"template must contain {{question}}, got {template!r}")
     tasks = []
     for name in (TRAIN_FILE, VALIDATION_FILE):
         records = read_keyword_records(Path(directory) / name)
         questions, keywords = [r["prompt"] for r in records], [r["keywords"] for r in records]
-        tasks.append(Task(questions, keywords, template, keyword_inclusion_reward_fn))
+        tasks.append(Task(questions, keywords, template, reward_fn))
     return tasks[0], tasks[1]

@@ -1,14 +1,23 @@
 """The keyword-inclusion task: write text that uses every given word; reward 1 iff it does.
 
-Matching rule: each keyword must appear as a whole word, case-insensitively, optionally followed by a plural
-`s` or `es` ("River", "rivers" and "river's" count for "river"); a keyword inside another word does not
-("pineapple" is not "apple"). Keywords are letters only, so they are never read as regex syntax.
+Two matching rules (`--keyword-match`):
+- substring (the UW handouts' rule, `keyword_inclusion_reward_fn`): each keyword appears in the response,
+  case-insensitively, anywhere: "Pineapples" counts for "apple", and so does "grapple".
+- word (stricter, `keyword_word_reward_fn`): each keyword appears as a whole word, case-insensitively, optionally
+  followed by a plural `s` or `es` ("River", "rivers" and "river's" count for "river"); a keyword inside another
+  word does not ("pineapple" is not "apple"). Keywords are letters only, so they are never read as regex syntax.
+A response the word rule rewards, the substring rule rewards too.
+
+The word list (`--keywords-file`): the UW handout's is the course repo's `cse599o_alignment/prompts/keywords.txt`
+(nouns from TinyStories); a checkout's folder may be given for it. Without one, the 98 words shipped in
+data/keywords.txt stand in.
 """
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from alignment.data.task import Task
 
@@ -20,13 +29,35 @@ TEMPLATES = (
     "Write a short poem containing the {words}: {keywords}.",
 )
 DEFAULT_KEYWORDS = Path(__file__).resolve().parents[2] / "data" / "keywords.txt"
+# Where the UW course repo keeps its word list, for --keywords-file given a checkout's folder
+COURSE_KEYWORDS = ("cse599o_alignment/prompts/keywords.txt", "prompts/keywords.txt")
+
+
+def _scores(response: str, keywords: Sequence[str], found: bool) -> dict[str, float]:
+    reward = float(bool(keywords) and found)
+    return {"format_reward": float(bool(response.strip())), "answer_reward": reward, "reward": reward}
 
 
 def keyword_inclusion_reward_fn(response: str, keywords: Sequence[str]) -> dict[str, float]:
-    """{"format_reward": 1 for a non-empty response, "answer_reward" = "reward" = 1 iff all keywords appear}."""
+    """The UW handouts' rule: {"format_reward": 1 for a non-empty response, "answer_reward" = "reward" = 1 iff every
+    keyword appears in the response, case-insensitively (as a substring)}."""
+    text = response.casefold()
+    return _scores(response, keywords, all(k.casefold() in text for k in keywords))
+
+
+def keyword_word_reward_fn(response: str, keywords: Sequence[str]) -> dict[str, float]:
+    """The stricter rule: as keyword_inclusion_reward_fn, but each keyword must appear as a whole word (plural s/es
+    allowed)."""
     found = all(re.search(rf"\b{re.escape(k)}(?:e?s)?\b", response, flags=re.IGNORECASE) for k in keywords)
-    reward = float(bool(keywords) and found)
-    return {"format_reward": float(bool(response.strip())), "answer_reward": reward, "reward": reward}
+    return _scores(response, keywords, found)
+
+
+KeywordMatch = Literal["substring", "word"]
+KeywordRewardFn = Callable[[str, Sequence[str]], dict[str, float]]
+KEYWORD_REWARD_FNS: dict[str, KeywordRewardFn] = {
+    "substring": keyword_inclusion_reward_fn,
+    "word": keyword_word_reward_fn,
+}
 
 
 def keyword_instruction(template: str, keywords: Sequence[str]) -> str:
@@ -35,7 +66,19 @@ def keyword_instruction(template: str, keywords: Sequence[str]) -> str:
 
 
 def load_keywords(path: Path = DEFAULT_KEYWORDS) -> list[str]:
-    """One keyword per line; blank lines skipped; a non-alphabetic entry is an error naming its line."""
+    """One keyword per line; blank lines skipped; a non-alphabetic entry is an error naming its line. A folder is
+    read as a checkout of the UW course repo: its COURSE_KEYWORDS file."""
+    path = Path(path)
+    if path.is_dir():
+        found = next((path / name for name in COURSE_KEYWORDS if (path / name).is_file()), None)
+        if found is None:
+            raise ValueError(
+                f"--keywords-file {path}: a folder, but neither {' nor '.join(COURSE_KEYWORDS)} is in it (give the "
+                "word list's file, or the UW course repo's folder)"
+            )
+        path = found
+    if not path.is_file():
+        raise ValueError(f"--keywords-file {path}: no such file")
     words = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         word = line.strip()
@@ -61,9 +104,15 @@ def keyword_prompts(
 
 
 def keyword_tasks(
-    template: str, words: Sequence[str], n_train: int, n_validation: int, keywords_per_prompt: int, seed: int
+    template: str,
+    words: Sequence[str],
+    n_train: int,
+    n_validation: int,
+    keywords_per_prompt: int,
+    seed: int,
+    reward_fn: KeywordRewardFn = keyword_inclusion_reward_fn,
 ) -> tuple[Task, Task]:
-    """Training and held-out tasks; held-out prompts use keywords never seen in training."""
+    """Training and held-out tasks graded by `reward_fn`; held-out prompts use keywords never seen in training."""
     shuffled = list(words)
     random.Random(seed).shuffle(shuffled)
     held_out = max(keywords_per_prompt, len(shuffled) // 5)
@@ -71,6 +120,6 @@ def keyword_tasks(
     train = keyword_prompts(train_words, n_train, keywords_per_prompt, seed)
     validation = keyword_prompts(validation_words, n_validation, keywords_per_prompt, seed + 1)
     return (
-        Task([q for q, _ in train], [k for _, k in train], template, keyword_inclusion_reward_fn),
-        Task([q for q, _ in validation], [k for _, k in validation], template, keyword_inclusion_reward_fn),
+        Task([q for q, _ in train], [k for _, k in train], template, reward_fn),
+        Task([q for q, _ in validation], [k for _, k in validation], template, reward_fn),
     )

@@ -1,12 +1,16 @@
 """Figures of GRPO runs from metrics.jsonl files or wandb CSV exports: several runs per figure.
 
 Beside one curve per metric: where the time went (`time_breakdown_figure`: each run's seconds per phase, against
-its wall time), KL with validation accuracy on one GRPO-step axis (`kl_validation_figure`, UW v1 problem 15) and
-pass@N / Best@N against N from scripts/best_of_n.py's summary.json files (`pass_at_n_figure`).
+its wall time; `time_per_step_figure`: the mean seconds per GRPO step of each phase, UW A3 v1 problem 14's "time
+breakdown per GRPO step"), KL with validation reward on one GRPO-step axis (`kl_validation_figure`: per-token means,
+UW v1 problem 15; and the sums of UW v2's Eq. 8 over each response, problem 6) and pass@N / Best@N against N from
+scripts/best_of_n.py's summary.json files (`pass_at_n_figure`).
 """
 
 import json
+import math
 import statistics
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +26,7 @@ CURVES = {  # file name -> (y label, metric keys)
     "token_entropy": ("token entropy (nats)", ["token_entropy"]),
     "grad_norm": ("gradient norm (before clipping)", ["grad_norm"]),
     "response_length": ("response tokens", ["response_length_mean", "response_length_max"]),
-    "kl": ("KL estimate", ["kl_ref_k1", "kl_ref_k3", "kl_prev_k1", "kl_prev_k3"]),
+    "kl": ("KL estimate", ["kl_ref_k1", "kl_ref_k3", "kl_prev_step_k1", "kl_prev_step_k3", "kl_prev_k1", "kl_prev_k3"]),
     "clip_fraction": ("clipped token fraction", ["clip_fraction"]),
     "train_reward": ("train reward", ["train_reward", "train_format_reward"]),
     "eval_format_reward": ("validation format reward", ["eval_format_reward"]),
@@ -145,7 +149,65 @@ def time_breakdown_figure(runs: dict[str, list[dict]], path: Path) -> bool:
     return True
 
 
-KL_KEYS = ("kl_ref_k1", "kl_ref_k3", "kl_prev_k1", "kl_prev_k3")
+def time_per_step(rows: list[dict]) -> dict[str, float]:
+    """Mean seconds per GRPO step of each phase over a run's steps, and `step`, the mean of a whole step's wall time
+    where it is logged (GRPO on Ray's time_step_s; there, disaggregated phases overlap and add up past it); with
+    `steps`, how many steps were averaged. Empty for a run without phase timings."""
+    steps = first_rows_per_step(rows)
+    if not steps:
+        return {}
+
+    def mean(key: str) -> float:
+        values = [row[key] for row in steps if key in row and math.isfinite(row[key])]
+        return statistics.fmean(values) if values else 0.0
+
+    means = {phase: mean(f"time_{phase}_s") for phase in PHASES}
+    if any("time_step_s" in row for row in steps):
+        means["step"] = mean("time_step_s")
+    return means | {"steps": float(len(steps))}
+
+
+def describe_time_per_step(rows: list[dict]) -> str | None:
+    """One line: the mean seconds per GRPO step of each phase (and of the whole step), or None without timings."""
+    means = time_per_step(rows)
+    if not means:
+        return None
+    phases = ", ".join(f"{phase} {means[phase]:.3f}" for phase in PHASES)
+    whole = f"; whole step {means['step']:.3f}" if "step" in means else ""
+    return f"seconds per GRPO step (mean of {means['steps']:.0f} steps): {phases}{whole}"
+
+
+def time_per_step_figure(runs: dict[str, list[dict]], path: Path) -> bool:
+    """One stacked bar per run: the mean seconds per GRPO step of each phase; a black tick marks the mean step."""
+    means = {label: time_per_step(rows) for label, rows in runs.items()}
+    means = {label: m for label, m in means.items() if m}
+    if not means:
+        return False
+    labels = list(means)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(labels)), 4))
+    bottom = [0.0] * len(labels)
+    for phase in PHASES:
+        values = [means[label][phase] for label in labels]
+        ax.bar(labels, values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    timed = [label for label in labels if "step" in means[label]]
+    if timed:
+        ax.scatter(timed, [means[label]["step"] for label in timed], marker="_", s=600, color="black", zorder=3)
+        ax.scatter([], [], marker="_", color="black", label="whole step")
+    ax.set_ylabel("seconds per GRPO step (mean)")
+    ax.set_title("time breakdown per GRPO step", fontsize=9)
+    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    ax.legend(fontsize=8)
+    save_png(fig, path)
+    plt.close(fig)
+    return True
+
+
+# Per-token means: KL to the reference, to the previous step's policy (UW v2 problem 6), across each update
+KL_KEYS = ("kl_ref_k1", "kl_ref_k3", "kl_prev_step_k1", "kl_prev_step_k3", "kl_prev_k1", "kl_prev_k3")
+# UW v2's Eq. 8: k1 summed over each response's tokens, averaged over responses (the KL of whole responses)
+KL_SUM_KEYS = ("kl_ref_k1_sum", "kl_prev_step_k1_sum", "kl_prev_k1_sum")
+DASHES = ("-", "--", "-.", ":")
 
 
 def mean_per_step(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
@@ -158,16 +220,21 @@ def mean_per_step(rows: list[dict], key: str) -> tuple[list[float], list[float]]
     return steps, [statistics.fmean(per_step[s]) for s in steps]
 
 
-def kl_validation_figure(runs: dict[str, list[dict]], path: Path) -> bool:
-    """KL estimates (lines, left axis) and validation accuracy (dots, right axis: eval_answer_reward, else
+def kl_validation_figure(
+    runs: dict[str, list[dict]],
+    path: Path,
+    keys: tuple[str, ...] = KL_KEYS,
+    ylabel: str = "KL estimate per response token (lines)",
+) -> bool:
+    """KL estimates `keys` (lines, left axis) and validation accuracy (dots, right axis: eval_answer_reward, else
     eval_reward) against the same GRPO steps, one colour per run that logged a KL."""
     fig, kl_ax = plt.subplots(figsize=(7, 4))
     accuracy_ax = kl_ax.twinx()
     drawn = False
     for i, (label, rows) in enumerate(runs.items()):
-        colour, kls = f"C{i % 10}", [key for key in KL_KEYS if any(key in row for row in rows)]
-        for key, dash in zip(kls, ["-", "--", "-.", ":"]):
-            kl_ax.plot(*mean_per_step(rows, key), dash, color=colour, label=f"{label}: {key}")
+        colour, kls = f"C{i % 10}", [key for key in keys if any(key in row for row in rows)]
+        for j, key in enumerate(kls):
+            kl_ax.plot(*mean_per_step(rows, key), DASHES[j % len(DASHES)], color=colour, label=f"{label}: {key}")
         accuracy = "eval_answer_reward" if any("eval_answer_reward" in row for row in rows) else "eval_reward"
         xs, ys = series(rows, accuracy)
         if kls and xs:
@@ -175,7 +242,7 @@ def kl_validation_figure(runs: dict[str, list[dict]], path: Path) -> bool:
         drawn = drawn or bool(kls)
     if drawn:
         kl_ax.set_xlabel("GRPO step")
-        kl_ax.set_ylabel("KL estimate (lines)")
+        kl_ax.set_ylabel(ylabel)
         accuracy_ax.set_ylabel("validation accuracy (dots)")
         kl_ax.grid(alpha=0.3)
         handles = [h for ax in (kl_ax, accuracy_ax) for h in ax.get_legend_handles_labels()[0]]
@@ -231,8 +298,9 @@ def plot_runs(
 def plot_rows(
     runs: dict[str, list[dict]], output_dir: Path, styles: dict[str, dict[str, Any]] | None = None, phases: bool = True
 ) -> list[Path]:
-    """Every figure some run has data for, one line per run, with the time breakdown and KL with validation accuracy;
-    `phases` adds one time-per-phase figure per run (a time series)."""
+    """Every figure some run has data for, one line per run, with the time breakdowns (summed, and per step) and KL
+    with validation accuracy (per token, and Eq. 8's sums); `phases` adds one time-per-phase figure per run (a time
+    series)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
     figures = {
@@ -242,7 +310,15 @@ def plot_rows(
     for name, (keys, ylabel, x) in figures.items():
         if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x, styles):
             written.append(output_dir / f"{name}.png")
-    for name, draw in (("time_breakdown", time_breakdown_figure), ("kl_and_validation", kl_validation_figure)):
+    drawings = {
+        "time_breakdown": time_breakdown_figure,
+        "time_per_step": time_per_step_figure,
+        "kl_and_validation": kl_validation_figure,
+        "kl_sum_and_validation": partial(
+            kl_validation_figure, keys=KL_SUM_KEYS, ylabel="KL of whole responses, Eq. 8's sum (lines)"
+        ),
+    }
+    for name, draw in drawings.items():
         if draw(runs, output_dir / f"{name}.png"):
             written.append(output_dir / f"{name}.png")
     for label, rows in runs.items() if phases else ():

@@ -8,15 +8,14 @@
                      function (keyword_inclusion_reward_fn for the keyword task); `update` loads new weights
     Learner          the training copy, a GRPOLearner: `compute_advantages` (group-normalized), `update_policy` (one
                      optimizer step: grpo_microbatch_train_step per microbatch, gradient clipping, AdamW)
-    ColocatedWorker  both on one device: `training_step` generates, updates, then syncs the learner's weights into
-                     the generator; `get_statistics`
+    ColocatedWorker  both on one device: `training_step` generates, updates, then copies the learner's weights into
+                     the generator, timing each stage (the profile v2 problem 5 asks for); `get_statistics`
     run_training     the driver: each step a round of prompts, one training_step on them
 
-Plain classes: `ray.remote(ColocatedWorker)` makes the starter's actor of it. The library's own Ray strategies, whose
-colocated worker samples the learner's policy in place, are alignment/ray/.
+Plain classes: `ray.remote(ColocatedWorker)` makes the starter's actor of it. The library's own Ray strategies are
+alignment/ray/ (whose colocated worker also keeps a generation copy).
 """
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,12 +27,13 @@ from alignment.data.task import Task
 from alignment.grpo.config import GRPOConfig
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import rollout_sampling
+from alignment.models.lora import frozen_copy
 from alignment.models.transformer_lm import TransformerLM
 from alignment.prompts import format_prompt
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import Rollout
 from alignment.rollout.lm_engine import TransformerLMRolloutEngine
-from alignment.run.setup import PromptOrder
+from alignment.run.setup import PhaseTimer, PromptOrder
 
 
 @dataclass
@@ -68,7 +68,7 @@ class Generator:
         self, config: GRPOConfig, policy: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, task: Task
     ) -> None:
         self.config, self.task = config, task
-        self.model = copy.deepcopy(policy).eval()
+        self.model = frozen_copy(policy)
         engine = TransformerLMRolloutEngine if isinstance(self.model, TransformerLM) else HFRolloutEngine
         self.engine = engine(self.model, tokenizer, progress=False)
         self.version = 0
@@ -142,10 +142,15 @@ class ColocatedWorker(Generator, Learner):
         self.last_trajectories: list[Trajectory] = []
 
     def training_step(self, prompt_indices: Sequence[int]) -> dict[str, float]:
-        """Generate, take one optimizer step, hand the new weights to the generator."""
-        trajectories = self.generate_trajectories(prompt_indices, self.step_count)
-        loss = self.update_policy(trajectories)
-        self.update(self.get_weights(), self.grpo.step)
+        """Generate, take one optimizer step, hand the new weights to the generator; with each stage's seconds
+        (time_rollout_s, time_train_s, time_weight_sync_s)."""
+        timer = PhaseTimer()
+        with timer("rollout"):
+            trajectories = self.generate_trajectories(prompt_indices, self.step_count)
+        with timer("train"):
+            loss = self.update_policy(trajectories)
+        with timer("weight_sync"):
+            self.update(self.get_weights(), self.grpo.step)
         self.step_count += 1
         self.last_trajectories = trajectories
         rewards = [r for t in trajectories for r in t.rewards]
@@ -154,7 +159,7 @@ class ColocatedWorker(Generator, Learner):
             "loss": loss,
             "num_trajectories": len(trajectories),
             "avg_reward": sum(rewards) / len(rewards),
-        }
+        } | {f"time_{phase}_s": seconds for phase, seconds in timer.seconds.items()}
 
     def get_statistics(self) -> dict[str, int]:
         return {

@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from alignment.advantages import AdvantageEstimator
 from alignment.config.settings import check_choices, override, setting
+from alignment.data.keywords import KeywordMatch
 from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
@@ -22,13 +23,23 @@ ReuseRolloutForward = Literal["auto", "on", "off"]
 @dataclass
 class GRPOConfig(TrainingSettings, MathDataSettings):
     task: Task = setting("math", "math: graded answers to --dataset; keywords: write text that uses given words.")
-    keywords_file: Path | None = setting(None, "keywords task: one word per line (default: data/keywords.txt).")
+    keywords_file: Path | None = setting(
+        None,
+        "keywords task: one word per line. The UW handout's list is the course repo's "
+        "cse599o_alignment/prompts/keywords.txt (or give the repo's folder); without it, the 98 words shipped in "
+        "data/keywords.txt stand in.",
+    )
     keywords_dataset: Path | None = setting(
         None,
         "keywords task: a folder built by scripts/build_keyword_dataset.py (train.jsonl, validation.jsonl) instead of "
         "prompts generated from --keywords-file.",
     )
     keywords_per_prompt: int = setting(2, "keywords task: words each prompt asks for.")
+    keyword_match: KeywordMatch = setting(
+        "substring",
+        "keywords task: substring (the UW handouts' rule: every keyword appears in the response, case-insensitively, "
+        "even inside another word) or word (stricter: whole words, plural s/es allowed; alignment/data/keywords.py).",
+    )
     n_train_prompts: int = setting(1024, "keywords task: training prompts generated.")
     n_grpo_steps: int = setting(200, "GRPO steps (rollout batches) to run.")
     advantage_eps: float = setting(1e-6, "Added to the group std before dividing.")
@@ -125,8 +136,14 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
     )
     kl_prev: bool = setting(
         False,
-        "Log KL between the policies before and after each step (two scoring passes a step; not in the handouts' "
-        "loop).",
+        "Log KL between the policies before and after each step, KL(pi_before || pi_after) on the step's rollouts "
+        "(two scoring passes a step; not in the handouts' loop).",
+    )
+    kl_prev_step: bool = setting(
+        False,
+        "Log UW A3 v2 problem 6's KL to the previous step's policy, KL(pi_theta || pi_theta_{t-1}): the step's "
+        "rollouts scored by the policy that sampled them and by the policy one update before, from the second step "
+        "on (a frozen copy of the weights kept one step behind; one more scoring pass a step).",
     )
     divergence_loss_bound: float | None = setting(
         None,
@@ -165,6 +182,8 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
         "skip_zero_advantage",
         "ignore_memory_plan",
     }
+    # A keyword run saved before --keyword-match existed matched whole words
+    ADDED: ClassVar[dict[str, Any]] = TrainingSettings.ADDED | {"keyword_match": "word"}
     # Settings renamed since earlier runs: old key -> (new key, old value -> new value)
     LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
         "length_normalization": ("loss_aggregation", {"masked_mean": "sequence_mean", "masked_normalize": "constant"}),

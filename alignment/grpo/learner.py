@@ -25,7 +25,7 @@ from alignment.grpo.shared_prompt import prompt_groups
 from alignment.kl import kl_estimates
 from alignment.logprobs import output_head
 from alignment.masked import masked_mean
-from alignment.models.lora import reference_model, trainable_parameters
+from alignment.models.lora import copy_trainable, frozen_copy, reference_model, trainable_parameters
 from alignment.prompts import format_prompt
 from alignment.rollout.forward_tape import ForwardTape, has_dropout
 from alignment.rollout.interface import Rollout, RolloutEngine
@@ -38,7 +38,8 @@ REPORTED = ("clip_fraction", "tis_weight_mean", "rollout_masked_fraction")  # lo
 
 
 class GRPOLearner:
-    """The policy, its AdamW optimizer, the objective and (with --kl-reference) the frozen reference.
+    """The policy, its AdamW optimizer, the objective, (with --kl-reference) the frozen reference and (with
+    --kl-prev-step) a frozen copy of the policy one update behind.
 
     `step` counts the updates taken: the policy's version.
     """
@@ -63,6 +64,8 @@ class GRPOLearner:
             fused=self.device.type in ("cpu", "cuda"),  # one kernel: 2.7x faster on 2 cores
         )
         self.reference = reference_model(policy) if config.kl_reference else None
+        self.previous = frozen_copy(policy) if config.kl_prev_step else None
+        self.previous_version: int | None = None  # the version `previous` holds; None until the first update
         self.shards = shard_group(policy)  # None unless torchrun sharded the policy
         self.prompt_ids = [tokenizer(format_prompt(task.template, q))["input_ids"] for q in task.questions]
         self.step = 0
@@ -106,7 +109,7 @@ class GRPOLearner:
             # Old log-probs handed in with the batch are kept: they were scored under an earlier version on purpose
             # (the Ray driver's colocated-k-batches round); the KL monitors still measure the policy as it is now.
             handed_in, current = batch.old_log_probs is not None, None
-            if (needs_old and not handed_in) or self.reference is not None or c.kl_prev:
+            if (needs_old and not handed_in) or self.reference is not None or c.kl_prev or self.previous is not None:
                 current = score(self.policy, batch, c.micro_train_batch_size)
             if not handed_in:
                 batch.old_log_probs = current
@@ -114,6 +117,8 @@ class GRPOLearner:
                 reference = score(self.reference, batch, c.micro_train_batch_size)
                 kl = kl_estimates(current, reference, batch.response_mask)
                 extra |= {f"kl_ref_{k}": v for k, v in kl.items()}
+            if self.previous is not None:
+                extra |= self.kl_to_previous_step(batch, current)
         rows = []
         with timer("train"):
             self.policy.train()
@@ -133,6 +138,20 @@ class GRPOLearner:
                 extra |= {f"kl_prev_{k}": v for k, v in kl.items()}
         self.step += 1
         return [row | extra for row in rows]
+
+    def kl_to_previous_step(self, batch: RolloutBatch, current: torch.Tensor) -> dict[str, float]:
+        """UW A3 v2 problem 6's KL(pi_theta || pi_theta_{t-1}) on this batch (`current`: its log-probs under the
+        policy, which sampled it), when the copy holds the version one update before; then the copy takes the
+        policy's weights, to be one update behind at the next call. A resumed run starts measuring at its second
+        update (the copy is not checkpointed)."""
+        assert self.previous is not None
+        kl = {}
+        if self.previous_version == self.step - 1:
+            previous = score(self.previous, batch, self.config.micro_train_batch_size)
+            kl = {f"kl_prev_step_{k}": v for k, v in kl_estimates(current, previous, batch.response_mask).items()}
+        copy_trainable(self.policy, self.previous)
+        self.previous_version = self.step
+        return kl
 
     def old_log_probs(self, batch: RolloutBatch) -> torch.Tensor:
         """(batch, seq) the batch's log-probs under the policy as it is now, to hand in with it to a later `update`

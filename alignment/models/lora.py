@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from alignment.config.settings import setting
 from alignment.distributed.sharding import is_sharded, sharded_copy
@@ -107,17 +108,36 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def reference_model(policy: nn.Module) -> nn.Module:
-    """The frozen initial policy, for KL to the reference. Under LoRA it is the base model: a copy of the module
-    tree that shares the frozen base weights (no second copy of the model) with its adapters switched off. A policy
-    sharded over processes gets a copy sharded the same way (alignment/distributed/sharding.py)."""
+def frozen_copy(policy: nn.Module) -> nn.Module:
+    """A frozen copy of the policy as it is now, in eval mode: its own tensors for every weight that trains, while
+    weights that never train (a LoRA base) are shared, not copied. A policy sharded over processes gets a copy
+    sharded the same way (alignment/distributed/sharding.py)."""
     if is_sharded(policy):
         return sharded_copy(policy).eval().requires_grad_(False)
-    shared = {id(p): p for p in policy.parameters() if not p.requires_grad} if has_lora(policy) else {}
-    reference = copy.deepcopy(policy, memo=shared)
+    shared = {id(p): p for p in policy.parameters() if not p.requires_grad}
+    return copy.deepcopy(policy, memo=shared).eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def copy_trainable(policy: nn.Module, copied: nn.Module) -> None:
+    """Bring a frozen_copy of `policy` up to date: each weight that trains copied into the copy's own tensor (each
+    rank its shard when sharded)."""
+    own = dict(copied.named_parameters())
+    for name, parameter in policy.named_parameters():
+        if parameter.requires_grad:
+            target = own[name]
+            (target.to_local() if isinstance(target, DTensor) else target).copy_(
+                parameter.to_local() if isinstance(parameter, DTensor) else parameter
+            )
+
+
+def reference_model(policy: nn.Module) -> nn.Module:
+    """The frozen initial policy, for KL to the reference. Under LoRA it is the base model: a copy of the module
+    tree that shares the frozen base weights (no second copy of the model) with its adapters switched off."""
+    reference = frozen_copy(policy)
     if has_lora(reference):
         reference.disable_adapters()  # type: ignore[operator]
-    return reference.eval().requires_grad_(False)
+    return reference
 
 
 def lora_layers(model: nn.Module) -> dict[str, nn.Module]:

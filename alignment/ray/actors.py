@@ -6,8 +6,9 @@
 - Scorer (alignment.ray.scorer, a light process): grades the generated texts.
 - Learner: a GRPOLearner (alignment/grpo/learner.py: batches, rewards, old/reference log-probs, optimizer
   steps) and checkpoints; or several sharing the policy with FSDP2 (alignment/ray/learner_group.py).
-- ColocatedWorker: a Generator and a Learner sharing one policy on one device; in-process backends (hf,
-  transformer_lm) sample from the policy itself, so syncing is free.
+- ColocatedWorker: a Generator and a Learner on one device. As UW CSE599-O A3 v2 §3.1.1 asks ("a second copy of
+  the model just for generation"), the generator samples from its own copy of the weights (hf, transformer_lm: a
+  frozen copy of the policy; vLLM: the engine's), and each sync copies the learner's weights into it, timed.
 """
 
 import hashlib
@@ -29,7 +30,8 @@ from alignment.evaluation import evaluate_task
 from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import rollout_sampling
-from alignment.models.lora import sync_state_dict
+from alignment.models.lora import frozen_copy, sync_state_dict
+from alignment.models.policy_folder import push_weights
 from alignment.prompts import format_prompt
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.env import ray
@@ -326,12 +328,27 @@ class ColocatedWorker(Generator, Learner):
     def __init__(self, config: RayGRPOConfig, task: Task, validation: Task, device: str, threads: int) -> None:
         Learner.__init__(self, config, task, device, threads)
         policy, tokenizer = self.learner.policy, self.learner.tokenizer
-        engine = build_engine(config, policy, tokenizer, device, device)  # hf, transformer_lm: the policy itself
-        self._attach(config, task, validation, policy, engine)
+        if resolve_backend(config.backend) == "vllm":  # type: ignore[arg-type]
+            # vLLM loads its own copy of the weights (on a GPU it sleeps while the policy trains)
+            self._attach(config, task, validation, None, build_engine(config, policy, tokenizer, device, device))
+        else:
+            generator = frozen_copy(policy)  # the generation copy: never the tensors the optimizer steps
+            engine = build_engine(config, generator, tokenizer, device, device)
+            self._attach(config, task, validation, generator, engine)
 
     def sync_engine(self) -> float:
-        """Hand the updated policy to the rollout engine (a no-op for hf, which samples from the policy)."""
-        return self.load_weights(self.learner.policy.state_dict(), self.learner.step)
+        """Copy the learner's weights into the generation copy (under LoRA its adapters), or hand vLLM the weights
+        as a standard model's (push_weights); the seconds it took."""
+        start, policy = time.perf_counter(), self.learner.policy
+        if self.model is not None:
+            self.engine.load_policy_weights(sync_state_dict(policy))
+        else:
+            push_weights(self.engine, policy)
+        self.feed.version = self.learner.step
+        return time.perf_counter() - start
+
+    digest = Learner.digest  # the learner's weights; the generation copy's is generator_digest
+    generator_digest = Generator.digest
 
     def restore(self, folder: Path) -> dict[str, Any]:
         state = Learner.restore(self, folder)

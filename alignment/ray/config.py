@@ -43,7 +43,10 @@ class RayGRPOConfig(GRPOConfig):
     )
     buffer_capacity: int = setting(64, "replay-buffer: groups (one question's --group-size rollouts) the buffer keeps.")
     buffer_policy: BufferPolicy = setting(
-        "fifo", "replay-buffer: fifo (oldest, used once), uniform (random, kept) or newest (latest, kept)."
+        "uniform",
+        "replay-buffer: uniform (random groups, kept: each may train again until evicted, as UW A3 v1 problem 14's "
+        "buffer reuses stale rollouts), newest (the latest, kept) or fifo (the oldest, each used once: with one "
+        "batch added and one drawn a step, the same batches as disaggregated-one-behind).",
     )
     weight_sync: Transport = setting(
         "object_store", "Learner -> generator transport: nccl needs each actor on its own GPU; gloo runs on CPUs."
@@ -171,8 +174,8 @@ def validate_ray(config: RayGRPOConfig) -> None:
         )
     if c.colocated and c.weight_sync != "object_store":
         _fail(
-            f"--weight-sync {c.weight_sync} needs two actors; --strategy {c.strategy} samples from the "
-            "policy in place (leave --weight-sync at object_store)"
+            f"--weight-sync {c.weight_sync} needs two actors; --strategy {c.strategy} copies the weights into "
+            "its generation copy within one actor (leave --weight-sync at object_store)"
         )
     if c.weight_sync != "object_store" and c.backend == "vllm":
         # vLLM's in-process engine holds torch.distributed's default group, which Ray's collective group needs

@@ -5,9 +5,12 @@ group-normalized advantages stay computable from what is sampled. Each entry rec
 produced it; staleness is the learner's version minus that. When full, the oldest entry is evicted.
 
 Sampling policies:
-- fifo: the oldest entries, removed as they are sampled (each group trains once, in arrival order);
-- uniform: entries drawn uniformly without replacement within a draw, and kept (they may train again);
-- newest: the most recently added entries, kept.
+- uniform (the default): entries drawn uniformly without replacement within a draw, and kept, so a group may train
+  again in later steps until it is evicted: the reuse of stale rollouts that makes a replay buffer (UW CSE599-O A3
+  v1 problem 14, Variant B);
+- newest: the most recently added entries, kept;
+- fifo: the oldest entries, removed as they are sampled (each group trains once, in arrival order); with one
+  batch added and one drawn per step this trains exactly the batches one-behind does.
 """
 
 import random
@@ -18,7 +21,7 @@ from typing import Any
 
 from alignment.rollout.interface import Rollout
 
-SAMPLING_POLICIES = ("fifo", "uniform", "newest")
+SAMPLING_POLICIES = ("uniform", "newest", "fifo")
 
 
 @dataclass
@@ -30,7 +33,7 @@ class Group:
 
 
 class ReplayBuffer:
-    def __init__(self, capacity: int, policy: str = "fifo", seed: int = 0) -> None:
+    def __init__(self, capacity: int, policy: str = "uniform", seed: int = 0) -> None:
         if capacity < 1:
             raise ValueError(f"--buffer-capacity must be >= 1, got {capacity}")
         if policy not in SAMPLING_POLICIES:

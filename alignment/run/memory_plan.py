@@ -134,6 +134,7 @@ class Workload:
     gpu_memory_utilization: float | None = None  # vLLM's share; None: OWN_GPU_SHARE on its own GPU, else planned
     trainable_fraction: float = 1.0  # of the parameters (LoRA trains a few; full fine-tuning all)
     processes: int = 1  # a learner sharded over this many processes, one GPU each (torchrun); rollouts then by hf
+    previous_copy: bool = False  # --kl-prev-step: a frozen copy of the weights that train, one step behind
 
     @property
     def sequence_tokens(self) -> int:
@@ -195,6 +196,8 @@ def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:
         "reference": shard(params) if work.kl_reference else 0,
         "activations": activation_bytes(shape, work),
     }
+    if work.previous_copy:  # under LoRA the adapters alone: the frozen base is shared
+        parts["previous step's copy"] = shard(trainable)
     if work.processes > 1:
         parts["gathered to train"] = gathered_bytes(shape, work)
     return parts
@@ -249,7 +252,8 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
     total = machine.bytes_per_gpu
     usable = total - CUDA_CONTEXT_BYTES
     learner = policy_bytes(shape, work)
-    resident = learner["weights"] + learner["optimizer"] + learner["reference"]  # held through every phase
+    # held through every phase
+    resident = learner["weights"] + learner["optimizer"] + learner["reference"] + learner.get("previous step's copy", 0)
     training = resident + learner["gradients"] + learner["activations"]
     notes: list[str] = []
     if work.processes > 1:
@@ -317,6 +321,8 @@ def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
         options.append(("--gradient-checkpointing", {"gradient_checkpointing": True}, machine.gpus))
     if work.kl_reference:
         options.append(("--no-kl-reference", {"kl_reference": False}, machine.gpus))
+    if work.previous_copy:
+        options.append(("--no-kl-prev-step", {"previous_copy": False}, machine.gpus))
     if work.micro_batch > 1:
         options.append(
             (
@@ -441,6 +447,7 @@ def grpo_workload(
         if lora
         else 1.0,
         processes=processes,
+        previous_copy=config.kl_prev_step,
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from alignment.data.keyword_dataset import load_keyword_dataset
-from alignment.data.keywords import DEFAULT_KEYWORDS, keyword_tasks, load_keywords
+from alignment.data.keywords import DEFAULT_KEYWORDS, KEYWORD_REWARD_FNS, keyword_tasks, load_keywords
 from alignment.data.math_datasets import MathExample
 from alignment.data.splits import run_data
 from alignment.data.task import Task
@@ -103,14 +103,22 @@ def math_tasks(config: Any) -> tuple[Task, Task]:
 
 
 def keyword_run_tasks(config: Any, template: str) -> tuple[Task, Task]:
-    """Keyword tasks from a built dataset folder (--keywords-dataset) or generated from --keywords-file."""
+    """Keyword tasks from a built dataset folder (--keywords-dataset) or generated from --keywords-file, graded by
+    --keyword-match's rule."""
+    reward_fn = KEYWORD_REWARD_FNS[config.keyword_match]
     if config.keywords_dataset is not None:
-        train, validation = load_keyword_dataset(config.keywords_dataset, template)
+        train, validation = load_keyword_dataset(config.keywords_dataset, template, reward_fn)
         n = config.n_eval_examples
         return train, replace(validation, questions=validation.questions[:n], truths=validation.truths[:n])
     words = load_keywords(config.keywords_file or DEFAULT_KEYWORDS)
     return keyword_tasks(
-        template, words, config.n_train_prompts, config.n_eval_examples, config.keywords_per_prompt, config.seed
+        template,
+        words,
+        config.n_train_prompts,
+        config.n_eval_examples,
+        config.keywords_per_prompt,
+        config.seed,
+        reward_fn,
     )
 
 
