@@ -1,0 +1,88 @@
+"""A wall-clock budget for a training run (CS336 A5 §9's leaderboard: the best validation accuracy within 4 hours).
+
+The run's clock starts with its loop (after the model loads) and goes on from a checkpoint's seconds when resumed.
+With a budget, no step starts unless it and the final validation still fit, each timed at the pace measured so far;
+the run then ends as it would after its last step: the final validation, the last checkpoint, policy/. The final
+validation of a budgeted run covers the whole validation set, as the leaderboard reports accuracy on all of it.
+
+    clock = RunClock(parse_duration("4h"))
+    while step < n_steps and clock.room_for_step(len(final.questions)):
+        with clock.timing_step():
+            ...
+"""
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from alignment.data.math_datasets import spread_subset
+from alignment.data.task import Task
+
+UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)")
+RECENT_STEPS = 5  # the next step is expected to last as long as the longest of these (responses grow in RL)
+
+
+def parse_duration(text: str | float, flag: str = "--time-budget") -> float:
+    """Seconds in `text`: seconds (5400), or a number with unit s, m or h (90m, 1.5h, 4h); a ValueError naming
+    `flag` otherwise, or when it is not > 0."""
+    match = DURATION.fullmatch(str(text).strip().lower())
+    if match is None:
+        raise ValueError(f"{flag} {text!r}: expected seconds or a number with s, m or h (e.g. 5400, 90m, 1.5h)")
+    seconds = float(match[1]) * UNITS[match[2]]
+    if not seconds > 0:
+        raise ValueError(f"{flag} {text!r}: must be more than 0 seconds")
+    return seconds
+
+
+class RunClock:
+    """Seconds since the run's loop started (`elapsed_s` already spent by the run it resumes), and with a budget,
+    whether another step and the final validation still fit in it. `now` is the time source (seconds)."""
+
+    def __init__(
+        self, budget_s: float | None, elapsed_s: float = 0.0, now: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.budget_s, self.now = budget_s, now
+        self.started = now() - elapsed_s
+        self.step_s: list[float] = []
+        self.validation_s_per_question: float | None = None  # unknown until a validation has been timed
+
+    def elapsed(self) -> float:
+        return self.now() - self.started
+
+    @contextmanager
+    def timing_step(self) -> Iterator[None]:
+        start = self.now()
+        yield
+        self.step_s.append(self.now() - start)
+
+    @contextmanager
+    def timing_validation(self, questions: int) -> Iterator[None]:
+        start = self.now()
+        yield
+        self.validation_s_per_question = (self.now() - start) / max(1, questions)
+
+    def room_for_step(self, final_questions: int) -> bool:
+        """Whether one more step, as long as the longest of the last few, and then a validation of `final_questions`
+        questions at the last validation's pace, end within the budget; always true without one."""
+        if self.budget_s is None:
+            return True
+        step = max(self.step_s[-RECENT_STEPS:], default=0.0)
+        final = (self.validation_s_per_question or 0.0) * final_questions
+        return self.elapsed() + step + final <= self.budget_s
+
+
+def budget_validations(validation: Task, n_questions: int, budgeted: bool) -> tuple[Task, Task]:
+    """(the periodic validations' task, the final one's) from the run's validation set: without a budget both are
+    `validation`; with one the periodic validations take `n_questions` of it (spread, fixed seed: the questions an
+    unbudgeted run validates on) and the final one all of it."""
+    if not budgeted:
+        return validation, validation
+    sample = replace(
+        validation,
+        questions=spread_subset(validation.questions, n_questions),
+        truths=spread_subset(validation.truths, n_questions),
+    )
+    return sample, validation
