@@ -132,11 +132,19 @@ def _train(
 
     def checkpoint(stopped_by: str | None = None) -> None:
         loop = {"step": learner.step, "order_position": sampler.order.position, "elapsed_s": clock.elapsed()}
-        extra = {} if stopped_by is None else {"stopped_by": stopped_by}
-        save_checkpoint(config.output_dir, config, policy, tokenizer, learner.optimizer, loop | extra)
+        with clock.timing_checkpoint():
+            save_checkpoint(
+                config.output_dir, config, policy, tokenizer, learner.optimizer, loop | {"stopped_by": stopped_by}
+            )
 
-    def another_step() -> bool:  # the step count, and with --time-budget the clock, say whether the loop goes on
-        return learner.step < config.n_grpo_steps and clock.room_for_step(len(final.questions))
+    def another_step() -> bool:
+        """The step count says whether the loop goes on; with --time-budget, the clock too: whether the next step,
+        the validation and checkpoint due after it and the final validation fit."""
+        upcoming = learner.step + 1
+        validating = len(periodic.questions) if upcoming % config.eval_every == 0 else 0
+        return learner.step < config.n_grpo_steps and clock.room_for_step(
+            validating + len(final.questions), checkpoint=upcoming % config.checkpoint_every == 0
+        )
 
     rows: list[dict] = []
     # the log records a divergence (Diverged: NaN, or a loss past its bound) in the run folder as the run stops
@@ -164,7 +172,7 @@ def _train(
                 )
                 bar.update(1)
         # a resumed run that had ended has validated, unless resumed at step 0, where its logs start again
-        if rows or learner.step == 0 or "stopped_by" not in state:
+        if rows or learner.step == 0 or state.get("stopped_by") is None:
             validate_now(final)
             checkpoint("n_grpo_steps" if learner.step >= config.n_grpo_steps else "time_budget")
         if main:

@@ -55,20 +55,23 @@ class FakeTime:
         return self.t
 
 
-def test_the_clock_leaves_room_for_the_next_step_and_the_final_validation():
+def test_the_clock_leaves_room_for_the_next_step_and_what_follows_it():
     now = FakeTime()
     clock = RunClock(100.0, elapsed_s=10.0, now=now)  # resumed after 10 s
-    assert clock.elapsed() == 10.0 and clock.room_for_step(final_questions=50)  # nothing timed yet
+    assert clock.elapsed() == 10.0 and clock.room_for_step(questions=50, checkpoint=True)  # nothing timed yet
     with clock.timing_validation(10):
         now.t += 5.0  # 0.5 s a question: the final validation of 50 will take 25 s
     for seconds in (20.0, 30.0):
-        assert clock.room_for_step(final_questions=50)
+        assert clock.room_for_step(questions=50)
         with clock.timing_step():
             now.t += seconds
-    assert clock.elapsed() == 65.0
-    assert not clock.room_for_step(final_questions=50)  # 65 + 30 (the longest step) + 25 > 100
-    assert clock.room_for_step(final_questions=10)  # 65 + 30 + 5 <= 100
-    assert RunClock(None, now=now).room_for_step(10**9)  # no budget: the step count alone ends the run
+    with clock.timing_checkpoint():
+        now.t += 4.0
+    assert clock.elapsed() == 69.0
+    assert not clock.room_for_step(questions=50)  # 69 + 30 (the longest step) + 25 > 100
+    assert clock.room_for_step(questions=2)  # 69 + 30 + 1 <= 100
+    assert not clock.room_for_step(questions=2, checkpoint=True)  # ... + 4 > 100
+    assert RunClock(None, now=now).room_for_step(10**9, checkpoint=True)  # no budget: the step count alone decides
 
 
 def test_periodic_validations_sample_the_set_the_final_one_covers():
@@ -103,7 +106,7 @@ def test_a_tiny_budget_stops_before_the_first_step_and_still_validates_on_everyt
 
 def test_the_step_the_budget_ends_on_validates_once_on_everything(tiny_model_dir, tmp_path, monkeypatch):
     class TwoSteps(RunClock):  # a budget with room for exactly two steps, whatever this machine's speed
-        def room_for_step(self, final_questions: int) -> bool:
+        def room_for_step(self, questions: int, checkpoint: bool = False) -> bool:
             return len(self.step_s) < 2
 
     monkeypatch.setattr("alignment.grpo_run.RunClock", TwoSteps)
@@ -129,6 +132,13 @@ def test_the_leaderboard_preset_keeps_the_handouts_rules():
     assert config.model == "Qwen/Qwen2.5-Math-1.5B" and config.task == "math" and config.dataset == "math"
     assert config.validation_dataset is None  # MATH's own 5,000-problem split, whole at the end under a budget
     assert config.prompt == "r1_zero" and config.grader == "course"
-    sampling = validation_sampling(replace(config, sampling_max_tokens=512))  # training may sample shorter
+    sampling = validation_sampling(replace(config, sampling_max_tokens=512, sampling_temperature=1.2))  # rollouts'
     assert sampling.temperature == 1.0 and sampling.max_tokens == 1024 and sampling.top_p == 1.0
     assert config.n_grpo_steps >= 4 * 60  # the budget, not the step count, ends the run (even at a minute a step)
+
+
+def test_grpo_on_ray_refuses_a_budget_it_would_ignore():
+    from alignment.ray.config import RayGRPOConfig, validate_ray
+
+    with pytest.raises(ValueError, match="--time-budget is a setting of scripts/train_grpo.py"):
+        validate_ray(RayGRPOConfig(time_budget="4h"))

@@ -1,12 +1,13 @@
 """A wall-clock budget for a training run (CS336 A5 §9's leaderboard: the best validation accuracy within 4 hours).
 
 The run's clock starts with its loop (after the model loads) and goes on from a checkpoint's seconds when resumed.
-With a budget, no step starts unless it and the final validation still fit, each timed at the pace measured so far;
+With a budget, no step starts unless it, the validation and checkpoint due after it and the final validation still
+fit, each at the pace measured so far;
 the run then ends as it would after its last step: the final validation, the last checkpoint, policy/. The final
 validation of a budgeted run covers the whole validation set, as the leaderboard reports accuracy on all of it.
 
     clock = RunClock(parse_duration("4h"))
-    while step < n_steps and clock.room_for_step(len(final.questions)):
+    while step < n_steps and clock.room_for_step(questions=len(final.questions)):  # + a validation due after it
         with clock.timing_step():
             ...
 """
@@ -14,6 +15,7 @@ validation of a budgeted run covers the whole validation set, as the leaderboard
 import re
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -39,7 +41,7 @@ def parse_duration(text: str | float, flag: str = "--time-budget") -> float:
 
 class RunClock:
     """Seconds since the run's loop started (`elapsed_s` already spent by the run it resumes), and with a budget,
-    whether another step and the final validation still fit in it. `now` is the time source (seconds)."""
+    whether the next step, what follows it and the final validation still fit in it. `now` is the time source."""
 
     def __init__(
         self, budget_s: float | None, elapsed_s: float = 0.0, now: Callable[[], float] = time.perf_counter
@@ -47,31 +49,36 @@ class RunClock:
         self.budget_s, self.now = budget_s, now
         self.started = now() - elapsed_s
         self.step_s: list[float] = []
-        self.validation_s_per_question: float | None = None  # unknown until a validation has been timed
+        self.seconds_per_question = 0.0  # none reserved until a validation has been timed
+        self.checkpoint_s = 0.0  # likewise until a checkpoint has
 
     def elapsed(self) -> float:
         return self.now() - self.started
 
     @contextmanager
-    def timing_step(self) -> Iterator[None]:
+    def _timing(self, record: Callable[[float], None]) -> Iterator[None]:
         start = self.now()
         yield
-        self.step_s.append(self.now() - start)
+        record(self.now() - start)
 
-    @contextmanager
-    def timing_validation(self, questions: int) -> Iterator[None]:
-        start = self.now()
-        yield
-        self.validation_s_per_question = (self.now() - start) / max(1, questions)
+    def timing_step(self) -> ContextManager[None]:
+        return self._timing(self.step_s.append)
 
-    def room_for_step(self, final_questions: int) -> bool:
-        """Whether one more step, as long as the longest of the last few, and then a validation of `final_questions`
-        questions at the last validation's pace, end within the budget; always true without one."""
+    def timing_validation(self, questions: int) -> ContextManager[None]:
+        return self._timing(lambda seconds: setattr(self, "seconds_per_question", seconds / max(1, questions)))
+
+    def timing_checkpoint(self) -> ContextManager[None]:
+        return self._timing(lambda seconds: setattr(self, "checkpoint_s", seconds))
+
+    def room_for_step(self, questions: int, checkpoint: bool = False) -> bool:
+        """Whether one more step (as long as the longest of the last few), validations of `questions` questions in
+        all (at the last validation's pace) and, with `checkpoint`, a checkpoint (as long as the last) end within
+        the budget; always true without one."""
         if self.budget_s is None:
             return True
         step = max(self.step_s[-RECENT_STEPS:], default=0.0)
-        final = (self.validation_s_per_question or 0.0) * final_questions
-        return self.elapsed() + step + final <= self.budget_s
+        after = self.seconds_per_question * questions + (self.checkpoint_s if checkpoint else 0.0)
+        return self.elapsed() + step + after <= self.budget_s
 
 
 def budget_validations(validation: Task, n_questions: int, budgeted: bool) -> tuple[Task, Task]:
