@@ -126,6 +126,11 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
     adam_beta1: float = setting(0.9, "AdamW beta1.")
     adam_beta2: float = setting(0.95, "AdamW beta2.")
     eval_max_tokens: int | None = setting(None, "Validation max tokens (default: --sampling-max-tokens).")
+    eval_temperature: float | None = setting(
+        None,
+        "Validation temperature (default: --sampling-temperature; CS336's leaderboard validates at 1.0 whatever the "
+        "rollouts use).",
+    )
     kl_reference: bool = setting(
         False,
         "Keep a frozen copy of the initial policy and log KL to it (a second copy of the model, two scoring passes a "
@@ -169,6 +174,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
         "time_budget",
         "divergence_loss_bound",
         "eval_max_tokens",
+        "eval_temperature",
         "gpu_memory_utilization",
         "reuse_rollout_forward",
         "skip_zero_advantage",
@@ -275,6 +281,8 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--eval-max-tokens must be >= 1, got {c.eval_max_tokens}")
     if c.sampling_temperature < 0:
         _fail(f"--sampling-temperature must be >= 0, got {c.sampling_temperature}")
+    if c.eval_temperature is not None and c.eval_temperature < 0:
+        _fail(f"--eval-temperature must be >= 0, got {c.eval_temperature}")
     if not 0 < c.learning_rate:
         _fail(f"--learning-rate must be > 0, got {c.learning_rate}")
     if c.divergence_loss_bound is not None and not c.divergence_loss_bound > 0:
