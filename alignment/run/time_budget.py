@@ -87,6 +87,8 @@ def budget_validations(validation: Task, n_questions: int, budgeted: bool) -> tu
     unbudgeted run validates on) and the final one all of it."""
     if not budgeted:
         return validation, validation
+    total = len(validation.questions)
+    print(f"time budget: validations on {min(n_questions, total)} of the {total} validation questions, the last on all")
     sample = replace(
         validation,
         questions=spread_subset(validation.questions, n_questions),
