@@ -27,8 +27,12 @@ def main(
     response_tokens: int = typer.Option(116, help="Tokens per rollout (the demo's mean)."),
     micro_batch_size: int = typer.Option(4, help="Rows per scoring pass."),
     repeats: int = typer.Option(3, help="Timed passes (the median is reported)."),
+    threads: int = typer.Option(
+        1, help="torch threads: with 1, CPU seconds are what the pass costs a core however busy"
+    ),
 ) -> None:
     torch.manual_seed(0)
+    torch.set_num_threads(threads)
     policy, tokenizer = load_model_and_tokenizer("smollm2-135m", "cpu", torch.float32)
     policy.eval()
     template = load_prompt("r1_zero")
@@ -39,15 +43,18 @@ def main(
         for i in range(questions)
         for _ in range(rollouts_per_question)
     ]
-    seconds = []
+    cpu, wall = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start_cpu, start_wall = time.process_time(), time.perf_counter()
         entropy = rollout_entropy(policy, tokenizer, prompts, rollouts, micro_batch_size)
-        seconds.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+        wall.append(time.perf_counter() - start_wall)
+    tokens = sum(len(tokenizer(p)["input_ids"]) for p in prompts) + len(rollouts) * response_tokens
     typer.echo(
-        f"{len(rollouts)} rollouts x {response_tokens} tokens, microbatch {micro_batch_size}, "
-        f"{torch.get_num_threads()} threads: exact entropy pass {statistics.median(seconds):.2f} s "
-        f"(median of {repeats}: {', '.join(f'{s:.2f}' for s in seconds)}), token_entropy {entropy:.3f}"
+        f"{len(rollouts)} rollouts x {response_tokens} tokens after {len(prompts)} prompts ({tokens} tokens scored "
+        f"or shared), microbatch {micro_batch_size}, {threads} thread(s): exact entropy pass "
+        f"{statistics.median(cpu):.1f} CPU s, {statistics.median(wall):.1f} s wall (medians of {repeats}); "
+        f"token_entropy {entropy:.3f}"
     )
 
 

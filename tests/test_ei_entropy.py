@@ -14,6 +14,7 @@ from alignment.rollout.interface import Rollout
 from tests.test_grpo_loop import QUESTIONS, TASK
 
 
+@pytest.mark.parametrize("tiny_model", ["llama"], indirect=True)  # the computation is the architecture's forward
 def test_expert_iteration_logs_the_entropy_grpo_logs_on_the_same_batch(tiny_model, tokenizer):
     policy = copy.deepcopy(tiny_model)  # the GRPO step below updates it
     with torch.no_grad():  # sharper logits: entropies that differ from token to token, so that averaging matters
