@@ -138,3 +138,11 @@ def test_grpo_on_ray_refuses_a_budget_it_would_ignore():
 
     with pytest.raises(ValueError, match="--time-budget is a setting of scripts/train_grpo.py"):
         validate_ray(RayGRPOConfig(time_budget="4h"))
+
+
+def test_torchrun_refuses_a_budget_its_ranks_would_each_read_from_their_own_clock():
+    from alignment.run.setup import check_sharded
+
+    with pytest.raises(ValueError, match="--time-budget needs one process"):
+        check_sharded(GRPOConfig(backend="hf", time_budget="4h"))
+    check_sharded(GRPOConfig(backend="hf"))

@@ -150,6 +150,8 @@ def check_sharded(config: Any) -> None:
         )
     if getattr(config, "reuse_rollout_forward", "off") == "on":
         raise ValueError("--reuse-rollout-forward on needs one process (torchrun shards the policy)")
+    if getattr(config, "time_budget", None) is not None:
+        raise ValueError("--time-budget needs one process: under torchrun each would stop by its own clock")
 
 
 @contextlib.contextmanager

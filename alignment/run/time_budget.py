@@ -2,9 +2,9 @@
 
 The run's clock starts with its loop (after the model loads) and goes on from a checkpoint's seconds when resumed.
 With a budget, no step starts unless it, the validation and checkpoint due after it and the final validation still
-fit, each at the pace measured so far;
-the run then ends as it would after its last step: the final validation, the last checkpoint, policy/. The final
-validation of a budgeted run covers the whole validation set, as the leaderboard reports accuracy on all of it.
+fit, each at the pace measured so far; the run then ends as it would after its last step: the final validation, the
+last checkpoint, policy/. The final validation of a budgeted run covers the whole validation set, as the leaderboard
+reports accuracy on all of it. One process only: under torchrun each rank would read its own clock.
 
     clock = RunClock(parse_duration("4h"))
     while step < n_steps and clock.room_for_step(questions=len(final.questions)):  # + a validation due after it
