@@ -3,7 +3,8 @@
 Each EI step takes `questions_per_step` (Db) questions in seeded order, samples `rollouts_per_question` (G)
 answers to each with the current policy (at least `sampling_min_tokens` tokens, stopping at `</answer>`, kept),
 keeps the correct ones and runs `sft_epochs` (E) epochs of SFT steps on them. Logged per step: the kept
-fraction, the training loss and response entropy, and the held-out summary of log_generations. Under torchrun
+fraction, the entropy of the step's rollouts (`token_entropy`, exact and averaged as GRPO logs it), the SFT loss
+and entropy (`sft_token_entropy`, on the kept rollouts), and the held-out summary of log_generations. Under torchrun
 (alignment/run/setup.py's learner_group) each rank samples and grades its share of the questions with the hf
 backend, every rank gets all the rollouts and scores, and the SFT steps train the policy sharded over the ranks.
 """
@@ -11,11 +12,15 @@ backend, every rank gets all the rollouts and scores, and the SFT steps train th
 import statistics
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.data.sft_examples import SFTExample
 from alignment.data.splits import run_data
 from alignment.distributed.sharding import ShardGroup
+from alignment.grpo.batch import collate
+from alignment.grpo.scoring import mean_token_entropy
 from alignment.prompts import format_prompt, load_prompt, stop_strings
 from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.run.setup import PromptOrder, learner_group, math_task
@@ -57,17 +62,38 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[st
         "kept_fraction": len(kept) / len(rollouts),
         "rollout_format_reward": statistics.fmean(s.get("format_reward", 0.0) for s in scores),
         "rollout_response_length": statistics.fmean(len(r.token_ids) for r in rollouts),
-        # -log p of the sampled tokens: an unbiased per-token entropy estimate at temperature 1, top_p 1
-        "rollout_entropy_estimate": -statistics.fmean(lp for r in rollouts for lp in r.logprobs),
+        "token_entropy": rollout_entropy(
+            run.trainer.policy, run.trainer.tokenizer, prompts, rollouts, config.micro_batch_size
+        ),
     }
     if kept:
         steps = sft_steps(run, kept, config.sft_epochs, config.seed + run.step)
         row |= {
             "sft_steps": len(steps),
             "loss": statistics.fmean(s["loss"] for s in steps),
-            "token_entropy": statistics.fmean(s["token_entropy"] for s in steps),
+            "sft_token_entropy": statistics.fmean(s["token_entropy"] for s in steps),
         }
     return row
+
+
+def rollout_entropy(
+    policy: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    rollouts: list[Rollout],
+    micro_batch_size: int,
+) -> float:
+    """The entropy of the policy's responses over training, the handout's EI deliverable, as GRPO logs it
+    (`token_entropy`, alignment/grpo/scoring.py): exact, over every rollout's sampled tokens, before the SFT steps
+    (on-policy GRPO's is of the policy that sampled too), so that the two runs' curves compare."""
+    batch = collate(
+        [tokenizer(p)["input_ids"] for p in prompts],
+        rollouts,
+        torch.zeros(len(rollouts)),
+        torch.zeros(len(rollouts)),
+        tokenizer.pad_token_id,
+    )
+    return mean_token_entropy(policy, batch, micro_batch_size)
 
 
 def expert_iteration(config: EIConfig, resume: bool = False) -> list[dict[str, Any]]:

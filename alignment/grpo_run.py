@@ -5,14 +5,14 @@ them; the learner (alignment/grpo/learner.py) turns rewards into advantages and 
 weights go to the rollout engine. Which objective those steps optimize is the objective's settings
 (alignment/grpo/objective.py), which engine samples is the rollout interface's (alignment/rollout/), and LoRA and
 sharding enter at model loading (alignment/run/setup.py), the optimizer, checkpoints and weight export: none is a
-branch here. Around the loop: validation, logging, checkpoints and resume, the trained policy/ at the end.
+branch here. Around the loop: validation, logging, checkpoints and resume, the trained policy/ at the end. The run's
+clock (alignment/run/time_budget.py) times it; with --time-budget it is part of the loop's condition.
 
 Under torchrun every process runs this loop with a shard of the policy (alignment/distributed/sharding.py); rank 0
 alone prints, writes the run folder's files and logs.
 """
 
 import random
-import time
 from contextlib import closing
 
 import torch
@@ -43,6 +43,7 @@ from alignment.run.setup import (
     math_tasks,
     model_dtype,
 )
+from alignment.run.time_budget import RunClock, budget_validations
 from alignment.run.training_settings import check_output_dir
 from alignment.utils.atomic import check_writable_dir
 
@@ -85,7 +86,7 @@ def _train(
     check_writable_dir(check_output_dir(config, resume))
     if task is None or validation is None:  # data errors surface before any model loads
         if config.task == "math":
-            task, validation = math_tasks(config)
+            task, validation = math_tasks(config, whole_validation=config.time_budget is not None)
         else:
             keyword_run_tasks(config, "{question}")  # checked now, built once the chat template is known
     if group is not None:
@@ -101,55 +102,67 @@ def _train(
     policy, tokenizer = load_policy(config, policy_device, model_dtype(config, policy_device), shard=group is not None)
     if task is None or validation is None:
         task, validation = keyword_run_tasks(config, chat_template(tokenizer))
+    periodic, final = budget_validations(validation, config.n_eval_examples, config.time_budget is not None)
     engine = build_engine(config, policy, tokenizer, rollout_device, policy_device, vllm_share, group)
     grader = make_grader(task, config.grader_workers, group)
     sampler, learner = sampler_and_learner(config, policy, tokenizer, engine, task, grader)
-    elapsed = 0.0
+    state: dict = {}
     if resume:
         state = load_checkpoint(config.output_dir, config, policy, learner.optimizer)
-        learner.step, sampler.order.position, elapsed = state["step"], state["order_position"], state["elapsed_s"]
+        learner.step, sampler.order.position = state["step"], state["order_position"]
         push_weights(engine, policy)
         if main:
             write_run_settings(config)  # the resumable settings this continuation changed
-    started = time.perf_counter() - elapsed
+    clock = RunClock(config.time_budget_s, state.get("elapsed_s", 0.0))
     log = MetricsLog(
         config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, learner.step, enabled=main
     )
 
-    def validate_now() -> float:
+    def validate_now(on: Task) -> float:
         policy.eval()
-        summary, examples = evaluate_task(engine, validation, grader, validation_sampling(config))
-        log.log({"grpo_step": learner.step} | summary | {"time_elapsed_s": time.perf_counter() - started})
+        with clock.timing_validation(len(on.questions)):
+            summary, examples = evaluate_task(engine, on, grader, validation_sampling(config))
+        log.log(
+            {"grpo_step": learner.step}
+            | summary
+            | {"eval_examples": len(on.questions), "time_elapsed_s": clock.elapsed()}
+        )
         log.log_rollouts(learner.step, "eval", examples)
         return summary["eval_reward"]
+
+    def checkpoint(stopped_by: str | None = None) -> None:
+        loop = {"step": learner.step, "order_position": sampler.order.position, "elapsed_s": clock.elapsed()}
+        with clock.timing_checkpoint():
+            save_checkpoint(
+                config.output_dir, config, policy, tokenizer, learner.optimizer, loop | {"stopped_by": stopped_by}
+            )
+
+    def another_step() -> bool:
+        """The step count says whether the loop goes on; with --time-budget, the clock too: whether the next step,
+        the validation and checkpoint due after it and the final validation fit."""
+        upcoming = learner.step + 1
+        validating = len(periodic.questions) if upcoming % config.eval_every == 0 else 0
+        return learner.step < config.n_grpo_steps and clock.room_for_step(
+            validating + len(final.questions), checkpoint=upcoming % config.checkpoint_every == 0
+        )
 
     rows: list[dict] = []
     # the log records a divergence (Diverged: NaN, or a loss past its bound) in the run folder as the run stops
     with log, closing(grader):
-        eval_reward = validate_now() if learner.step == 0 else float("nan")
+        eval_reward = validate_now(periodic) if learner.step == 0 else float("nan")
         with tqdm(total=config.n_grpo_steps, initial=learner.step, desc="GRPO", unit="step", disable=not main) as bar:
-            while learner.step < config.n_grpo_steps:
-                step_rows = grpo_step(sampler, learner, engine)
+            while another_step():
+                with clock.timing_step():
+                    step_rows = grpo_step(sampler, learner, engine)
                 for row in step_rows:
-                    row["time_elapsed_s"] = time.perf_counter() - started
+                    row["time_elapsed_s"] = clock.elapsed()
                     log.log(row)
                 rows += step_rows
-                step = learner.step
-                if step % config.eval_every == 0 or step == config.n_grpo_steps:
-                    eval_reward = validate_now()
-                if step % config.checkpoint_every == 0 or step == config.n_grpo_steps:
-                    save_checkpoint(
-                        config.output_dir,
-                        config,
-                        policy,
-                        tokenizer,
-                        learner.optimizer,
-                        {
-                            "step": step,
-                            "order_position": sampler.order.position,
-                            "elapsed_s": time.perf_counter() - started,
-                        },
-                    )
+                ending = not another_step()  # the last step validates and checkpoints below, as the run ends
+                if learner.step % config.eval_every == 0 and not ending:
+                    eval_reward = validate_now(periodic)
+                if learner.step % config.checkpoint_every == 0 and not ending:
+                    checkpoint()
                 last = step_rows[-1]
                 bar.set_postfix(
                     reward=f"{last['train_reward']:.2f}",
@@ -158,6 +171,10 @@ def _train(
                     train=f"{last.get('time_train_s', 0):.1f}s",
                 )
                 bar.update(1)
+        # a resumed run that had ended has validated, unless resumed at step 0, where its logs start again
+        if rows or learner.step == 0 or state.get("stopped_by") is None:
+            validate_now(final)
+            checkpoint("n_grpo_steps" if learner.step >= config.n_grpo_steps else "time_budget")
         if main:
             export_policy(config.output_dir)
     return rows

@@ -32,7 +32,7 @@ import typer
 
 from alignment.config.cli import option_parameters, typer_app
 from alignment.config.settings import setting
-from alignment.experiments.plotting import plot_rows
+from alignment.experiments.plotting import plot_rows, step_label
 from alignment.experiments.sweep import (
     SWEEP_FILE,
     ArmRun,
@@ -207,6 +207,7 @@ def compare(preset: Preset, root: Path, runs: list[ArmRun], record: dict[str, An
         root / "plots",
         run_styles(runs),
         phases=preset.script == "train_grpo_ray",  # UW v2 problem 7's time series of each strategy's phases
+        xlabel=step_label(root / label for label, run_rows in rows.items() if run_rows),
     )
     text = f"# {preset.name}\n\n" + "\n".join(how_it_ran(record)) + "\n\n" + results_table(preset, root)
     atomic_write_text(root / "results.md", text)

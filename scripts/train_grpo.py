@@ -3,6 +3,7 @@
     uv run scripts/train_grpo.py --loss-type grpo_clip --epochs-per-rollout-batch 2
     uv run scripts/train_grpo.py --config my_run.toml --learning-rate 2e-5     # flags override the file
     uv run scripts/train_grpo.py --resume outputs/grpo                          # continue a stopped run
+    uv run scripts/train_grpo.py --config configs/cs336_leaderboard.toml        # 4 hours, then all 5,000 validated
     uv run scripts/train_grpo.py --config configs/grpo_handout_starter.toml --plan-memory 1x24   # fits one GPU?
     uv run scripts/train_grpo.py --model Qwen/Qwen2.5-7B --plan-memory 4x80 --plan-processes 4   # sharded over 4?
     uv run scripts/eval_zero_shot.py --model outputs/grpo/policy ...            # use what it trained
@@ -70,12 +71,18 @@ def report(output_dir: Path) -> None:
     plots."""
     metrics = output_dir / "metrics.jsonl"
     rows = read_rows(metrics)
-    evals = [(row["grpo_step"], row["eval_reward"]) for row in rows if "eval_reward" in row]
+    evals = [row for row in rows if "eval_reward" in row]
     if evals:
-        (first_step, first), (last_step, last) = evals[0], evals[-1]
+        first, last = evals[0], evals[-1]
+
+        def where(row: dict) -> str:  # with --time-budget the last validation covers more questions
+            return f"at step {row['grpo_step']}" + (
+                f" ({row['eval_examples']} questions)" if "eval_examples" in row else ""
+            )
+
         typer.echo(
-            f"held-out reward: {first:.3f} at step {first_step} -> {last:.3f} at step {last_step} "
-            f"({100 * (last - first):+.1f} points)"
+            f"held-out reward: {first['eval_reward']:.3f} {where(first)} -> {last['eval_reward']:.3f} {where(last)} "
+            f"({100 * (last['eval_reward'] - first['eval_reward']):+.1f} points)"
         )
     timing = describe_time_per_step(rows)
     if timing is not None:

@@ -145,3 +145,66 @@ def test_eq8_sums_are_plotted_beside_validation_reward(tmp_path):
     assert (tmp_path / "sum.png").stat().st_size > 5000
     without = [{k: v for k, v in row.items() if not k.endswith("_sum")} for row in rows]
     assert not kl_validation_figure({"run": without}, tmp_path / "x.png", keys=KL_SUM_KEYS)  # no sum logged
+
+
+@pytest.fixture
+def xlabels(monkeypatch) -> dict[str, str]:
+    """The x-axis label of every figure drawn, by file name, read from the matplotlib figure as it is saved."""
+    from alignment.experiments import plotting
+
+    seen: dict[str, str] = {}
+    save = plotting.save_png
+
+    def recording(fig, path: Path) -> None:
+        seen[path.name] = fig.axes[0].get_xlabel()
+        save(fig, path)
+
+    monkeypatch.setattr(plotting, "save_png", recording)
+    return seen
+
+
+def write_settings(folder: Path, config_cls: type) -> None:
+    (folder / "settings.json").write_text(json.dumps(config_cls(output_dir=folder).to_json()))
+
+
+def test_each_run_kind_names_its_step(tmp_path):
+    from alignment.experiments.plotting import step_label
+    from alignment.grpo.config import GRPOConfig
+    from alignment.supervised.config import EIConfig, SFTConfig
+
+    folders = {}
+    for name, config_cls in (("grpo", GRPOConfig), ("sft", SFTConfig), ("ei", EIConfig)):
+        folders[name] = tmp_path / name
+        folders[name].mkdir()
+        write_settings(folders[name], config_cls)
+    assert [step_label([folders[k]] * 2) for k in ("grpo", "sft", "ei")] == ["GRPO step", "SFT step", "EI step"]
+    assert step_label([folders["grpo"], folders["sft"]]) == "step"  # runs of different kinds
+    assert step_label([folders["ei"], tmp_path]) == "step"  # a folder without settings.json (a wandb export)
+
+
+def test_plots_of_ei_runs_are_against_the_ei_step(tmp_path, xlabels):
+    from alignment.supervised.config import EIConfig
+
+    runs = [write_run(tmp_path / f"run{i}", [0.1, 0.2]) for i in range(2)]
+    for path in runs:
+        write_settings(path.parent, EIConfig)
+    plot_runs(runs, [], tmp_path / "plots", phases=False)
+    assert xlabels["eval_reward_vs_step.png"] == "EI step" and xlabels["token_entropy.png"] == "EI step"
+    assert xlabels["eval_reward_vs_time.png"] == "wall time (s)"
+
+
+def test_sft_and_ei_run_figures_name_their_step_and_entropy(tmp_path, xlabels):
+    from alignment.experiments.plotting import plot_sft_run
+    from alignment.supervised.config import EIConfig
+
+    run = tmp_path / "ei"
+    run.mkdir()
+    write_settings(run, EIConfig)
+    rows = [{"grpo_step": 0, "eval_reward": 0.1, "eval_format_reward": 0.5, "eval_answer_reward": 0.1}] + [
+        {"grpo_step": s, "kept_fraction": 0.1, "token_entropy": 1.5, "sft_token_entropy": 1.2, "loss": 0.9}
+        for s in (1, 2)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    drawn = {p.name for p in plot_sft_run(run)}
+    assert {"rollout_entropy.png", "train_token_entropy.png", "kept_fraction.png", "eval_rewards.png"} <= drawn
+    assert set(xlabels.values()) == {"EI step"}

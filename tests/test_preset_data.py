@@ -21,6 +21,7 @@ from tests.hub_copies import write_course_math
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS_FILES = {  # configs/*.toml -> the script that takes it
     "grpo_handout_starter": "train_grpo",
+    "cs336_leaderboard": "train_grpo",
     "keyword_demo": "train_grpo",
     "keyword_transformer_lm": "train_grpo",
     "keyword_uw_handout": "train_grpo",

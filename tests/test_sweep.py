@@ -499,3 +499,36 @@ def test_a_run_gets_a_rollout_gpu_when_vllm_generates(monkeypatch, backend, buil
         alignment.experiments.sweep, "vllm_build", lambda: build
     )  # which vLLM wheel a GPU machine has installed
     assert alignment.experiments.sweep.gpus_needed({"backend": backend}) == gpus
+
+
+def test_sweep_plots_of_sft_runs_are_against_the_sft_step(tmp_path, monkeypatch):
+    """scripts/sweep.py's comparison figures label the step axis with the preset's own step, not GRPO's."""
+    from alignment.experiments import plotting
+    from alignment.supervised.config import SFTConfig
+    from scripts.sweep import compare
+
+    seen: dict[str, str] = {}
+    save = plotting.save_png
+
+    def recording(fig, path: Path) -> None:  # the x-axis label, read from the figure as it is saved
+        seen[path.name] = fig.axes[0].get_xlabel()
+        save(fig, path)
+
+    monkeypatch.setattr(plotting, "save_png", recording)
+    preset_path = tmp_path / "sft_sizes.toml"
+    preset_path.write_text('script = "train_sft"\n[arms.n128]\nn_examples = 128\n[arms.n256]\nn_examples = 256\n')
+    preset = load_preset(preset_path)
+    root = tmp_path / "out"
+    for run in preset.runs:
+        folder = root / run.label
+        folder.mkdir(parents=True)
+        (folder / "settings.json").write_text(json.dumps(SFTConfig(output_dir=folder).to_json()))
+        rows = [{"grpo_step": s, "eval_reward": 0.1 * s, "loss": 1.0 / (s + 1), "time_elapsed_s": s} for s in range(3)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    compare(
+        preset,
+        root,
+        preset.runs,
+        {"preset": str(preset_path), "script": "train_sft", "set": {}, "arms": [], "from_best": None},
+    )
+    assert seen["eval_reward_vs_step.png"] == "SFT step"

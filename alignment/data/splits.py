@@ -109,11 +109,11 @@ def run_data(
     dataset: str,
     split: str,
     validation_dataset: str | None,
-    n_validation: int,
+    n_validation: int | None,
     allow_overlap: bool = False,
     kind: DatasetKind | None = None,
 ) -> RunData:
-    """Training examples from `dataset` and `n_validation` validation examples that are not trained on.
+    """Training examples from `dataset` and `n_validation` validation examples (None: all) that are not trained on.
 
     Validation comes from `validation_dataset` when given, else from `dataset`'s evaluation split when it is not
     the training split, else from a held-out tenth of the training data.

@@ -10,6 +10,7 @@ scripts/best_of_n.py's summary.json files (`pass_at_n_figure`).
 import json
 import math
 import statistics
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from alignment.config.settings import SETTINGS_FILE  # noqa: E402
 from alignment.experiments.run_table import read_metrics_jsonl, read_wandb_export  # noqa: E402
 
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
@@ -31,6 +33,21 @@ CURVES = {  # file name -> (y label, metric keys)
     "train_reward": ("train reward", ["train_reward", "train_format_reward"]),
     "eval_format_reward": ("validation format reward", ["eval_format_reward"]),
 }
+
+
+# Every row's `grpo_step` is the step of its own run's kind; a setting that only one script's runs have names it
+STEP_UNITS = {"n_grpo_steps": "GRPO step", "n_ei_steps": "EI step", "data_format": "SFT step"}
+
+
+def step_label(run_dirs: Iterable[Path]) -> str:
+    """The step axis' label of these runs, from each folder's settings.json: GRPO step, EI step or SFT step; `step`
+    when they differ or a folder does not say (a wandb export)."""
+    units = set()
+    for folder in run_dirs:
+        path = folder / SETTINGS_FILE
+        settings = json.loads(path.read_text()) if path.is_file() else {}
+        units.add(next((unit for key, unit in STEP_UNITS.items() if key in settings), None))
+    return units.pop() if len(units) == 1 and None not in units else "step"
 
 
 def save_png(fig: Any, path: Path) -> None:
@@ -292,15 +309,20 @@ def plot_runs(
     if labels and len(labels) != len(paths):
         raise ValueError(f"got {len(labels)} labels for {len(paths)} runs (--label)")
     labels = labels or [p.parent.name or p.stem for p in paths]
-    return plot_rows({label: read_rows(path) for label, path in zip(labels, paths)}, output_dir, styles, phases)
+    runs = {label: read_rows(path) for label, path in zip(labels, paths)}
+    return plot_rows(runs, output_dir, styles, phases, step_label(p.parent for p in paths))
 
 
 def plot_rows(
-    runs: dict[str, list[dict]], output_dir: Path, styles: dict[str, dict[str, Any]] | None = None, phases: bool = True
+    runs: dict[str, list[dict]],
+    output_dir: Path,
+    styles: dict[str, dict[str, Any]] | None = None,
+    phases: bool = True,
+    xlabel: str = "GRPO step",
 ) -> list[Path]:
     """Every figure some run has data for, one line per run, with the time breakdowns (summed, and per step) and KL
     with validation accuracy (per token, and Eq. 8's sums); `phases` adds one time-per-phase figure per run (a time
-    series)."""
+    series). `xlabel` names the runs' step (step_label)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
     figures = {
@@ -308,7 +330,7 @@ def plot_rows(
         "eval_reward_vs_time": (["eval_reward"], "validation reward", "time_elapsed_s"),
     } | {name: (keys, ylabel, "grpo_step") for name, (ylabel, keys) in CURVES.items()}
     for name, (keys, ylabel, x) in figures.items():
-        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x, styles):
+        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x, styles, xlabel):
             written.append(output_dir / f"{name}.png")
     drawings = {
         "time_breakdown": time_breakdown_figure,
@@ -328,7 +350,7 @@ def plot_rows(
     return written
 
 
-SFT_FIGURES = {  # an SFT or EI run's figures: file name -> (y label, metric keys)
+SFT_FIGURES = {  # an SFT run's figures: file name -> (y label, metric keys)
     "eval_rewards": ("held-out reward", ["eval_format_reward", "eval_answer_reward"]),
     "eval_token_entropy": ("held-out response entropy (nats/token)", ["eval_token_entropy"]),
     "eval_response_length": (
@@ -336,19 +358,25 @@ SFT_FIGURES = {  # an SFT or EI run's figures: file name -> (y label, metric key
         ["eval_response_length", "eval_response_length_correct", "eval_response_length_incorrect"],
     ),
     "train_loss": ("SFT loss (NLL per response token)", ["loss"]),
-    "train_token_entropy": ("training response entropy (nats/token)", ["token_entropy"]),
+    "train_token_entropy": ("entropy on the training responses (nats/token)", ["token_entropy"]),
+}
+EI_FIGURES = SFT_FIGURES | {  # an EI run's: its token_entropy is of the step's rollouts, as GRPO logs it
+    "train_token_entropy": ("entropy on the kept rollouts, fine-tuning (nats/token)", ["sft_token_entropy"]),
+    "rollout_entropy": ("entropy of the step's rollouts (nats/token)", ["token_entropy"]),
     "kept_fraction": ("correct rollouts kept", ["kept_fraction"]),
-    "rollout_entropy": ("EI rollout entropy estimate (nats/token)", ["rollout_entropy_estimate"]),
 }
 
 
 def plot_sft_run(output_dir: Path) -> list[Path]:
-    """The PNG figures of an SFT or expert-iteration run (SFT_FIGURES) in output_dir/plots; returns those drawn."""
+    """The PNG figures of an SFT or expert-iteration run (SFT_FIGURES, EI_FIGURES) in output_dir/plots, against its
+    own step; returns those drawn."""
     rows = read_rows(output_dir / "metrics.jsonl")
     (output_dir / "plots").mkdir(exist_ok=True)
-    paths = [output_dir / "plots" / f"{name}.png" for name in SFT_FIGURES]
+    xlabel = step_label([output_dir])
+    figures = EI_FIGURES if xlabel == "EI step" else SFT_FIGURES
+    paths = [output_dir / "plots" / f"{name}.png" for name in figures]
     return [
         path
-        for path, (ylabel, keys) in zip(paths, SFT_FIGURES.values())
-        if line_figure({output_dir.name: rows}, keys, ylabel, path, xlabel="step")
+        for path, (ylabel, keys) in zip(paths, figures.values())
+        if line_figure({output_dir.name: rows}, keys, ylabel, path, xlabel=xlabel)
     ]

@@ -263,15 +263,26 @@ def gpus_needed(settings: dict[str, Any], script: str = "train_grpo") -> int:
     return 2 if backend == "vllm" or (backend == "auto" and vllm_build() == "cuda") else 1
 
 
+def stopped_by_time_budget(run_dir: Path) -> bool:
+    """Whether the run's last checkpoint is that of a run its --time-budget ended (alignment/run/time_budget.py)."""
+    path = run_dir / "checkpoint" / "state.json"
+    return path.is_file() and json.loads(path.read_text()).get("loop", {}).get("stopped_by") == "time_budget"
+
+
 def run_state(run_dir: Path, total_steps: int | None) -> RunState:
     """diverged: the run stopped on a NaN or a loss past its bound (diverged.json); finished: a complete checkpoint
-    at the last step (or, where the total is not a setting, the exported policy/); resume: an earlier complete
-    checkpoint; restart: files but no complete checkpoint (stopped before its first one)."""
+    at the last step or of a run its time budget ended (or, where the total is not a setting, the exported
+    policy/); resume: an earlier complete checkpoint; restart: files but no complete checkpoint (stopped before its
+    first one)."""
     if read_marker(run_dir) is not None:
         return "diverged"
     step = complete_step(run_dir)
     if step is not None:
-        done = (run_dir / "policy").is_dir() if total_steps is None else step >= total_steps
+        done = (
+            (run_dir / "policy").is_dir()
+            if total_steps is None
+            else step >= total_steps or stopped_by_time_budget(run_dir)
+        )
         return "finished" if done else "resume"
     return "restart" if run_dir.exists() and any(run_dir.iterdir()) else "new"
 

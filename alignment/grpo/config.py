@@ -13,6 +13,7 @@ from alignment.models.lora import check_lora
 from alignment.prompts import check_prompt, stop_strings
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
+from alignment.run.time_budget import parse_duration
 from alignment.run.training_settings import MathDataSettings, TrainingSettings
 
 Task = Literal["math", "keywords"]
@@ -42,6 +43,13 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
     )
     n_train_prompts: int = setting(1024, "keywords task: training prompts generated.")
     n_grpo_steps: int = setting(200, "GRPO steps (rollout batches) to run.")
+    time_budget: str | None = setting(
+        None,
+        "Wall-clock budget of the run from its first validation: seconds or 90m, 1.5h, 4h (CS336's leaderboard). No "
+        "step starts that would leave too little time for itself and the final validation, which then covers the "
+        "whole validation set (the others: --n-eval-examples of it); the run ends as after its last step, policy/ "
+        "included (alignment/run/time_budget.py).",
+    )
     advantage_eps: float = setting(1e-6, "Added to the group std before dividing.")
     rollout_batch_size: int = setting(256, "Rollouts per step (questions x group size).")
     group_size: int = setting(8, "Samples per question.")
@@ -129,6 +137,11 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
     adam_beta1: float = setting(0.9, "AdamW beta1.")
     adam_beta2: float = setting(0.95, "AdamW beta2.")
     eval_max_tokens: int | None = setting(None, "Validation max tokens (default: --sampling-max-tokens).")
+    eval_temperature: float | None = setting(
+        None,
+        "Validation temperature (default: --sampling-temperature; CS336's leaderboard validates at 1.0 whatever the "
+        "rollouts use).",
+    )
     kl_reference: bool = setting(
         False,
         "Keep a frozen copy of the initial policy and log KL to it (a second copy of the model, two scoring passes a "
@@ -175,8 +188,10 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
     # Settings a resumed run may change without changing what it computes: length, cadence, logging, placement.
     RESUMABLE: ClassVar[frozenset[str]] = TrainingSettings.RESUMABLE | {
         "n_grpo_steps",
+        "time_budget",
         "divergence_loss_bound",
         "eval_max_tokens",
+        "eval_temperature",
         "gpu_memory_utilization",
         "reuse_rollout_forward",
         "skip_zero_advantage",
@@ -188,6 +203,10 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
     LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
         "length_normalization": ("loss_aggregation", {"masked_mean": "sequence_mean", "masked_normalize": "constant"}),
     }
+
+    @property
+    def time_budget_s(self) -> float | None:
+        return None if self.time_budget is None else parse_duration(self.time_budget)
 
     @property
     def n_prompts_per_rollout_batch(self) -> int:
@@ -242,6 +261,8 @@ def validate(config: GRPOConfig) -> None:
     ):
         if getattr(c, name) < 1:
             _fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(c, name)}")
+    if c.time_budget is not None:
+        parse_duration(c.time_budget)  # a ValueError naming --time-budget
     if c.rollout_batch_size % c.group_size:
         _fail(f"--rollout-batch-size ({c.rollout_batch_size}) must be divisible by --group-size ({c.group_size})")
     if c.train_batch_size % c.gradient_accumulation_steps:
@@ -279,6 +300,8 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--eval-max-tokens must be >= 1, got {c.eval_max_tokens}")
     if c.sampling_temperature < 0:
         _fail(f"--sampling-temperature must be >= 0, got {c.sampling_temperature}")
+    if c.eval_temperature is not None and c.eval_temperature < 0:
+        _fail(f"--eval-temperature must be >= 0, got {c.eval_temperature}")
     if not 0 < c.learning_rate:
         _fail(f"--learning-rate must be > 0, got {c.learning_rate}")
     if c.divergence_loss_bound is not None and not c.divergence_loss_bound > 0:

@@ -2,6 +2,8 @@
 
 - `score`: every row, without gradient, in microbatches: the old policy's log-probs off-policy, the frozen
   reference's and the KL monitors'.
+- `mean_token_entropy`: every row, without gradient: the `token_entropy` an optimizer step logs, for a run that
+  does not train on the batch (expert iteration logs its rollouts' entropy with it, to compare with GRPO's).
 - `score_for_update`: one microbatch of an optimizer step, with gradient only where the backward can matter.
   A row whose loss weight is exactly 0 (its advantage; its reward for no_baseline), such as every row of a group
   whose rewards all agree, adds exactly 0 to the gradient under every loss here (each multiplies that weight into
@@ -15,8 +17,10 @@ Both score each distinct prompt once per microbatch (alignment/grpo/shared_promp
 import torch
 from torch import nn
 
+from alignment.distributed.sharding import microbatch_turns, shard_group
 from alignment.grpo.batch import RolloutBatch
 from alignment.grpo.shared_prompt import shared_prompt_log_probs
+from alignment.masked import masked_mean
 from alignment.rollout.forward_tape import ForwardTape
 
 
@@ -33,6 +37,26 @@ def score(model: nn.Module, batch: RolloutBatch, micro_batch_size: int) -> torch
         width = batch.input_ids.shape[1] - log_probs.shape[1]
         chunks.append(torch.nn.functional.pad(log_probs.float().cpu(), (0, width)))
     return torch.cat(chunks)
+
+
+@torch.no_grad()
+def mean_token_entropy(model: nn.Module, batch: RolloutBatch, micro_batch_size: int) -> float:
+    """The policy's response entropy as the GRPO learner logs it (`token_entropy`): the exact entropy of each
+    response token's next-token distribution (alignment/logprobs.py), averaged over each microbatch's response
+    tokens, then over the microbatches. A sharded policy's ranks each score their turns (every rank holds the batch)."""
+    device, shards = next(model.parameters()).device, shard_group(model)
+    means = []
+    for rows, counts in microbatch_turns(len(batch), micro_batch_size, shards):
+        micro = batch.select(rows)
+        mask = micro.response_mask.to(device)
+        out = shared_prompt_log_probs(
+            model, micro.input_ids.to(device), micro.labels.to(device), mask, return_token_entropy=True
+        )
+        if counts:
+            means.append(masked_mean(out["token_entropy"], mask).item())
+    if shards is not None:
+        (means,) = shards.merged(means)
+    return sum(means) / len(means)
 
 
 def rows_needing_backward(weights: torch.Tensor, in_loss: torch.Tensor | None) -> torch.Tensor:

@@ -130,6 +130,8 @@ def validate_ray(config: RayGRPOConfig) -> None:
     """GRPOConfig's checks, then the Ray flags; each failure names its flag."""
     validate(config)
     c = config
+    if c.time_budget is not None:
+        _fail("--time-budget is a setting of scripts/train_grpo.py; the Ray driver has no run clock (run it without)")
     if c.multistep_k < 1:
         _fail(f"--multistep-k must be >= 1, got {c.multistep_k}")
     if c.multistep_k != 1 and c.strategy not in K_STRATEGIES:

@@ -5,6 +5,7 @@ setup.py               shared by GRPO, Ray, SFT and EI: tasks, devices, dtype, t
 training_settings.py   TrainingSettings: the fields every training script shares, defined once
 checkpoint.py          atomic checkpoints without pickle, refused when incomplete, damaged or foreign
 metrics_log.py         metrics.jsonl, rollouts.jsonl, wandb (named, grouped, resumed, on grpo / optimizer steps)
+time_budget.py         a run's wall clock and --time-budget: whether another step and the final validation fit
 divergence.py          the Diverged error (NaN, inf, a loss past its bound) and the diverged.json it leaves
 memory_plan.py         GPU memory planned from config.json before anything loads
 cpu_allocator.py       glibc settings that keep freed memory on CPU runs

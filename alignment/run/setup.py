@@ -85,13 +85,14 @@ def math_task(examples: Sequence[MathExample], prompt: str, grader: GraderMode =
     return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(prompt), reward_fn)
 
 
-def math_tasks(config: Any) -> tuple[Task, Task]:
-    """Training and validation tasks from MATH-style or GSM8K data; prints what was chosen and the overlap."""
+def math_tasks(config: Any, whole_validation: bool = False) -> tuple[Task, Task]:
+    """Training and validation tasks from MATH-style or GSM8K data; prints what was chosen and the overlap. The
+    validation task holds --n-eval-examples questions, or with `whole_validation` all of the validation set."""
     data = run_data(
         config.dataset,
         config.dataset_split,
         config.validation_dataset,
-        config.n_eval_examples,
+        None if whole_validation else config.n_eval_examples,
         config.allow_validation_overlap,
     )
     for note in data.notes:
@@ -157,6 +158,8 @@ def check_sharded(config: Any) -> None:
         )
     if getattr(config, "reuse_rollout_forward", "off") == "on":
         raise ValueError("--reuse-rollout-forward on needs one process (torchrun shards the policy)")
+    if getattr(config, "time_budget", None) is not None:
+        raise ValueError("--time-budget needs one process: under torchrun each would stop by its own clock")
 
 
 @contextlib.contextmanager
