@@ -48,6 +48,15 @@ def test_same_seed_repeats_and_other_seed_differs(engine):
     assert [r.token_ids for r in first] != [r.token_ids for r in other]
 
 
+@pytest.mark.parametrize("budget", [None, 1])  # one batch; one group per batch
+def test_identical_prompts_are_sampled_independently_and_the_seed_reproduces_the_call(tiny_model, tokenizer, budget):
+    engine = HFRolloutEngine(tiny_model, tokenizer, memory_budget_bytes=budget, progress=False)
+    sampling = SamplingConfig(max_tokens=6, stop=(), seed=11)
+    first, again = engine.generate(["Hello"] * 4, 2, sampling), engine.generate(["Hello"] * 4, 2, sampling)
+    assert len({tuple(r.token_ids) for r in first}) == 8
+    assert [r.token_ids for r in first] == [r.token_ids for r in again]
+
+
 def test_max_tokens_gives_length_finish(engine):
     rollouts = engine.generate(PROMPTS, 1, SamplingConfig(max_tokens=7, stop=(), seed=0))
     for r in rollouts:

@@ -97,6 +97,15 @@ def test_same_seed_repeats_and_other_seed_differs(engine):
     assert [r.token_ids for r in first] != [r.token_ids for r in other]
 
 
+@pytest.mark.parametrize("budget", [None, 1])  # one batch; one group per batch
+def test_identical_prompts_are_sampled_independently_and_the_seed_reproduces_the_call(lm, budget):
+    engine = TransformerLMRolloutEngine(*lm, memory_budget_bytes=budget, progress=False)
+    sampling = SamplingConfig(max_tokens=6, stop=(), seed=11)
+    first, again = engine.generate(["Hello"] * 4, 2, sampling), engine.generate(["Hello"] * 4, 2, sampling)
+    assert len({tuple(r.token_ids) for r in first}) == 8
+    assert [r.token_ids for r in first] == [r.token_ids for r in again]
+
+
 def test_samples_are_prompt_major_and_batching_does_not_change_them(lm):
     greedy = SamplingConfig(temperature=0.0, max_tokens=8, stop=())
     one_batch = TransformerLMRolloutEngine(*lm, progress=False).generate(PROMPTS, 2, greedy)

@@ -80,6 +80,38 @@ def test_seeded_sampling_reproduces_and_other_seeds_differ(engine):
     assert [r.token_ids for r in same[0]] != [r.token_ids for r in other]
 
 
+def test_every_sample_of_a_call_is_an_independent_draw_and_the_seed_reproduces_the_call(engine):
+    """Identical prompts at temperature 1 are answered independently: vLLM seeds request r's i-th sample with the
+    request's seed + i, so one seed shared by every request made the i-th samples of all prompts one draw."""
+    sampling = SamplingConfig(max_tokens=8, stop=(), seed=11)
+    calls = [engine.generate(["Hello"] * 4, 2, sampling) for _ in range(2)]
+    answers = [tuple(r.token_ids) for r in calls[0]]
+    assert len(set(answers)) == 8, answers  # 4 prompts x 2 samples: no two share their random numbers
+    assert [tuple(r.token_ids) for r in calls[1]] == answers
+    other = engine.generate(["Hello"] * 4, 2, SamplingConfig(max_tokens=8, stop=(), seed=12))
+    assert not {tuple(r.token_ids) for r in other} & set(answers)
+
+
+def test_a_streamed_unit_draws_as_generate_does_and_its_parts_independently(engine):
+    """A unit samples its prompts as one generate call would; a rollout batch handed out in parts (positions) samples
+    as it would whole, not each part from the start of the batch's seed."""
+    from alignment.rollout.streaming import FinishedGroup, StreamFeed, Unit
+
+    sampling = SamplingConfig(max_tokens=6, stop=(), seed=4)
+    whole = engine.generate(["Hello"] * 4, 2, sampling)
+    feed = StreamFeed()
+    feed.submit(
+        [Unit((0, 1), ("Hello",) * 2, 2, sampling), Unit((2, 3), ("Hello",) * 2, 2, sampling, positions=(2, 3))]
+    )
+    groups = {}
+    for group in engine.stream(feed):
+        assert isinstance(group, FinishedGroup)
+        groups[group.key] = [r.token_ids for r in group.rollouts]
+        if len(groups) == 4:
+            feed.stop()
+    assert [groups[key] for key in range(4)] == [[r.token_ids for r in whole[2 * i : 2 * i + 2]] for i in range(4)]
+
+
 def test_seeded_sampling_of_more_prompt_tokens_than_one_engine_step_takes(engine):
     """48 distinct prompts of about 400 tokens exceed one engine step's token budget (4,096 on CPU): with
     chunked prefill a prompt was split across steps and vLLM's CPU build crashed rewinding its seeded

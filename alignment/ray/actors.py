@@ -201,6 +201,8 @@ class Generator(_Actor):
                     self.config.group_size,
                     rollout_sampling(self.config, item.unit),  # the seed of rollout batch `unit`, as generate uses
                     item.floor,
+                    # the tickets' places in their rollout batch: parts of one batch never share random numbers
+                    tuple(t - item.unit * self.config.n_prompts_per_rollout_batch for t in item.tickets),
                 )
                 for item in work
             ]

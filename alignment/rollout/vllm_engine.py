@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from alignment.models.lora import LoRASettings, is_adapter_state, save_adapter_folder
-from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.interface import Rollout, SamplingConfig, prompt_seed
 from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU vLLM sizes the KV cache from this, not from a memory fraction
@@ -142,7 +142,9 @@ class VLLMRolloutEngine:
         if self.cycle is not None:
             self.cycle.sleep()  # the policy may train before the first rollout
 
-    def sampling_params(self, sampling: SamplingConfig, n: int, **extra: Any) -> Any:
+    def sampling_params(self, sampling: SamplingConfig, n: int, position: int, **extra: Any) -> Any:
+        """vLLM's settings for the prompt at `position` of a call: its own seed (prompt_seed), from which vLLM seeds
+        the i-th of its n samples with seed + i."""
         from vllm import SamplingParams
 
         return SamplingParams(
@@ -153,7 +155,7 @@ class VLLMRolloutEngine:
             min_tokens=sampling.min_tokens,
             stop=list(sampling.stop),
             include_stop_str_in_output=sampling.include_stop_str_in_output,
-            seed=sampling.seed,
+            seed=None if sampling.seed is None else prompt_seed(sampling.seed, position),
             logprobs=0,  # only the sampled token's log-prob
             **extra,
         )
@@ -164,7 +166,7 @@ class VLLMRolloutEngine:
         torch.set_num_threads(torch.get_num_threads())
         if self.cycle is not None:
             self.cycle.wake("weights", "kv_cache")
-        params = self.sampling_params(sampling, n)
+        params = [self.sampling_params(sampling, n, position) for position in range(len(prompts))]
         outputs = self.llm.generate(list(prompts), params, use_tqdm=False, lora_request=self.adapter)
         rollouts = [rollout for index, request in enumerate(outputs) for rollout in request_rollouts(request, index)]
         if self.cycle is not None:
@@ -204,8 +206,10 @@ class VLLMRolloutEngine:
             head = feed.head()
             if isinstance(head, Unit) and head.floor <= feed.version and not feed.has_weights():
                 feed.pop()
-                params = self.sampling_params(head.sampling, head.n, output_kind=RequestOutputKind.FINAL_ONLY)
-                for key, prompt in zip(head.keys, head.prompts):
+                for key, prompt, position in zip(head.keys, head.prompts, head.seed_positions()):
+                    params = self.sampling_params(
+                        head.sampling, head.n, position, output_kind=RequestOutputKind.FINAL_ONLY
+                    )
                     request = f"{key}.{next(serial)}"
                     # salted by version: a prompt never reuses prefix-cache blocks that older weights computed
                     salted = {"prompt": prompt, "cache_salt": f"v{feed.version}"}
