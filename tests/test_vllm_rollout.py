@@ -3,6 +3,7 @@ installs) or its CUDA build on a GPU. One engine serves the module; scripts and 
 """
 
 import json
+import re
 
 import pytest
 import torch
@@ -152,6 +153,40 @@ def test_weight_updates_change_generations_and_restore_them(engine, policy):
     assert [r.token_ids for r in engine.generate(PROMPTS, 1, greedy)] != before
     engine.load_policy_weights(policy.state_dict())
     assert [r.token_ids for r in engine.generate(PROMPTS, 1, greedy)] == before
+
+
+def test_the_rotary_warning_of_every_reload_is_dropped_and_nothing_else(engine, policy):
+    """vLLM's in-place reload warns "RotaryEmbedding: Failed to load weights": the rotary layer's only tensor, its
+    cos/sin table, is computed, in no checkpoint, and put back as it was. The engine drops that message alone
+    (alignment/utils/console.py), verbose or not; removing its filter brings it back."""
+    import logging
+
+    from alignment.utils.console import RELOAD_LOGGER
+
+    class Seen(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    logger, seen = logging.getLogger(RELOAD_LOGGER), Seen()
+    level, ours = logger.level, list(logger.filters)
+    logger.setLevel(logging.WARNING)  # the console may have quieted vLLM to errors
+    logger.addHandler(seen)
+    try:
+        engine.load_policy_weights(policy.state_dict())
+        kept = list(seen.messages)
+        for f in ours:
+            logger.removeFilter(f)
+        engine.load_policy_weights(policy.state_dict())
+    finally:
+        logger.removeHandler(seen)
+        logger.filters[:] = ours
+        logger.setLevel(level)
+    assert ours and kept == []
+    assert seen.messages and all(m.endswith("RotaryEmbedding: Failed to load weights") for m in seen.messages)
 
 
 @pytest.mark.parametrize("partial,kv", [(True, "recompute"), (True, "keep"), (False, "recompute")])
@@ -345,6 +380,25 @@ def cluster():
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.mark.slow  # two GRPO runs as subprocesses, each building a vLLM engine: about two minutes
+def test_the_main_job_prints_no_library_lines_unless_verbose(tiny_model_dir, tmp_path):
+    """train_grpo.py on vLLM, one step: by default its console is the run's own (a bar, a line per validation, the
+    report); --verbose shows vLLM's and transformers' lines, the reload's rotary warning still dropped."""
+    from tests.test_console import LIBRARY_LINE, run_script
+    from tests.test_fault_cli import write_config
+
+    config = write_config(tiny_model_dir, tmp_path, backend="vllm", n_grpo_steps=1, eval_every=1)
+    quiet = run_script("train_grpo.py", "--config", config, "--output-dir", tmp_path / "quiet")
+    assert not LIBRARY_LINE.findall(quiet), quiet
+    assert [line.split(":")[0] for line in quiet.splitlines() if "held-out reward 0" in line][:2] == [
+        "step 0",
+        "step 1",
+    ]
+    loud = run_script("train_grpo.py", "--config", config, "--output-dir", tmp_path / "loud", verbose=True)
+    assert re.search(r"INFO .*Reloading weights inplace", loud) and "Loading weights" in loud, loud
+    assert "Failed to load weights" not in loud
 
 
 @pytest.mark.slow  # a minute: Ray, then a learner and a generator that builds its own engine

@@ -33,6 +33,7 @@ import torch
 from alignment.models.lora import LoRASettings, is_adapter_state, save_adapter_folder
 from alignment.rollout.interface import Rollout, SamplingConfig, prompt_seed
 from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit
+from alignment.utils.console import quiet_libraries, quiet_native_stderr, verbose
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU vLLM sizes the KV cache from this, not from a memory fraction
 
@@ -98,6 +99,7 @@ class VLLMRolloutEngine:
         then takes the adapters alone.
         """
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
+        quiet_libraries()  # likewise: vLLM's log level is read when it is first imported
         self.model_path, self.lora = model_path, lora
         self.serves_lora = lora is not None and lora.lora_rank > 0
         from vllm import LLM
@@ -119,7 +121,7 @@ class VLLMRolloutEngine:
             if on_cpu
             else {"gpu_memory_utilization": gpu_memory_utilization, "device_ids": [torch.device(device).index or 0]}
         )
-        with keep_torch_threads():
+        with keep_torch_threads(), quiet_native_stderr():
             self.llm = LLM(
                 model=model_path,
                 dtype=str(dtype).removeprefix("torch."),
@@ -129,6 +131,7 @@ class VLLMRolloutEngine:
                 # log-probs of the distribution actually sampled from (temperature and top-p applied), as hf reports
                 logprobs_mode="processed_logprobs",
                 enable_sleep_mode=sleep,
+                use_tqdm_on_load=verbose(),
                 **placement,
                 **(
                     {"enable_lora": True, "max_lora_rank": vllm_lora_rank(lora.lora_rank), "max_loras": 1}
