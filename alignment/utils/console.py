@@ -54,13 +54,18 @@ def quiet_libraries() -> None:
     for name, value in QUIET_ENV.items():
         os.environ.setdefault(name, value)
     for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logging.getLogger(name).setLevel(library_log_level())
     warnings.filterwarnings("ignore", module=r"vllm(\.|$)")  # e.g. torch deprecations met by vLLM's kernel lookup
     if "transformers" in sys.modules or "huggingface_hub" in sys.modules:  # imported: its variables were read already
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.set_verbosity_error()
         transformers_logging.disable_progress_bar()
+
+
+def library_log_level() -> int:
+    """The level a library whose logging is set up later (ray.init sets Ray's) should log at."""
+    return logging.INFO if verbose() else logging.ERROR
 
 
 @contextmanager
