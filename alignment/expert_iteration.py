@@ -49,7 +49,8 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[st
         max_tokens=config.sampling_max_tokens,
         min_tokens=min(config.sampling_min_tokens, config.sampling_max_tokens),
         stop=stop_strings(config.prompt),
-        seed=config.seed * 1_000_003 + run.step,  # a function of the step alone, so a resumed run samples the same
+        # a function of the step alone, so a resumed run samples the same; + 1: never the validations' seed (the run's)
+        seed=config.seed * 1_000_003 + 1 + run.step,
     )
     run.trainer.policy.eval()
     run.sync_engine()

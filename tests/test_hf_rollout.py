@@ -48,6 +48,16 @@ def test_same_seed_repeats_and_other_seed_differs(engine):
     assert [r.token_ids for r in first] != [r.token_ids for r in other]
 
 
+def test_identical_prompts_are_sampled_independently_and_the_seed_reproduces_the_call(tiny_model, tokenizer):
+    """In one batch, and one group per batch (each batch seeded from its first prompt's seed)."""
+    sampling = SamplingConfig(max_tokens=4, stop=(), seed=11)
+    one_batch = HFRolloutEngine(tiny_model, tokenizer, progress=False).generate(["Hello"] * 3, 2, sampling)
+    per_group = HFRolloutEngine(tiny_model, tokenizer, memory_budget_bytes=1, progress=False)
+    first, again = per_group.generate(["Hello"] * 3, 2, sampling), per_group.generate(["Hello"] * 3, 2, sampling)
+    assert len({tuple(r.token_ids) for r in one_batch}) == len({tuple(r.token_ids) for r in first}) == 6
+    assert [r.token_ids for r in first] == [r.token_ids for r in again]
+
+
 def test_max_tokens_gives_length_finish(engine):
     rollouts = engine.generate(PROMPTS, 1, SamplingConfig(max_tokens=7, stop=(), seed=0))
     for r in rollouts:

@@ -97,6 +97,16 @@ def test_same_seed_repeats_and_other_seed_differs(engine):
     assert [r.token_ids for r in first] != [r.token_ids for r in other]
 
 
+def test_identical_prompts_are_sampled_independently_and_the_seed_reproduces_the_call(lm):
+    """In one batch, and one group per batch (each batch seeded from its first prompt's seed)."""
+    sampling = SamplingConfig(max_tokens=4, stop=(), seed=11)
+    one_batch = TransformerLMRolloutEngine(*lm, progress=False).generate(["Hello"] * 3, 2, sampling)
+    per_group = TransformerLMRolloutEngine(*lm, memory_budget_bytes=1, progress=False)
+    first, again = per_group.generate(["Hello"] * 3, 2, sampling), per_group.generate(["Hello"] * 3, 2, sampling)
+    assert len({tuple(r.token_ids) for r in one_batch}) == len({tuple(r.token_ids) for r in first}) == 6
+    assert [r.token_ids for r in first] == [r.token_ids for r in again]
+
+
 def test_samples_are_prompt_major_and_batching_does_not_change_them(lm):
     greedy = SamplingConfig(temperature=0.0, max_tokens=8, stop=())
     one_batch = TransformerLMRolloutEngine(*lm, progress=False).generate(PROMPTS, 2, greedy)

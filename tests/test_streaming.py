@@ -79,6 +79,21 @@ def test_a_unit_streamed_without_new_weights_is_what_generate_samples(models, to
             assert got.versions == [3] * len(got.token_ids) and want.versions is None
 
 
+def test_the_parts_of_a_call_handed_out_as_units_draw_different_random_numbers(models, tokenizer):
+    """A rollout batch handed out in two units (the async driver's admission may split one) shares one seed; its
+    prompts' positions in the batch keep the second part from repeating the first's draws."""
+    a, _, _ = models
+    engine = HFRolloutEngine(a, tokenizer, progress=False)
+    sampling = SamplingConfig(max_tokens=6, stop=(), seed=5)
+    feed = StreamFeed()
+    feed.submit(
+        [Unit((0, 1), ("Hello",) * 2, 2, sampling), Unit((2, 3), ("Hello",) * 2, 2, sampling, positions=(2, 3))]
+    )
+    feed.submit([Barrier(0)])
+    groups = [item for item in run_stream(engine, feed) if isinstance(item, FinishedGroup)]
+    assert len({tuple(r.token_ids) for g in groups for r in g.rollouts}) == 8
+
+
 def test_groups_come_out_as_they_finish_not_at_the_end_of_the_unit(models, tokenizer):
     a, _, _ = models
     engine = HFRolloutEngine(a, tokenizer, progress=False)

@@ -20,7 +20,9 @@ from alignment.experiments.sweep import (
 )
 from alignment.run.checkpoint import MARKER, STATE
 from alignment.run.divergence import Diverged, write_marker
+from alignment.utils.console import QUIET_ENV, VERBOSE_ENV
 from scripts import sweep as script
+from tests.test_console import LIBRARY_LINE
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs" / "experiments").rglob("*.toml"))
@@ -361,6 +363,9 @@ def test_a_diverged_arm_is_reported_skipped_and_left_out_of_the_best(tiny_model_
     --arms plain; the diverged run is skipped on reruns, and --from-best picks plain. (The tiny model earns no
     keyword reward: the overlong penalty under no_baseline gives the diverging run a loss other than 0.)"""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv(VERBOSE_ENV, "0")  # restored afterwards: the sweep sets it for its runs, in this process
+    for name in QUIET_ENV:
+        monkeypatch.delenv(name, raising=False)
     preset = write(tmp_path / "tiny.toml", TINY.format(model=tiny_model_dir, clip_steps=""))
     out, root, runner = tmp_path / "out", tmp_path / "out" / "tiny", CliRunner()
     diverging = [str(preset), "--output-root", str(out), "--arms", "clip"]
@@ -376,6 +381,8 @@ def test_a_diverged_arm_is_reported_skipped_and_left_out_of_the_best(tiny_model_
         in results
     )
     assert "Arms the last command ran (--arms): clip." in results
+    console = (root / "logs" / "clip.log").read_text()  # train_grpo.py's console: no library lines by default
+    assert not LIBRARY_LINE.findall(console) and "step 0: held-out reward" in console, console
     assert (root / "plots" / "eval_reward_vs_step.png").is_file()  # its curve up to the divergence is drawn
     assert json.loads((root / "sweep.json").read_text())["set"]["divergence_loss_bound"] == 1e-9
 
@@ -385,8 +392,11 @@ def test_a_diverged_arm_is_reported_skipped_and_left_out_of_the_best(tiny_model_
     assert result.exit_code != 0 and "run clip diverged with other settings (divergence_loss_bound)" in result.output
     assert "pass --diverged restart" in result.output
 
-    result = runner.invoke(script.app, [str(preset), "--output-root", str(out), "--arms", "plain"])
+    result = runner.invoke(script.app, [str(preset), "--output-root", str(out), "--arms", "plain", "--verbose"])
     assert result.exit_code == 0, result.output + (root / "logs" / "plain.log").read_text()
+    assert (
+        "Loading weights" in (root / "logs" / "plain.log").read_text()
+    )  # --verbose reaches the runs: transformers' bar
     assert "clip" not in result.output.split("wrote")[0]  # the arms not asked for are left alone
     assert "left out): **plain**" in (root / "results.md").read_text()
     # chained: the best arm's settings as the base; for this preset they are plain's own, so plain stays finished

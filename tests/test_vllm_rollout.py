@@ -3,6 +3,7 @@ installs) or its CUDA build on a GPU. One engine serves the module; scripts and 
 """
 
 import json
+import re
 
 import pytest
 import torch
@@ -80,6 +81,38 @@ def test_seeded_sampling_reproduces_and_other_seeds_differ(engine):
     assert [r.token_ids for r in same[0]] != [r.token_ids for r in other]
 
 
+def test_every_sample_of_a_call_is_an_independent_draw_and_the_seed_reproduces_the_call(engine):
+    """Identical prompts at temperature 1 are answered independently: vLLM seeds request r's i-th sample with the
+    request's seed + i, so one seed shared by every request made the i-th samples of all prompts one draw."""
+    sampling = SamplingConfig(max_tokens=8, stop=(), seed=11)
+    calls = [engine.generate(["Hello"] * 4, 2, sampling) for _ in range(2)]
+    answers = [tuple(r.token_ids) for r in calls[0]]
+    assert len(set(answers)) == 8, answers  # 4 prompts x 2 samples: no two share their random numbers
+    assert [tuple(r.token_ids) for r in calls[1]] == answers
+    other = engine.generate(["Hello"] * 4, 2, SamplingConfig(max_tokens=8, stop=(), seed=12))
+    assert not {tuple(r.token_ids) for r in other} & set(answers)
+
+
+def test_a_streamed_unit_draws_as_generate_does_and_its_parts_independently(engine):
+    """A unit samples its prompts as one generate call would; a rollout batch handed out in parts (positions) samples
+    as it would whole, not each part from the start of the batch's seed."""
+    from alignment.rollout.streaming import FinishedGroup, StreamFeed, Unit
+
+    sampling = SamplingConfig(max_tokens=6, stop=(), seed=4)
+    whole = engine.generate(["Hello"] * 4, 2, sampling)
+    feed = StreamFeed()
+    feed.submit(
+        [Unit((0, 1), ("Hello",) * 2, 2, sampling), Unit((2, 3), ("Hello",) * 2, 2, sampling, positions=(2, 3))]
+    )
+    groups = {}
+    for group in engine.stream(feed):
+        assert isinstance(group, FinishedGroup)
+        groups[group.key] = [r.token_ids for r in group.rollouts]
+        if len(groups) == 4:
+            feed.stop()
+    assert [groups[key] for key in range(4)] == [[r.token_ids for r in whole[2 * i : 2 * i + 2]] for i in range(4)]
+
+
 def test_seeded_sampling_of_more_prompt_tokens_than_one_engine_step_takes(engine):
     """48 distinct prompts of about 400 tokens exceed one engine step's token budget (4,096 on CPU): with
     chunked prefill a prompt was split across steps and vLLM's CPU build crashed rewinding its seeded
@@ -120,6 +153,40 @@ def test_weight_updates_change_generations_and_restore_them(engine, policy):
     assert [r.token_ids for r in engine.generate(PROMPTS, 1, greedy)] != before
     engine.load_policy_weights(policy.state_dict())
     assert [r.token_ids for r in engine.generate(PROMPTS, 1, greedy)] == before
+
+
+def test_the_rotary_warning_of_every_reload_is_dropped_and_nothing_else(engine, policy):
+    """vLLM's in-place reload warns "RotaryEmbedding: Failed to load weights": the rotary layer's only tensor, its
+    cos/sin table, is computed, in no checkpoint, and put back as it was. The engine drops that message alone
+    (alignment/utils/console.py), verbose or not; removing its filter brings it back."""
+    import logging
+
+    from alignment.utils.console import RELOAD_LOGGER
+
+    class Seen(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    logger, seen = logging.getLogger(RELOAD_LOGGER), Seen()
+    level, ours = logger.level, list(logger.filters)
+    logger.setLevel(logging.WARNING)  # the console may have quieted vLLM to errors
+    logger.addHandler(seen)
+    try:
+        engine.load_policy_weights(policy.state_dict())
+        kept = list(seen.messages)
+        for f in ours:
+            logger.removeFilter(f)
+        engine.load_policy_weights(policy.state_dict())
+    finally:
+        logger.removeHandler(seen)
+        logger.filters[:] = ours
+        logger.setLevel(level)
+    assert ours and kept == []
+    assert seen.messages and all(m.endswith("RotaryEmbedding: Failed to load weights") for m in seen.messages)
 
 
 @pytest.mark.parametrize("partial,kv", [(True, "recompute"), (True, "keep"), (False, "recompute")])
@@ -313,6 +380,25 @@ def cluster():
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.mark.slow  # two GRPO runs as subprocesses, each building a vLLM engine: about two minutes
+def test_the_main_job_prints_no_library_lines_unless_verbose(tiny_model_dir, tmp_path):
+    """train_grpo.py on vLLM, one step: by default its console is the run's own (a bar, a line per validation, the
+    report); --verbose shows vLLM's and transformers' lines, the reload's rotary warning still dropped."""
+    from tests.test_console import LIBRARY_LINE, run_script
+    from tests.test_fault_cli import write_config
+
+    config = write_config(tiny_model_dir, tmp_path, backend="vllm", n_grpo_steps=1, eval_every=1)
+    quiet = run_script("train_grpo.py", "--config", config, "--output-dir", tmp_path / "quiet")
+    assert not LIBRARY_LINE.findall(quiet), quiet
+    assert [line.split(":")[0] for line in quiet.splitlines() if "held-out reward 0" in line][:2] == [
+        "step 0",
+        "step 1",
+    ]
+    loud = run_script("train_grpo.py", "--config", config, "--output-dir", tmp_path / "loud", verbose=True)
+    assert re.search(r"INFO .*Reloading weights inplace", loud) and "Loading weights" in loud, loud
+    assert "Failed to load weights" not in loud
 
 
 @pytest.mark.slow  # a minute: Ray, then a learner and a generator that builds its own engine

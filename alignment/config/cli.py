@@ -22,6 +22,7 @@ from alignment.config.settings import (
     read_run_settings,
     typed_values,
 )
+from alignment.utils.console import configure_console
 
 WIDTH = 80  # help is laid out for an 80-column terminal
 HELP_COLUMN = 30  # where click starts the help text of an option
@@ -66,11 +67,27 @@ def option_parameters(config_cls: type) -> list[inspect.Parameter]:
     ]
 
 
+VERBOSE = inspect.Parameter(
+    "verbose",
+    inspect.Parameter.KEYWORD_ONLY,
+    annotation=bool,
+    default=typer.Option(
+        False, "--verbose", help="Show the INFO and WARNING lines and the bars of vLLM, transformers, Ray and torch."
+    ),
+)
+
+
 def typer_app(main: Callable[..., Any], parameters: list[inspect.Parameter], summary: str) -> typer.Typer:
-    """A one-command app with these parameters, laid out by click itself (it wraps help; rich would cut it)."""
-    main.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    """A one-command app with these parameters and --verbose, laid out by click itself (it wraps help; rich would cut
+    it). The console is set up (alignment/utils/console.py) before `main` runs."""
+
+    def command(verbose: bool = False, **arguments: Any) -> Any:
+        configure_console(verbose)
+        return main(**arguments)
+
+    command.__signature__ = inspect.Signature([*parameters, VERBOSE])  # type: ignore[attr-defined]
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-    app.command(help=summary, context_settings={"max_content_width": WIDTH})(main)
+    app.command(help=summary, context_settings={"max_content_width": WIDTH})(command)
     return app
 
 

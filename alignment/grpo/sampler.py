@@ -40,7 +40,8 @@ def rollout_sampling(c: GRPOConfig, step: int, draw: int = 0) -> SamplingConfig:
         max_tokens=c.sampling_max_tokens,
         min_tokens=c.sampling_min_tokens,
         stop=c.stop,
-        seed=c.seed * 1_000_003 + step + draw * 1_000_000_007,
+        # + 1: no rollout call shares its seed with a validation, which samples with the run's seed (as eval_zero_shot)
+        seed=c.seed * 1_000_003 + 1 + step + draw * 1_000_000_007,
     )
 
 

@@ -42,6 +42,7 @@ from alignment.rollout.streaming import Barrier, FinishedGroup, StreamFeed, Unit
 from alignment.run.checkpoint import load_checkpoint, save_checkpoint
 from alignment.run.memory_plan import OWN_GPU_SHARE
 from alignment.run.setup import PhaseTimer, build_engine, load_policy, model_dtype
+from alignment.utils.console import quiet_libraries
 from alignment.utils.faults import fault_point
 
 
@@ -147,6 +148,7 @@ class Generator(_Actor):
     def __init__(
         self, config: RayGRPOConfig, task: Task, validation: Task, device: str, threads: int, name: str = "Generator"
     ) -> None:
+        quiet_libraries()  # this actor's process: as the driver's --verbose says (through the environment)
         torch.set_num_threads(threads)
         self.name, self.threads = name, threads
         dtype = model_dtype(config, device)
@@ -203,6 +205,8 @@ class Generator(_Actor):
                     self.config.group_size,
                     rollout_sampling(self.config, item.unit),  # the seed of rollout batch `unit`, as generate uses
                     item.floor,
+                    # the tickets' places in their rollout batch: parts of one batch never share random numbers
+                    tuple(t - item.unit * self.config.n_prompts_per_rollout_batch for t in item.tickets),
                 )
                 for item in work
             ]
@@ -257,6 +261,7 @@ class Learner(_Actor):
         """Load the policy, sharded over `group` when given (a rank of alignment/ray/learner_group.py), and its
         learner."""
         config, device = self.config, self.device
+        quiet_libraries()  # this actor's process: as the driver's --verbose says (through the environment)
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         policy, tokenizer = load_policy(

@@ -51,6 +51,7 @@ from alignment.run.metrics_log import MetricsLog
 from alignment.run.setup import PromptOrder, keyword_run_tasks, math_tasks
 from alignment.run.training_settings import check_output_dir
 from alignment.utils.atomic import check_writable_dir
+from alignment.utils.console import library_log_level
 from alignment.utils.faults import fault_point
 
 
@@ -409,7 +410,7 @@ def train_grpo_ray(
     task, validation = tasks(config, task, validation)
     own_cluster = not ray.is_initialized()
     if own_cluster:
-        ray.init(address=config.ray_address, include_dashboard=False)
+        ray.init(address=config.ray_address, include_dashboard=False, logging_level=library_log_level())
     try:
         actors = start_actors(config, task, validation)
         driver = None

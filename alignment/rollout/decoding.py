@@ -9,6 +9,7 @@ takes the chosen tokens of the rows still running and returns their next logits.
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +18,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from alignment.rollout.forward_tape import ForwardTape, module_forwards
-from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.interface import Rollout, SamplingConfig, prompt_seed
 from alignment.utils.faults import fault_point
 
 STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
@@ -221,6 +222,16 @@ def decode_rows(
         logits = advance(chosen, kept)
 
 
+@dataclass
+class GroupBatch:
+    """Whole groups sampled together: prompts[start : start + len(prompt_ids)] of a call, tokenized, and the generator
+    they draw from (None: torch's global one)."""
+
+    start: int
+    prompt_ids: list[list[int]]
+    generator: torch.Generator | None
+
+
 def group_batches(
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[str],
@@ -228,16 +239,27 @@ def group_batches(
     sampling: SamplingConfig,
     device: torch.device,
     rows_that_fit: Callable[[int], int],
-) -> tuple[list[tuple[int, list[list[int]]]], torch.Generator | None]:
-    """The prompts tokenized, in batches of whole groups that `rows_that_fit` (sequence length -> rows) allows, each
-    with the index of its first prompt; and the one generator every batch draws from (seeded by the sampling)."""
+    positions: Sequence[int] | None = None,
+) -> list[GroupBatch]:
+    """The prompts tokenized, in batches of whole groups that `rows_that_fit` (sequence length -> rows) allows.
+
+    A seeded batch draws from a generator of its first prompt's seed (prompt_seed of its position in the call:
+    `positions`, default 0, 1, ...), so neither two batches nor two parts of a call handed out in several streamed
+    Units share random numbers; the rows of a batch draw their own numbers from its generator, one after another.
+    """
     if n < 1:
         raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
+    positions = range(len(prompts)) if positions is None else positions
     prompt_ids = tokenizer(list(prompts))["input_ids"]
-    generator = None if sampling.seed is None else torch.Generator(device=device).manual_seed(sampling.seed)
     rows = rows_that_fit(max(len(p) for p in prompt_ids) + sampling.max_tokens)
     per_batch = max(1, rows // n)  # whole groups per batch (at least one, even past the budget)
-    return [(start, prompt_ids[start : start + per_batch]) for start in range(0, len(prompts), per_batch)], generator
+    batches = []
+    for start in range(0, len(prompts), per_batch):
+        generator = None
+        if sampling.seed is not None:
+            generator = torch.Generator(device=device).manual_seed(prompt_seed(sampling.seed, positions[start]))
+        batches.append(GroupBatch(start, prompt_ids[start : start + per_batch], generator))
+    return batches
 
 
 def generate_in_groups(
@@ -253,12 +275,11 @@ def generate_in_groups(
     """The RolloutEngine.generate contract over a backend's `run(prompt_ids, generator, bar)`, which samples n
     rollouts of each of a few tokenized prompts: prompts go in batches of whole groups that `rows_that_fit`
     (sequence length -> rows) allows, and come back prompt-major with indices into `prompts`."""
-    batches, generator = group_batches(tokenizer, prompts, n, sampling, device, rows_that_fit)
     rollouts: list[Rollout] = []
     with tqdm(total=len(prompts) * n, desc="generating", unit="seq", disable=not progress, leave=False) as bar:
-        for start, prompt_ids in batches:
-            batch = run(prompt_ids, generator, bar)
-            rollouts += [dataclasses.replace(r, prompt_index=start + r.prompt_index) for r in batch]
+        for batch in group_batches(tokenizer, prompts, n, sampling, device, rows_that_fit):
+            sampled = run(batch.prompt_ids, batch.generator, bar)
+            rollouts += [dataclasses.replace(r, prompt_index=batch.start + r.prompt_index) for r in sampled]
     return rollouts
 
 

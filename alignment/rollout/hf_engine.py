@@ -79,7 +79,7 @@ class HFRolloutEngine:
         self, feed: StreamFeed, partial: bool = True, kv: KVAfterLoad = "recompute"
     ) -> Iterator[FinishedGroup | Barrier]:
         """StreamingEngine.stream (alignment/rollout/streaming.py): units one after another, each sampled exactly as
-        `generate` samples its prompts (same batches, one seeded generator), each group yielded once its n rows are
+        `generate` samples its prompts (same batches, seeded alike), each group yielded once its n rows are
         done. With `partial`, offered weights are loaded between two decode steps; without, between units."""
         while (item := feed.next_item()) is not None:
             if not feed.load(self._load, item.floor):  # a unit starts on the newest weights
@@ -87,14 +87,20 @@ class HFRolloutEngine:
             if not isinstance(item, Unit):
                 yield item
                 continue
-            batches, generator = group_batches(
-                self.tokenizer, item.prompts, item.n, item.sampling, self.model.device, self.batch_size_for
+            batches = group_batches(
+                self.tokenizer,
+                item.prompts,
+                item.n,
+                item.sampling,
+                self.model.device,
+                self.batch_size_for,
+                item.seed_positions(),
             )
             inflight = _InFlight(feed, self._load, kv == "recompute") if partial else None
-            for start, prompt_ids in batches:
-                rows = self._batch_rows(prompt_ids, item.n, item.sampling, generator, None, feed, inflight)
+            for batch in batches:
+                rows = self._batch_rows(batch.prompt_ids, item.n, item.sampling, batch.generator, None, feed, inflight)
                 for prompt, rollouts in groups_of_rows(rows, item.n):
-                    yield FinishedGroup(item.keys[start + prompt], rollouts)
+                    yield FinishedGroup(item.keys[batch.start + prompt], rollouts)
 
     def _load(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         load_unless_shared(self.model, state_dict)

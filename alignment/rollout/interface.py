@@ -6,8 +6,12 @@ Backends (chosen and built in alignment.rollout.backends; this module depends on
 token, its log-prob under the distribution it was sampled from (logits divided by the temperature, restricted
 to the top-p nucleus and renormalized; at temperature 0 the plain softmax). At temperature 1 and top_p 1
 that is the policy's own log-prob.
+
+Seeds: `SamplingConfig.seed` seeds a whole call. Prompt i of a call draws its samples from `prompt_seed(seed, i)`, so
+every sample of a call is an independent draw and the same seed reproduces the call.
 """
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -26,7 +30,7 @@ class SamplingConfig:
     min_tokens: int = 0  # EOS and stop strings are ignored until this many tokens exist
     stop: tuple[str, ...] = ("</answer>",)
     include_stop_str_in_output: bool = True
-    seed: int | None = None
+    seed: int | None = None  # of the whole call (see prompt_seed); None: unseeded
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -37,6 +41,18 @@ class SamplingConfig:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
+
+
+def prompt_seed(seed: int, position: int) -> int:
+    """The seed of the prompt at `position` in a call seeded `seed`: 62 bits of a hash of the pair.
+
+    A hash, not seed + position: vLLM seeds the i-th of a request's n samples with its seed + i, and the calls of
+    successive steps have successive seeds, so any offset scheme would give some other (prompt, sample) pair, of this
+    call or the next, the same random numbers. 62 bits leave room for that + i below 2^63 (torch's generators take
+    64-bit seeds); two pairs meet with probability about n / 2^62.
+    """
+    digest = hashlib.blake2b(f"{seed}:{position}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
 
 
 @dataclass

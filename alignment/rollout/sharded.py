@@ -4,7 +4,8 @@ rank gets all.
 Each rank samples a contiguous share of the prompts with its in-process engine over the sharded policy, its
 weights gathered for the whole call, and grades a contiguous share of the responses in its own grader pool;
 the results are gathered in rank order, so every rank holds the same prompt-major rollouts and scores, exactly
-what one process would have (up to which random numbers each rank drew: rank r samples with seed + r).
+what one process would have (up to which random numbers each rank drew: rank r samples with a call seed of its own,
+prompt_seed(seed, r), not seed + r, which is the next step's call seed).
 """
 
 import dataclasses
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alignment.distributed.sharding import ShardGroup, gathered
-from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
+from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig, prompt_seed
 
 
 class ShardedRollouts:
@@ -23,7 +24,8 @@ class ShardedRollouts:
         self.model = engine.model  # type: ignore[attr-defined]  # the policy itself: weight pushes are no-ops
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
-        own = dataclasses.replace(sampling, seed=None if sampling.seed is None else sampling.seed + self.group.rank)
+        seed = None if sampling.seed is None else prompt_seed(sampling.seed, self.group.rank)
+        own = dataclasses.replace(sampling, seed=seed)
 
         def sample(share: slice) -> list[Rollout]:  # prompt indices shifted from the share to the whole list
             return [

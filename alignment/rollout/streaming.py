@@ -46,13 +46,24 @@ class Barrier:
 @dataclass(frozen=True)
 class Unit:
     """Prompts sampled together with one seed (as one `generate` call would), n rollouts each; `keys` name each prompt's
-    group for the caller. Not started on weights older than version `floor`."""
+    group for the caller. Not started on weights older than version `floor`. `positions`: each prompt's position in
+    the call whose seed the unit carries (None: 0, 1, ...; interface.prompt_seed), so that no two parts of a call
+    handed out in several units draw the same random numbers (on vLLM, which seeds each prompt's request, a part
+    samples exactly as in the whole call)."""
 
     keys: tuple[int, ...]
     prompts: tuple[str, ...]
     n: int
     sampling: SamplingConfig
     floor: int = 0
+    positions: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.positions is not None and len(self.positions) != len(self.prompts):
+            raise ValueError(f"a unit of {len(self.prompts)} prompts needs as many positions, got {self.positions}")
+
+    def seed_positions(self) -> tuple[int, ...]:
+        return tuple(range(len(self.prompts))) if self.positions is None else self.positions
 
 
 @dataclass

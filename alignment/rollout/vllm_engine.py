@@ -31,8 +31,9 @@ from typing import Any
 import torch
 
 from alignment.models.lora import LoRASettings, is_adapter_state, save_adapter_folder
-from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.interface import Rollout, SamplingConfig, prompt_seed
 from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit
+from alignment.utils.console import quiet_libraries, quiet_native_stderr, verbose
 
 CPU_KV_CACHE_BYTES = 1 << 30  # on CPU vLLM sizes the KV cache from this, not from a memory fraction
 
@@ -98,6 +99,7 @@ class VLLMRolloutEngine:
         then takes the adapters alone.
         """
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
+        quiet_libraries()  # likewise: vLLM's log level is read when it is first imported
         self.model_path, self.lora = model_path, lora
         self.serves_lora = lora is not None and lora.lora_rank > 0
         from vllm import LLM
@@ -119,7 +121,7 @@ class VLLMRolloutEngine:
             if on_cpu
             else {"gpu_memory_utilization": gpu_memory_utilization, "device_ids": [torch.device(device).index or 0]}
         )
-        with keep_torch_threads():
+        with keep_torch_threads(), quiet_native_stderr():
             self.llm = LLM(
                 model=model_path,
                 dtype=str(dtype).removeprefix("torch."),
@@ -129,6 +131,7 @@ class VLLMRolloutEngine:
                 # log-probs of the distribution actually sampled from (temperature and top-p applied), as hf reports
                 logprobs_mode="processed_logprobs",
                 enable_sleep_mode=sleep,
+                use_tqdm_on_load=verbose(),
                 **placement,
                 **(
                     {"enable_lora": True, "max_lora_rank": vllm_lora_rank(lora.lora_rank), "max_loras": 1}
@@ -142,7 +145,9 @@ class VLLMRolloutEngine:
         if self.cycle is not None:
             self.cycle.sleep()  # the policy may train before the first rollout
 
-    def sampling_params(self, sampling: SamplingConfig, n: int, **extra: Any) -> Any:
+    def sampling_params(self, sampling: SamplingConfig, n: int, position: int, **extra: Any) -> Any:
+        """vLLM's settings for the prompt at `position` of a call: its own seed (prompt_seed), from which vLLM seeds
+        the i-th of its n samples with seed + i."""
         from vllm import SamplingParams
 
         return SamplingParams(
@@ -153,7 +158,7 @@ class VLLMRolloutEngine:
             min_tokens=sampling.min_tokens,
             stop=list(sampling.stop),
             include_stop_str_in_output=sampling.include_stop_str_in_output,
-            seed=sampling.seed,
+            seed=None if sampling.seed is None else prompt_seed(sampling.seed, position),
             logprobs=0,  # only the sampled token's log-prob
             **extra,
         )
@@ -164,7 +169,7 @@ class VLLMRolloutEngine:
         torch.set_num_threads(torch.get_num_threads())
         if self.cycle is not None:
             self.cycle.wake("weights", "kv_cache")
-        params = self.sampling_params(sampling, n)
+        params = [self.sampling_params(sampling, n, position) for position in range(len(prompts))]
         outputs = self.llm.generate(list(prompts), params, use_tqdm=False, lora_request=self.adapter)
         rollouts = [rollout for index, request in enumerate(outputs) for rollout in request_rollouts(request, index)]
         if self.cycle is not None:
@@ -204,8 +209,10 @@ class VLLMRolloutEngine:
             head = feed.head()
             if isinstance(head, Unit) and head.floor <= feed.version and not feed.has_weights():
                 feed.pop()
-                params = self.sampling_params(head.sampling, head.n, output_kind=RequestOutputKind.FINAL_ONLY)
-                for key, prompt in zip(head.keys, head.prompts):
+                for key, prompt, position in zip(head.keys, head.prompts, head.seed_positions()):
+                    params = self.sampling_params(
+                        head.sampling, head.n, position, output_kind=RequestOutputKind.FINAL_ONLY
+                    )
                     request = f"{key}.{next(serial)}"
                     # salted by version: a prompt never reuses prefix-cache blocks that older weights computed
                     salted = {"prompt": prompt, "cache_salt": f"v{feed.version}"}

@@ -1,4 +1,5 @@
-"""Run logs: metrics.jsonl and rollouts.jsonl in the output folder always, and wandb when enabled.
+"""Run logs: metrics.jsonl and rollouts.jsonl in the output folder always, wandb when enabled, and a console line
+for each validation row.
 
 Every row carries `grpo_step` (the GRPO step, SFT optimizer step or EI step it belongs to); a row with a gradient
 norm is an optimizer step's and also gets `optimizer_step`, the run's count of them, so that an off-policy GRPO
@@ -24,8 +25,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from alignment.run.divergence import MARKER, divergence_of, write_marker
 from alignment.utils.atomic import atomic_write_json
+from alignment.utils.console import validation_line
 
 WANDB_FILE = "wandb.json"  # {"id": ..., "project": ...} of the run's wandb run
 AXES = ("grpo_step", "optimizer_step", "time_elapsed_s")  # x axes in wandb; wall time is in both kinds of rows
@@ -108,6 +112,8 @@ class MetricsLog:
             row["optimizer_step"] = self.optimizer_steps
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        if "eval_reward" in row:
+            tqdm.write(validation_line(row))  # above the progress bar, which stays whole
         if self.wandb is not None:
             axis = "optimizer_step" if is_optimizer_step(row) else "grpo_step"
             for key in row.keys() - self.defined - set(AXES):
