@@ -35,8 +35,8 @@ class HubDataset:
 
     repo: str
     config: str | None
-    train_split: str | None  # None: nothing to train on but a held-out slice (alignment.data.splits)
-    eval_split: str
+    train_split: str | None  # None: the repo has no training split (MATH-500 is a test set)
+    eval_split: str  # competition_math's is its one training split, of which a tenth is held out
 
 
 HUB_DATASETS: dict[str, HubDataset] = {
@@ -45,7 +45,7 @@ HUB_DATASETS: dict[str, HubDataset] = {
     # MATH-500 (Lightman et al.): 500 of MATH's test problems, with `answer`
     "math500": HubDataset("HuggingFaceH4/MATH-500", None, None, "test"),
     # the UW handout's copy: all 12,500 MATH problems, train and test, in one split
-    "competition_math": HubDataset("qwedsacf/competition_math", None, None, "train"),
+    "competition_math": HubDataset("qwedsacf/competition_math", None, "train", "train"),
     # MATH with one config per subject, read whole
     "hendrycks_math": HubDataset("EleutherAI/hendrycks_math", None, "train", "test"),
     # GSM8K: 7,473 training and 1,319 test problems; `main` (not `socratic`)

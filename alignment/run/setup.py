@@ -93,6 +93,7 @@ def math_tasks(config: Any) -> tuple[Task, Task]:
         config.validation_dataset,
         config.n_eval_examples,
         config.allow_validation_overlap,
+        allow_evaluation_split=config.train_on_evaluation_split,
     )
     for note in data.notes:
         print(note)
