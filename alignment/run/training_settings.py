@@ -74,10 +74,11 @@ class TrainingSettings(OutputSettings, LoRASettings):
             "rollout_device",
             "grader_workers",
             "allow_validation_overlap",
+            "train_on_evaluation_split",
         }
     )
     # Settings added since runs were saved, with what a run saved without them did (read on --resume)
-    ADDED: ClassVar[dict[str, Any]] = {"grader": "lenient", "train_on_evaluation_split": True}
+    ADDED: ClassVar[dict[str, Any]] = {"grader": "lenient"}
     # Files whose presence in --output-dir marks an earlier run
     RUN_FILES: ClassVar[tuple[str, ...]] = ("metrics.jsonl", "checkpoint")
 
