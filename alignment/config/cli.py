@@ -1,6 +1,7 @@
 """Command lines made from settings dataclasses: one flag per field, help laid out for 80 columns, choices
 enforced by the parser; --config files, and --resume DIR for training runs."""
 
+import functools
 import inspect
 import json
 import tomllib
@@ -22,6 +23,7 @@ from alignment.config.settings import (
     read_run_settings,
     typed_values,
 )
+from alignment.utils.hub import SourceUnavailable
 
 WIDTH = 80  # help is laid out for an 80-column terminal
 HELP_COLUMN = 30  # where click starts the help text of an option
@@ -67,10 +69,22 @@ def option_parameters(config_cls: type) -> list[inspect.Parameter]:
 
 
 def typer_app(main: Callable[..., Any], parameters: list[inspect.Parameter], summary: str) -> typer.Typer:
-    """A one-command app with these parameters, laid out by click itself (it wraps help; rich would cut it)."""
-    main.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    """A one-command app with these parameters, laid out by click itself (it wraps help; rich would cut it).
+
+    A model or dataset the hub cannot give (alignment/utils/hub.py) ends the command with its one line on stderr and
+    exit status 2, as a bad flag does, with no traceback."""
+
+    @functools.wraps(main)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return main(*args, **kwargs)
+        except SourceUnavailable as err:
+            typer.echo(f"Error: {err}", err=True)
+            raise typer.Exit(2) from None
+
+    command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-    app.command(help=summary, context_settings={"max_content_width": WIDTH})(main)
+    app.command(help=summary, context_settings={"max_content_width": WIDTH})(command)
     return app
 
 
