@@ -12,10 +12,10 @@ import typer
 
 from alignment.config import cli
 from alignment.config.settings import to_json
-from alignment.evaluation import GradedRollout, category, generate_and_grade, summarize
-from alignment.grading.parallel import ParallelGrader
+from alignment.evaluation import GradedRollout, category, evaluate_vllm
+from alignment.prompts import format_prompt
 from alignment.run import generation
-from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl
+from alignment.utils.atomic import atomic_write_json
 
 EvalConfig = generation.GenerationConfig
 
@@ -29,11 +29,16 @@ def show_examples(records: list[GradedRollout], per_category: int = 2) -> None:
 
 def run(config: EvalConfig) -> dict:
     setup = generation.set_up(config)
-    with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
-        questions, truths = [e.question for e in setup.examples], [e.answer for e in setup.examples]
-        records, timings = generate_and_grade(setup.engine, questions, truths, setup.template, grader, setup.sampling)
-    summary = summarize(records, timings) | {"backend": setup.backend, "config": to_json(config)}
-    atomic_write_jsonl(setup.output_dir / "generations.jsonl", (r.to_json() for r in records))
+    records, summary = evaluate_vllm(
+        setup.engine,
+        setup.reward_fn,
+        [format_prompt(setup.template, e.question) for e in setup.examples],
+        setup.sampling,
+        [e.answer for e in setup.examples],
+        output_path=setup.output_dir / "generations.jsonl",
+        grader_workers=config.grader_workers,
+    )
+    summary |= {"backend": setup.backend, "config": to_json(config)}
     atomic_write_json(setup.output_dir / "summary.json", summary)  # last: its presence means the run finished
     shown = (
         "num_examples",

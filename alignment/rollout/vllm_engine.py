@@ -142,6 +142,15 @@ class VLLMRolloutEngine:
         if self.cycle is not None:
             self.cycle.sleep()  # the policy may train before the first rollout
 
+    @classmethod
+    def from_llm(cls, llm: Any) -> "VLLMRolloutEngine":
+        """An engine over a `vllm.LLM` built elsewhere (as the handouts build one, for evaluate_vllm): its samples
+        and log-probs as `generate` gives them, without LoRA serving or sleep."""
+        engine = cls.__new__(cls)
+        engine.llm, engine.model_path, engine.lora, engine.serves_lora = llm, llm.model_config.model, None, False
+        engine.adapter, engine.adapter_root, engine.cycle = None, None, None
+        return engine
+
     def sampling_params(self, sampling: SamplingConfig, n: int, **extra: Any) -> Any:
         from vllm import SamplingParams
 
