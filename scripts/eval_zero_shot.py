@@ -7,20 +7,28 @@ Writes OUTPUT_DIR/generations.jsonl (one line per example) and OUTPUT_DIR/summar
 
 import json
 import textwrap
+from dataclasses import dataclass
 
 import typer
 
 from alignment.config import cli
-from alignment.config.settings import to_json
+from alignment.config.settings import setting, to_json
 from alignment.evaluation import GradedRollout, category, evaluate_vllm
 from alignment.prompts import format_prompt
 from alignment.run import generation
 from alignment.utils.atomic import atomic_write_json
 
-EvalConfig = generation.GenerationConfig
+
+@dataclass
+class EvalConfig(generation.GenerationConfig):
+    show_examples: int = setting(
+        2,
+        "Responses printed per category (format1_answer1, format1_answer0, format0_answer0) after the summary, "
+        "shortened; generations.jsonl holds every one. The handouts' problem (b) reads at least 10 of each.",
+    )
 
 
-def show_examples(records: list[GradedRollout], per_category: int = 2) -> None:
+def show_examples(records: list[GradedRollout], per_category: int) -> None:
     for name in ("format1_answer1", "format1_answer0", "format0_answer0"):
         for r in [r for r in records if category(r) == name][:per_category]:
             response = textwrap.shorten(r.response.replace("\n", " "), 240)
@@ -50,7 +58,7 @@ def run(config: EvalConfig) -> dict:
         "timings_s",
     )
     typer.echo(json.dumps({k: summary[k] for k in shown}, indent=2))
-    show_examples(records)
+    show_examples(records, config.show_examples)
     return summary
 
 
