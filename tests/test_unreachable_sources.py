@@ -158,3 +158,13 @@ def test_a_cached_or_mirrored_repo_still_loads_offline(offline, hub_mirror_root,
         resolve_model("someone/other")
     with pytest.raises(SourceUnavailable, match="'outputs/no/such/policy' cannot be loaded: no such file or folder"):
         resolve_model("outputs/no/such/policy")  # a mistyped path is no hub id: no request is made for it
+
+
+def test_planning_a_handout_model_needs_no_hub(offline, tmp_path):
+    from scripts import train_grpo
+
+    flags = ["--config", str(REPO / "configs" / "pku" / "grpo.toml"), "--output-dir", str(tmp_path / "out")]
+    assert CliRunner().invoke(train_grpo.app, [*flags, "--plan-memory", "2x80"]).exit_code == 0  # published shape
+    other = CliRunner().invoke(train_grpo.app, [*flags, "--model", "someone/other", "--plan-memory", "2x80"])
+    assert other.exit_code == 2
+    assert_one_remedy_line(other.output, "model 'someone/other'")
