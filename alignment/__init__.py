@@ -14,7 +14,7 @@ the handouts' `run_*` names):
     logprobs.py           `compute_entropy`, `get_response_log_probs`
     dpo.py                the per-instance DPO loss
     grader.py             `r1_zero_reward_fn`, `question_only_reward_fn`, `grade_answer`
-    evaluation.py         generate, grade, summarize into the handouts' categories
+    evaluation.py         generate, grade, summarize into the handouts' categories; `evaluate_vllm`
     generation_log.py     `log_generations`
     pass_at_k.py          pass@k and Best@k estimators
     prompts.py            the prompt templates in prompts/
@@ -24,7 +24,20 @@ and `expert_iteration.py` (`expert_iteration`). Everything else lives in a folde
 in its own `__init__.py`: grpo/, supervised/, rollout/, grading/, data/, models/, distributed/, ray/, kissing/,
 run/, experiments/, config/, utils/.
 
-Submodules are imported where used (torch is heavy; the grader's worker process imports none of it).
+Submodules are imported where used (torch is heavy; the grader's worker process imports none of it); the
+handouts' functions that a student calls from their own script are also here, imported on first use:
+`from alignment import evaluate_vllm` (CS336 A5 math_baseline).
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
+_EXPORTS = {"evaluate_vllm": "alignment.evaluation"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'alignment' has no attribute {name!r}")

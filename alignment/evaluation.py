@@ -1,14 +1,18 @@
-"""Zero-shot evaluation: format prompts, roll out, grade, and summarize into the handouts' categories."""
+"""Zero-shot evaluation: format prompts, roll out, grade, and summarize into the handouts' categories;
+`evaluate_vllm` is CS336 A5 math_baseline's suggested function under its own name and arguments."""
 
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from alignment.data.task import Task
+from alignment.grader import RewardFn
 from alignment.grading.parallel import ParallelGrader
 from alignment.prompts import format_prompt
 from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
+from alignment.utils.atomic import atomic_write_jsonl
 
 
 @dataclass
@@ -104,3 +108,60 @@ def evaluate_task(
         "eval_format_reward": sum(r.format_reward for r in records) / n,
         "eval_answer_reward": sum(r.answer_reward for r in records) / n,
     }, examples
+
+
+def sampling_of(params: Any) -> tuple[SamplingConfig, int]:
+    """(our SamplingConfig, samples per prompt) from a `vllm.SamplingParams`, or a SamplingConfig as it is (n = 1)."""
+    if isinstance(params, SamplingConfig):
+        return params, 1
+    if params.max_tokens is None:
+        raise ValueError("eval_sampling_params.max_tokens must be set (the handouts use 1024)")
+    stop = () if params.stop is None else (params.stop,) if isinstance(params.stop, str) else tuple(params.stop)
+    config = SamplingConfig(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        max_tokens=params.max_tokens,
+        min_tokens=params.min_tokens,
+        stop=stop,
+        include_stop_str_in_output=params.include_stop_str_in_output,
+        seed=params.seed,
+    )
+    return config, params.n
+
+
+def evaluate_vllm(
+    vllm_model: Any,
+    reward_fn: RewardFn,
+    prompts: Sequence[str],
+    eval_sampling_params: Any,
+    ground_truths: Sequence[Any],
+    output_path: str | Path | None = None,
+    grader_workers: int | None = None,
+) -> tuple[list[GradedRollout], dict]:
+    """Generate for `prompts` (already formatted, e.g. with the r1_zero template), grade each response with
+    `reward_fn(response, ground_truth)`, write one JSON line per response (prompt, ground truth, response, rewards,
+    tokens, mean log-prob) to `output_path` when given, and return (records, summary): the summary counts the
+    handouts' three categories and gives accuracy, format rate, response length and throughput.
+
+    `vllm_model` is a `vllm.LLM` (sampled through our engine, so every prompt's samples are drawn as the GRPO loop
+    draws them) or any RolloutEngine (hf, transformer_lm); `eval_sampling_params` a `vllm.SamplingParams` (its `n`
+    samples per prompt) or our SamplingConfig. The handout's signature has no ground truths, which grading needs.
+    Grading runs in `grader_workers` processes (default: CPU count, at most 8) when `reward_fn` is a module-level
+    function, else in this process.
+    """
+    if type(vllm_model).__module__.startswith("vllm"):
+        from alignment.rollout.vllm_engine import VLLMRolloutEngine
+
+        vllm_model = VLLMRolloutEngine.from_llm(vllm_model)
+    sampling, n = sampling_of(eval_sampling_params)
+    try:
+        grader = ParallelGrader(reward_fn, grader_workers)
+    except ValueError:  # a lambda or closure cannot travel to worker processes
+        if grader_workers is not None:
+            raise
+        grader = ParallelGrader(reward_fn, 1)
+    with grader:
+        records, timings = generate_and_grade(vllm_model, prompts, ground_truths, "{question}", grader, sampling, n)
+    if output_path is not None:
+        atomic_write_jsonl(Path(output_path), (r.to_json() for r in records))
+    return records, summarize(records, timings)

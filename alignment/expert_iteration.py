@@ -113,6 +113,7 @@ def _expert_iteration(config: EIConfig, resume: bool, group: ShardGroup | None) 
         config.validation_dataset,
         config.n_eval_examples,
         config.allow_validation_overlap,
+        allow_evaluation_split=config.train_on_evaluation_split,
     )
     for note in data.notes:
         tqdm.write(note)

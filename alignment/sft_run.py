@@ -7,13 +7,14 @@ one policy sharded over the processes.
 """
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from alignment.data.math_datasets import load_math_examples, spread_subset
-from alignment.data.sft_examples import SFTExample, load_sft_examples
-from alignment.data.splits import check_overlap
+from alignment.data.math_datasets import spread_subset
+from alignment.data.sft_examples import SFTExample, load_sft_examples, record_format, sft_rows
+from alignment.data.splits import EVALUATION_SPLITS, check_overlap, check_trainable, evaluation_examples, source_splits
 from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup
 from alignment.grader import RewardFn, reward_fn_for
@@ -25,24 +26,42 @@ from alignment.supervised.config import SFTConfig, validate
 from alignment.supervised.session import n_optimizer_steps, open_run, sft_steps
 
 
+def validation_source(config: SFTConfig) -> str:
+    """--validation-dataset, else --dataset's own evaluation set: the validation.jsonl or test.jsonl beside a .jsonl
+    file, a source's test or validation split, else MATH's test problems for prompt/response traces (the handout's
+    MATH sft.jsonl) and GSM8K's test split for GSM8K records."""
+    if config.validation_dataset is not None:
+        return config.validation_dataset
+    path = Path(config.dataset)
+    if path.is_file():
+        beside = [path.parent / f"{split}.jsonl" for split in EVALUATION_SPLITS]
+        found = next((str(p) for p in beside if p.is_file() and p != path), None)
+        if found is not None:
+            return found
+    elif set(source_splits(config.dataset)) & set(EVALUATION_SPLITS):
+        return config.dataset
+    where, first = sft_rows(config.dataset, config.dataset_split)[0]
+    return "math" if record_format(first, where) == "sft" else "gsm8k"
+
+
 def sft_validation(config: SFTConfig, examples: Sequence[SFTExample]) -> Task:
     """--n-eval-examples held-out questions, none of which (beyond 1%) is the question of a training prompt."""
     try:
-        validation = spread_subset(load_math_examples(config.validation_dataset), config.n_eval_examples)
+        source = validation_source(config)
+        pool, note = evaluation_examples(source)
     except (FileNotFoundError, ValueError) as err:
         raise ValueError(f"--validation-dataset: {err}") from None
+    if note:
+        tqdm.write(note)
+    validation = spread_subset(pool, config.n_eval_examples)
     questions = [prompt_question(load_prompt(config.prompt), e.prompt) for e in examples]
     known = [q for q in questions if q is not None]
-    note = check_overlap(
-        known,
-        [e.question for e in validation],
-        config.dataset,
-        config.validation_dataset,
-        config.allow_validation_overlap,
+    overlap = check_overlap(
+        known, [e.question for e in validation], config.dataset, source, config.allow_validation_overlap
     )
     unknown = f" ({len(questions) - len(known)} training prompts are not in the --prompt template, so not compared)"
     tqdm.write(
-        f"validating on {len(validation)} questions of {config.validation_dataset}; {note}"
+        f"validating on {len(validation)} questions of {source}; {overlap}"
         + (unknown if len(known) < len(questions) else "")
     )
     return math_task(validation, config.prompt, config.grader)
@@ -62,6 +81,11 @@ def load_training_examples(config: SFTConfig) -> tuple[list[SFTExample], dict[st
     """The examples to train on and how many were loaded / kept; every data error names its flag."""
     template = load_prompt(config.prompt)
     try:
+        check_trainable(
+            config.dataset,
+            None if Path(config.dataset).is_file() else config.dataset_split,
+            config.train_on_evaluation_split,
+        )
         examples = load_sft_examples(
             config.dataset, config.data_format, template, config.dataset_split, config.n_examples
         )

@@ -7,20 +7,28 @@ Writes OUTPUT_DIR/generations.jsonl (one line per example) and OUTPUT_DIR/summar
 
 import json
 import textwrap
+from dataclasses import dataclass
 
 import typer
 
 from alignment.config import cli
-from alignment.config.settings import to_json
-from alignment.evaluation import GradedRollout, category, generate_and_grade, summarize
-from alignment.grading.parallel import ParallelGrader
+from alignment.config.settings import setting, to_json
+from alignment.evaluation import GradedRollout, category, evaluate_vllm
+from alignment.prompts import format_prompt
 from alignment.run import generation
-from alignment.utils.atomic import atomic_write_json, atomic_write_jsonl
-
-EvalConfig = generation.GenerationConfig
+from alignment.utils.atomic import atomic_write_json
 
 
-def show_examples(records: list[GradedRollout], per_category: int = 2) -> None:
+@dataclass
+class EvalConfig(generation.GenerationConfig):
+    show_examples: int = setting(
+        2,
+        "Responses printed per category (format1_answer1, format1_answer0, format0_answer0) after the summary, "
+        "shortened; generations.jsonl holds every one. The handouts' problem (b) reads at least 10 of each.",
+    )
+
+
+def show_examples(records: list[GradedRollout], per_category: int) -> None:
     for name in ("format1_answer1", "format1_answer0", "format0_answer0"):
         for r in [r for r in records if category(r) == name][:per_category]:
             response = textwrap.shorten(r.response.replace("\n", " "), 240)
@@ -29,11 +37,16 @@ def show_examples(records: list[GradedRollout], per_category: int = 2) -> None:
 
 def run(config: EvalConfig) -> dict:
     setup = generation.set_up(config)
-    with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
-        questions, truths = [e.question for e in setup.examples], [e.answer for e in setup.examples]
-        records, timings = generate_and_grade(setup.engine, questions, truths, setup.template, grader, setup.sampling)
-    summary = summarize(records, timings) | {"backend": setup.backend, "config": to_json(config)}
-    atomic_write_jsonl(setup.output_dir / "generations.jsonl", (r.to_json() for r in records))
+    records, summary = evaluate_vllm(
+        setup.engine,
+        setup.reward_fn,
+        [format_prompt(setup.template, e.question) for e in setup.examples],
+        setup.sampling,
+        [e.answer for e in setup.examples],
+        output_path=setup.output_dir / "generations.jsonl",
+        grader_workers=config.grader_workers,
+    )
+    summary |= {"backend": setup.backend, "config": to_json(config)}
     atomic_write_json(setup.output_dir / "summary.json", summary)  # last: its presence means the run finished
     shown = (
         "num_examples",
@@ -45,7 +58,7 @@ def run(config: EvalConfig) -> dict:
         "timings_s",
     )
     typer.echo(json.dumps({k: summary[k] for k in shown}, indent=2))
-    show_examples(records)
+    show_examples(records, config.show_examples)
     return summary
 
 

@@ -1,13 +1,15 @@
 """Supervised fine-tuning on prompt/response examples (CS336 A5 §4), evaluated on held-out questions.
 
     uv run scripts/train_sft.py --config configs/sft_gsm8k_demo.toml                  # the CPU demo
-    uv run scripts/train_sft.py --dataset data/sft.jsonl --data-format sft --n-examples 512 --filter-correct
+    uv run scripts/train_sft.py --n-examples 512 --filter-correct    # the handout's data/MATH/sft.jsonl, 512 at random
     uv run scripts/train_sft.py --resume outputs/sft                                  # continue a stopped run
     uv run torchrun --nproc-per-node 2 scripts/train_sft.py --config ...              # one policy sharded over 2
     processes
 
-Every field of alignment.supervised.config.SFTConfig is a flag. Writes metrics.jsonl (training rows and evaluation
-summaries), rollouts.jsonl (every held-out generation with rewards and entropy), checkpoint/, policy/ (an HF
+Every field of alignment.supervised.config.SFTConfig is a flag. By default it trains on the handout's MATH reasoning
+traces (data/MATH/sft.jsonl) and validates on MATH/validation.jsonl beside them; --dataset's format (prompt/response
+traces or GSM8K question/answer records) is read from its first record. Writes metrics.jsonl (training rows and
+evaluation summaries), rollouts.jsonl (every held-out generation with rewards and entropy), checkpoint/, policy/ (an HF
 folder: --model of a later run or of scripts/expert_iteration.py) and plots/ to --output-dir. Under torchrun the
 processes share one policy, sharded with FSDP2 (alignment/distributed/sharding.py); rank 0 writes the run folder
 and prints.

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from alignment.models.lm_checkpoint import CONFIG_FILE, WEIGHTS_FILE, load_transformer_lm, save_transformer_lm
 from alignment.models.transformer_lm import TransformerConfig, TransformerLM
+from alignment.utils.hub import SourceUnavailable
 
 TEXTS = ["The capital of France is", "Write a short story about a dragon who loves tea."]
 
@@ -145,5 +146,5 @@ def test_non_llama_and_missing_sources_are_refused(tmp_path, tokenizer):
     Qwen2ForCausalLM(config).save_pretrained(tmp_path / "qwen")
     with pytest.raises(ValueError, match="config.json: model_type 'qwen2' is not llama"):
         load_transformer_lm(tmp_path / "qwen")
-    with pytest.raises(FileNotFoundError, match="no such folder"):
-        load_transformer_lm(tmp_path / "nowhere")
+    with pytest.raises(SourceUnavailable, match="nowhere' cannot be loaded: no such file or folder.*--model PATH"):
+        load_transformer_lm(tmp_path / "nowhere")  # the one line every script prints for a model it cannot have

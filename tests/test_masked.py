@@ -41,3 +41,19 @@ def test_masked_normalize_default_constant_is_plain_masked_sum():
     assert run_masked_normalize(T, M).item() == pytest.approx(93.0, abs=1e-5)
     # an all-masked row sums to 0, not NaN (the constant is fixed)
     assert run_masked_normalize(T, M, dim=1)[2].item() == 0.0
+
+
+def test_pku_hw3_length_normalization_example_prints_the_handouts_numbers():
+    """PKU HW3 §6's worked example (Lambert's): 4 and 7 response tokens, advantage 2, max_gen_len 7. The handout
+    builds integer tensors with requires_grad, which torch refuses; floats give its printed values."""
+    ratio = torch.ones(2, 7, requires_grad=True)
+    advs = torch.full((2, 7), 2.0)
+    masks = torch.tensor([[1, 1, 1, 1, 0, 0, 0], [1] * 7])
+    mean = run_masked_mean(ratio * advs, masks, dim=1)
+    normalized = run_masked_normalize(ratio * advs, masks, dim=1, normalize_constant=7)
+    assert mean.tolist() == [2.0, 2.0] and normalized.tolist() == pytest.approx([1.1429, 2.0], abs=1e-4)
+    mean.mean().backward()
+    assert ratio.grad.tolist() == [[0.25] * 4 + [0.0] * 3, pytest.approx([1 / 7] * 7)]
+    ratio.grad.zero_()
+    normalized.mean().backward()
+    assert ratio.grad.tolist() == [pytest.approx([1 / 7] * 4 + [0.0] * 3), pytest.approx([1 / 7] * 7)]

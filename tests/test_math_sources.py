@@ -4,13 +4,15 @@ check."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from alignment.data.math_datasets import MIRROR_ENV, load_math_examples, spread_subset
-from alignment.data.splits import run_data
+from alignment.data.splits import evaluation_examples, run_data
 from alignment.grpo_run import train_grpo
 from alignment.prompts import load_prompt
+from alignment.run.generation import load_task
 from tests.hub_copies import (
     MATH500_IDS,
     N_GSM8K_TEST,
@@ -104,20 +106,77 @@ def test_math_trains_on_train_and_validates_on_a_spread_of_test(hub_mirror):
     assert data.notes[-1] == "overlap: 0 of 14 validation questions also appear in the training data"
 
 
-@pytest.mark.parametrize("source", ["competition_math", "math500", "file"])
+@pytest.mark.parametrize("source", ["competition_math", "qwedsacf/competition_math", "math500", "file"])
 def test_a_single_split_source_holds_out_a_seeded_disjoint_slice(hub_mirror, source):
     if source == "file":
         source = str(hub_mirror / "HuggingFaceH4" / "MATH-500" / "test.jsonl")
-    whole = load_math_examples(source, split="train" if source == "competition_math" else None)
-    data = run_data(source, "train", None, n_validation=50)
+    allow = source in ("math500", str(hub_mirror / "HuggingFaceH4" / "MATH-500" / "test.jsonl"))  # test sets
+    whole = load_math_examples(source, split="train" if "competition_math" in source else None)
+    data = run_data(source, "train", None, n_validation=50, allow_evaluation_split=allow)
     size = len(whole) // 10
     assert len(data.validation) == min(50, size) and len(data.train) == len(whole) - size
     assert not {e.question for e in data.train} & {e.question for e in data.validation}
-    assert run_data(source, "train", None, n_validation=50) == data  # the same slice every time
+    assert run_data(source, "train", None, n_validation=50, allow_evaluation_split=allow) == data  # the same slice
     assert any(f"{size} of its {len(whole)} questions held out" in note for note in data.notes)
     # a resumed run may validate on fewer questions: it still trains on exactly the same ones
-    fewer = run_data(source, "train", None, n_validation=1)
+    fewer = run_data(source, "train", None, n_validation=1, allow_evaluation_split=allow)
     assert fewer.train == data.train and len(fewer.validation) == 1 and fewer.validation[0] in data.validation
+
+
+def evaluation_layouts(root, course) -> dict[str, tuple[str, list[int], bool]]:
+    """Every layout the README lists -> (source, the problems evaluating it means, whether a tenth is held out)."""
+    math500 = root / "HuggingFaceH4" / "MATH-500"
+    return {
+        "math500": ("math500", MATH500_IDS, False),
+        "math500_folder": (str(math500), MATH500_IDS, False),
+        "math500_hub_id": ("HuggingFaceH4/MATH-500", MATH500_IDS, False),  # through the mirror
+        "math500_jsonl": (str(math500 / "test.jsonl"), MATH500_IDS, False),
+        "lighteval": ("math", TEST_IDS, False),
+        "lighteval_folder": (str(root / "DigitalLearningGmbH" / "MATH-lighteval"), TEST_IDS, False),
+        "hendrycks_math": ("hendrycks_math", TEST_IDS, False),
+        "hendrycks_hub_id": ("EleutherAI/hendrycks_math", TEST_IDS, False),
+        "course_math": (str(course), TEST_IDS, False),  # validation.jsonl
+        "competition_math": ("competition_math", TRAIN_IDS + TEST_IDS, True),  # one training split
+        "competition_hub_id": ("qwedsacf/competition_math", TRAIN_IDS + TEST_IDS, True),
+    }
+
+
+@pytest.mark.parametrize("layout", list(evaluation_layouts(Path("."), Path("."))))
+def test_an_evaluation_set_is_evaluated_whole_in_every_layout(hub_mirror, tmp_path, layout, capsys):
+    course = write_course_math(tmp_path / "MATH", load_prompt("r1_zero"))
+    source, ids, held_out = evaluation_layouts(hub_mirror, course)[layout]
+    examples, note = evaluation_examples(source)
+    if held_out:  # the tenth a training run validates on, and a note saying so
+        assert len(examples) == len(ids) // 10 and "a training split" in note
+        assert set(e.question for e in examples) <= {math_problem(i)["problem"] for i in ids}
+        assert [e.question for e in examples] == [e.question for e in run_data(source, "train", None, 10**6).validation]
+    else:  # MATH-500 is all of its problems, MATH's test split all of its
+        assert sorted(e.answer for e in examples) == sorted(answers(ids)) and note is None
+    # the zero-shot script's own loading says the same
+    loaded = load_task(source, "r1_zero", None)[0]
+    assert len(loaded) == len(examples) and ("holds out" in capsys.readouterr().out) == held_out
+
+
+@pytest.mark.parametrize("layout", ["math500", "math500_folder", "math500_hub_id", "math500_jsonl", "course_valid"])
+def test_training_on_an_evaluation_set_is_refused_unless_asked(hub_mirror, tmp_path, layout):
+    course = write_course_math(tmp_path / "MATH", load_prompt("r1_zero"))
+    source = {"course_valid": str(course / "validation.jsonl")}.get(layout) or evaluation_layouts(hub_mirror, course)[
+        layout
+    ][0]
+    with pytest.raises(ValueError, match=r"^--dataset: .*an evaluation set.*--train-on-evaluation-split"):
+        run_data(source, "train", None, 10)
+    data = run_data(source, "train", None, 10, allow_evaluation_split=True)
+    assert data.train and data.validation and "held out" in " ".join(data.notes)
+
+
+def test_a_named_evaluation_split_is_refused_unless_asked(hub_mirror, tmp_path):
+    with pytest.raises(ValueError, match=r"split 'test' of math: an evaluation set.*--train-on-evaluation-split"):
+        run_data("math", "test", None, 10)
+    course = str(write_course_math(tmp_path / "MATH", load_prompt("r1_zero")))
+    with pytest.raises(ValueError, match="split 'validation' of .*MATH: an evaluation set"):
+        run_data(course, "validation", None, 10)
+    data = run_data("math", "test", None, 10, allow_evaluation_split=True)  # its own test split: a tenth held out
+    assert len(data.train) == N_TEST - N_TEST // 10 and len(data.validation) == N_TEST // 10
 
 
 def test_validation_that_is_trained_on_is_refused_naming_both(hub_mirror):
@@ -180,6 +239,7 @@ def test_a_grpo_run_starts_on_each_layout(hub_mirror, tiny_model_dir, tmp_path, 
         n_eval_examples=2,
         sampling_max_tokens=4,
         sampling_min_tokens=1,
+        train_on_evaluation_split=source.startswith("math500"),  # MATH-500 is a test set: trained on only when asked
     )
     rows = train_grpo(config)
     assert len(rows) == 1 and rows[0]["grpo_step"] == 1

@@ -102,6 +102,10 @@ def test_zero_shot_then_best_of_n_reuse_its_generations_for_n1(tiny_qwen3, hub_m
     summary = json.loads((zero / "summary.json").read_text())
     assert summary["num_examples"] == 4 and summary["config"]["dataset"] == "gsm8k"
     assert summary["config"]["temperature"] == 1.0 and summary["config"]["stop"] is None  # the prompt's own
+    # problem 1(b) reads at least 10 responses of each category: the preset prints up to 10 (here all 4)
+    shown = [line.split("]")[0] + "]" for line in result.output.splitlines() if line.startswith("[format")]
+    assert sorted(shown) == sorted(f"[{name}]" for name, n in summary["counts"].items() for _ in range(min(n, 10)))
+    assert len(shown) == 4 and summary["config"]["show_examples"] == 10
     rows = [json.loads(line) for line in (zero / "generations.jsonl").read_text().splitlines()]
     # a random model rarely answers right: make two right, so that N=1 provably comes from this file
     for row in rows[:2]:

@@ -75,9 +75,16 @@ def metric_rows(folder: Path) -> list[dict]:
 
 def test_a_grpo_run_of_the_flat_package_resumes_here(old_code, tiny_model_dir, tmp_path):
     # that package graded leniently (the only grader it had), matched whole keywords, and knew none of the settings
-    # added since
+    # added since; it also validated with --sampling-min-tokens, which validation now leaves out: at 0 both versions
+    # sample alike
     config = tiny_config(
-        tiny_model_dir, tmp_path / "old", n_grpo_steps=2, loss_type="grpo_clip", grader="lenient", keyword_match="word"
+        tiny_model_dir,
+        tmp_path / "old",
+        n_grpo_steps=2,
+        loss_type="grpo_clip",
+        grader="lenient",
+        keyword_match="word",
+        sampling_min_tokens=0,
     )
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in config.to_json().items() if k not in ADDED_SINCE}
     killed = run_old(old_code, ["-c", OLD_GRPO, json.dumps(settings)], "optimizer_step:2")

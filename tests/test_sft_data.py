@@ -1,6 +1,7 @@
 """SFT data: GSM8K reasoning traces in the r1_zero format, and prompt/response jsonl with errors naming the line."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +9,9 @@ from alignment.data.math_datasets import MathExample
 from alignment.data.sft_examples import gsm8k_trace, load_sft_examples, strip_calculator_annotations
 from alignment.grader import r1_zero_reward_fn
 from alignment.prompts import format_prompt, load_prompt
+from alignment.sft_run import load_training_examples, sft_validation, validation_source
+from alignment.supervised.config import SFTConfig
+from tests.hub_copies import N_TRAIN, TEST_IDS, TRAIN_IDS, math_problem, write_course_math
 
 NATALIA = {
     "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -81,3 +85,69 @@ def test_shared_gsm8k_train_traces_all_grade_correct(shared_data):
     assert len(examples) == 200
     assert not any("<<" in e.response for e in examples)
     assert all(r1_zero_reward_fn(e.response, e.ground_truth)["reward"] == 1.0 for e in examples)
+
+
+def test_the_format_is_read_from_the_first_record_and_a_wrong_one_names_the_flag(tmp_path):
+    course = write_course_math(tmp_path / "MATH", load_prompt("r1_zero"))  # the handout's sft.jsonl shape
+    examples = load_sft_examples(str(course / "sft.jsonl"), "auto", load_prompt("r1_zero"))
+    assert len(examples) == N_TRAIN and examples[0].ground_truth == math_problem(TRAIN_IDS[0])["answer"]
+    gsm8k = tmp_path / "gsm8k.jsonl"
+    gsm8k.write_text(json.dumps(NATALIA) + "\n")
+    assert load_sft_examples(str(gsm8k), "auto", "{question}")[0].ground_truth == "72"
+    with pytest.raises(
+        ValueError,
+        match=r"sft.jsonl:1: a record of --data-format sft \(prompt, response\), given --data-format gsm8k; pass "
+        r"--data-format sft",
+    ):
+        load_sft_examples(str(course / "sft.jsonl"), "gsm8k", "{question}")
+    with pytest.raises(
+        ValueError,
+        match=r"gsm8k.jsonl:1: a record of --data-format gsm8k \(question, answer\), given --data-format sft",
+    ):
+        load_sft_examples(str(gsm8k), "sft", "{question}")
+    with pytest.raises(
+        ValueError,
+        match=r"train.jsonl:1: neither an SFT record \(prompt, response\) nor a GSM8K one \(question, answer\): "
+        r"fields problem",
+    ):
+        load_sft_examples(str(course / "train.jsonl"), "auto", "{question}")
+
+
+def test_n_examples_are_a_seeded_random_subset_in_file_order(tmp_path):
+    path = tmp_path / "sft.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"P{i}", "response": f"R{i}"}) + "\n" for i in range(64)))
+    picked = [int(e.prompt[1:]) for e in load_sft_examples(str(path), "sft", "{question}", limit=8)]
+    assert len(picked) == 8 and picked == sorted(picked) and picked != list(range(8))  # not the first 8
+    assert picked == [int(e.prompt[1:]) for e in load_sft_examples(str(path), "sft", "{question}", limit=8)]
+    larger = [int(e.prompt[1:]) for e in load_sft_examples(str(path), "sft", "{question}", limit=16)]
+    assert set(picked) < set(larger)  # the dataset-size sweep's smaller sets lie inside its larger ones
+    assert len(load_sft_examples(str(path), "sft", "{question}", limit=100)) == 64
+
+
+def test_sft_trains_on_the_handouts_math_traces_and_validates_on_math(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    course = write_course_math(tmp_path / "data" / "MATH", load_prompt("r1_zero"))
+    config = SFTConfig()
+    examples, counts = load_training_examples(config)  # data/MATH/sft.jsonl, its format read from its records
+    assert counts == {"n_examples_loaded": N_TRAIN} and examples[0].response.endswith("</answer>")
+    validation = sft_validation(config, examples)  # MATH/validation.jsonl beside it, whole
+    assert validation_source(config) == str(Path("data") / "MATH" / "validation.jsonl")
+    assert sorted(validation.truths) == sorted(math_problem(i)["answer"] for i in TEST_IDS)
+    # GSM8K traces validate on GSM8K: the test.jsonl beside train.jsonl, or the short name's test split
+    (tmp_path / "gsm8k").mkdir()
+    for split in ("train", "test"):
+        (tmp_path / "gsm8k" / f"{split}.jsonl").write_text(json.dumps(NATALIA) + "\n")
+    assert validation_source(SFTConfig(dataset="gsm8k/train.jsonl")) == str(Path("gsm8k") / "test.jsonl")
+    assert validation_source(SFTConfig(dataset="gsm8k")) == "gsm8k"
+    lone = tmp_path / "traces.jsonl"
+    lone.write_text((course / "sft.jsonl").read_text())
+    assert validation_source(SFTConfig(dataset=str(lone))) == "math"  # MATH's test problems, as the handout's
+
+
+def test_sft_refuses_an_evaluation_split_unless_asked(tmp_path):
+    test = tmp_path / "test.jsonl"
+    test.write_text(json.dumps(NATALIA) + "\n")
+    with pytest.raises(ValueError, match=r"--dataset: .*test.jsonl is named as a test split.*--train-on-evaluation"):
+        load_training_examples(SFTConfig(dataset=str(test)))
+    examples, _ = load_training_examples(SFTConfig(dataset=str(test), train_on_evaluation_split=True))
+    assert examples[0].ground_truth == "72"

@@ -145,6 +145,35 @@ def test_log_probs_match_a_transformers_forward_pass(engine, policy, tokenizer):
         assert (torch.tensor(r.logprobs) - expected).abs().max().item() < LOGPROB_TOLERANCE
 
 
+def length_parity_reward(response: str, truth: str) -> dict[str, float]:
+    """A verdict the test can recompute: format when the response has a space, answer when its length is even."""
+    answer = float(" " in response and len(response) % 2 == 0)
+    return {"format_reward": float(" " in response), "answer_reward": answer, "reward": answer}
+
+
+def test_evaluate_vllm_takes_the_handouts_llm_and_sampling_params(engine, tmp_path):
+    from vllm import SamplingParams
+
+    from alignment import evaluate_vllm
+
+    prompts = ["Hello", "1 2 3 4", "The capital of France is"]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=8, stop=["\n"], seed=3, n=2)
+    records, summary = evaluate_vllm(engine.llm, length_parity_reward, prompts, params, ["a", "b", "c"], tmp_path / "g")
+    # sampled through our engine, as every rollout of the project is, with the handout's params translated
+    same = engine.generate(prompts, 2, SamplingConfig(max_tokens=8, stop=("\n",), seed=3))
+    assert [r.response for r in records] == [r.text for r in same]
+    assert [r.prompt for r in records] == [p for p in prompts for _ in range(2)] and records[5].ground_truth == "c"
+    verdicts = [length_parity_reward(r.response, "") for r in records]
+    assert summary["counts"] == {
+        "format1_answer1": sum(v["format_reward"] == v["answer_reward"] == 1 for v in verdicts),
+        "format1_answer0": sum(v["format_reward"] == 1 and v["answer_reward"] == 0 for v in verdicts),
+        "format0_answer0": sum(v["format_reward"] == 0 for v in verdicts),
+    }
+    assert summary["accuracy"] == sum(v["answer_reward"] for v in verdicts) / 6
+    written = [json.loads(line) for line in (tmp_path / "g").read_text().splitlines()]
+    assert written == [r.to_json() for r in records]
+
+
 def test_weight_updates_change_generations_and_restore_them(engine, policy):
     greedy = SamplingConfig(temperature=0.0, max_tokens=10, stop=())
     before = [r.token_ids for r in engine.generate(PROMPTS, 1, greedy)]

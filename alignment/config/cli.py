@@ -23,6 +23,7 @@ from alignment.config.settings import (
     typed_values,
 )
 from alignment.utils.console import configure_console
+from alignment.utils.hub import SourceUnavailable
 
 WIDTH = 80  # help is laid out for an 80-column terminal
 HELP_COLUMN = 30  # where click starts the help text of an option
@@ -79,11 +80,18 @@ VERBOSE = inspect.Parameter(
 
 def typer_app(main: Callable[..., Any], parameters: list[inspect.Parameter], summary: str) -> typer.Typer:
     """A one-command app with these parameters and --verbose, laid out by click itself (it wraps help; rich would cut
-    it). The console is set up (alignment/utils/console.py) before `main` runs."""
+    it). The console is set up (alignment/utils/console.py) before `main` runs.
+
+    A model or dataset the hub cannot give (alignment/utils/hub.py) ends the command with its one line on stderr and
+    exit status 2, as a bad flag does, with no traceback."""
 
     def command(verbose: bool = False, **arguments: Any) -> Any:
         configure_console(verbose)
-        return main(**arguments)
+        try:
+            return main(**arguments)
+        except SourceUnavailable as err:
+            typer.echo(f"Error: {err}", err=True)
+            raise typer.Exit(2) from None
 
     command.__signature__ = inspect.Signature([*parameters, VERBOSE])  # type: ignore[attr-defined]
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)

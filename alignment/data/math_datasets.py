@@ -9,6 +9,7 @@ config after another.
 
 Short names and hub ids are looked up first in `$ALIGNMENT_DATA_MIRROR/<owner>/<name>/` when that folder exists:
 a local copy of the repo (e.g. made by `huggingface-cli download --repo-type dataset`) used exactly as the hub's.
+A hub id that neither the mirror, the hub cache nor the hub can give is a one-line error (alignment/utils/hub.py).
 
 A MATH record's answer is its `answer` field, else the last `\\boxed{}` / `\\fbox{}` of its `solution` (nested braces
 kept); a GSM8K record's is the number after `####`. A malformed line or a missing field raises ValueError naming
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from alignment.grading.answers import gsm8k_ground_truth, last_boxed
+from alignment.utils.hub import MIRROR_ENV, check_hub_source
 
 DatasetKind = Literal["math", "gsm8k"]
-MIRROR_ENV = "ALIGNMENT_DATA_MIRROR"
 SUBSET_SEED = 0  # fixed, so every run and script evaluating N questions of a source sees the same N
 
 
@@ -35,8 +36,8 @@ class HubDataset:
 
     repo: str
     config: str | None
-    train_split: str | None  # None: nothing to train on but a held-out slice (alignment.data.splits)
-    eval_split: str
+    train_split: str | None  # None: the repo has no training split (MATH-500 is a test set)
+    eval_split: str  # competition_math's is its one training split, of which a tenth is held out
 
 
 HUB_DATASETS: dict[str, HubDataset] = {
@@ -45,7 +46,7 @@ HUB_DATASETS: dict[str, HubDataset] = {
     # MATH-500 (Lightman et al.): 500 of MATH's test problems, with `answer`
     "math500": HubDataset("HuggingFaceH4/MATH-500", None, None, "test"),
     # the UW handout's copy: all 12,500 MATH problems, train and test, in one split
-    "competition_math": HubDataset("qwedsacf/competition_math", None, None, "train"),
+    "competition_math": HubDataset("qwedsacf/competition_math", None, "train", "train"),
     # MATH with one config per subject, read whole
     "hendrycks_math": HubDataset("EleutherAI/hendrycks_math", None, "train", "test"),
     # GSM8K: 7,473 training and 1,319 test problems; `main` (not `socratic`)
@@ -127,10 +128,13 @@ def read_jsonl(path: Path) -> Rows:
 
 
 def hub_location(repo: str) -> str:
-    """The repo's local copy under $ALIGNMENT_DATA_MIRROR when there is one, else the hub id itself."""
+    """The repo's local copy under $ALIGNMENT_DATA_MIRROR when there is one, a local folder as it is, else the hub id
+    itself once the hub (or its cache) can give it: SourceUnavailable, one line naming the remedies, if not."""
     mirror = os.environ.get(MIRROR_ENV)
     if mirror and (Path(mirror) / repo).is_dir():
         return str(Path(mirror) / repo)
+    if not Path(repo).is_dir():
+        check_hub_source(repo, "dataset")
     return repo
 
 

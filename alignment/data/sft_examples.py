@@ -1,23 +1,39 @@
 """SFT data: prompt / response / ground_truth records, from jsonl or built offline as GSM8K reasoning traces.
 
-Two sources, one shape (`SFTExample`):
+Two shapes of record, one result (`SFTExample`):
 - `sft`: the handout's MATH `sft.jsonl` shape, one JSON object per line with `prompt`, `response` and, optionally,
   `ground_truth` (needed only to filter by correctness), from a .jsonl path, a local dataset folder or a hub id;
 - `gsm8k`: GSM8K question/answer records turned into r1_zero traces: the worked solution, with its `<<48/2=24>>`
   calculator annotations stripped, is the thinking and the `#### N` number the answer.
-A malformed line or a missing field raises ValueError naming file, line (hub row) and field, as
-alignment.data.math_datasets does.
+`auto` reads the shape from the first record. A malformed line or a missing field raises ValueError naming file,
+line (hub row) and field, as alignment.data.math_datasets does.
+
+N examples of a source (the handout's dataset-size experiment) are drawn at random with a fixed seed and kept in
+the source's order: the first N of one seeded shuffle, so a smaller N's examples are among a larger N's.
 """
 
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from alignment.data.math_datasets import HUB_DATASETS, MathExample, load_hub, load_math_examples, read_jsonl
+from alignment.data.math_datasets import (
+    HUB_DATASETS,
+    SUBSET_SEED,
+    MathExample,
+    Rows,
+    is_folder_or_hub_id,
+    load_hub,
+    read_jsonl,
+    to_example,
+    unknown_source,
+)
 from alignment.prompts import format_prompt
 
 SFTFormat = Literal["sft", "gsm8k"]
+DataFormat = Literal["auto", "sft", "gsm8k"]
+FIELDS: dict[SFTFormat, str] = {"sft": "prompt, response", "gsm8k": "question, answer"}
 _CALCULATOR = re.compile(r"<<[^<>]*>>")
 
 
@@ -59,25 +75,60 @@ def to_sft_example(record: Any, where: str) -> SFTExample:
     return SFTExample(prompt, response, None if truth is None else str(truth))
 
 
+def record_format(record: Any, where: str) -> SFTFormat:
+    """`sft` for a prompt/response record, `gsm8k` for a question/answer one; ValueError naming both otherwise."""
+    if isinstance(record, dict) and "prompt" in record and "response" in record:
+        return "sft"
+    if isinstance(record, dict) and "question" in record and "answer" in record:
+        return "gsm8k"
+    has = f"fields {', '.join(record)}" if isinstance(record, dict) else f"a {type(record).__name__}"
+    raise ValueError(f"{where}: neither an SFT record ({FIELDS['sft']}) nor a GSM8K one ({FIELDS['gsm8k']}): {has}")
+
+
+def sft_rows(source: str, split: str) -> Rows:
+    """The records of `source`: a .jsonl file, `gsm8k`'s hub repo (or any short name's), a folder or a hub id."""
+    if Path(source).is_file():
+        return read_jsonl(Path(source))
+    hub = HUB_DATASETS.get(source)
+    if hub is not None:
+        return load_hub(hub.repo, hub.config, split)
+    if is_folder_or_hub_id(source):
+        return load_hub(source, None, split)
+    raise unknown_source(source)
+
+
+def random_subset(items: list, n: int | None) -> list:
+    """`n` items drawn at random by a fixed seed, in their order: the first n of one seeded shuffle, so that the
+    items of a smaller n are among those of a larger one."""
+    if n is None or n >= len(items):
+        return items
+    order = list(range(len(items)))
+    random.Random(SUBSET_SEED).shuffle(order)
+    return [items[i] for i in sorted(order[:n])]
+
+
 def load_sft_examples(
-    source: str, data_format: SFTFormat, template: str, split: str = "train", limit: int | None = None
+    source: str, data_format: DataFormat, template: str, split: str = "train", limit: int | None = None
 ) -> list[SFTExample]:
     """Load `source` (a .jsonl file, a local dataset folder or a hub id; `gsm8k` names the hub GSM8K).
 
-    `sft` records are used as they are; `gsm8k` records become traces after `template` (e.g. r1_zero).
-    `limit` keeps the first N examples (the handout's "unique examples").
+    `sft` records are used as they are; `gsm8k` records become traces after `template` (e.g. r1_zero); `auto`
+    takes the first record's shape, and a format given that the first record does not have is an error naming
+    --data-format. `limit` keeps N examples drawn at random by a fixed seed (random_subset), the handout's
+    "unique examples".
     """
-    if data_format == "gsm8k":
-        examples = load_math_examples(source, kind="gsm8k", split=split, limit=limit)
-        return [gsm8k_trace(e, template) for e in examples]
-    if Path(source).is_file():
-        rows = read_jsonl(Path(source))
-    elif Path(source).is_dir() or ("/" in source and not source.endswith((".jsonl", ".json"))):
-        rows = load_hub(source, None, split)
-    else:
-        known = "; `gsm8k` is a --data-format gsm8k source" if source in HUB_DATASETS else ""
-        raise FileNotFoundError(f"dataset {source!r}: no such file or folder{known}")
-    examples = [to_sft_example(record, where) for where, record in rows[:limit]]
-    if not examples:
+    rows = sft_rows(source, split)
+    if not rows:
         raise ValueError(f"dataset {source!r} has no examples")
-    return examples
+    where, first = rows[0]
+    found = record_format(first, where)
+    if data_format not in ("auto", found):
+        raise ValueError(
+            f"{where}: a record of --data-format {found} ({FIELDS[found]}), given --data-format {data_format}; pass "
+            f"--data-format {found}, or auto to read the format from the first record"
+        )
+    if found == "gsm8k":
+        examples = [gsm8k_trace(to_example(record, "gsm8k", at), template) for at, record in rows]
+    else:
+        examples = [to_sft_example(record, at) for at, record in rows]
+    return random_subset(examples, limit)

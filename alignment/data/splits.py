@@ -1,9 +1,13 @@
 """Training and validation questions for a run: which split of which source trains and which validates, a held-out
-slice when a source has a single split, and the check that validation questions are not also trained on.
+slice when a source's one split is a training split, and the checks that keep evaluation sets out of training.
 
     data = run_data("math", "train", None, n_validation=1024)   # MATH's 7,500 train, 1,024 of its 5,000 test
     data = run_data("competition_math", "train", None, 1024)      # one split: 1,250 held out, 11,250 trained on
     for line in data.notes: print(line)
+
+A split named test or validation (a .jsonl file so named too) is an evaluation set: evaluated whole, and trained on
+only when asked (--train-on-evaluation-split), so that MATH-500 or GSM8K's test split is never cut or learned by
+accident. Only a source whose one split is a training split (competition_math) holds out a tenth of itself.
 
 Questions are compared as exact text after whitespace normalization; more than 1% of the validation questions in
 the training data stops the run (naming both sources) unless overlap is allowed on purpose.
@@ -24,7 +28,9 @@ from alignment.data.math_datasets import (
 )
 
 MAX_OVERLAP = 0.01
-HOLDOUT_SHARE = 10  # a single-split source holds out a tenth of itself for validation
+HOLDOUT_SHARE = 10  # a source whose one split is a training split holds out a tenth of itself for validation
+TRAINING_SPLIT = "train"
+EVALUATION_SPLITS = ("test", "validation")
 
 
 @dataclass(frozen=True)
@@ -71,17 +77,36 @@ def source_splits(source: str) -> list[str]:
     return dataset_splits(source)
 
 
-def training_split(source: str, split: str, notes: list[str]) -> str | None:
-    """The split to train on: `split` when the source has it, else its only split; None for a .jsonl file."""
+def check_trainable(source: str, split: str | None, allow: bool) -> None:
+    """ValueError naming --train-on-evaluation-split when `split` of `source` (for a .jsonl file: its name) is an
+    evaluation set and training on it was not asked for."""
+    name = Path(source).stem if Path(source).is_file() else split
+    if allow or name not in EVALUATION_SPLITS:
+        return
+    what = f"{source} is named as a {name} split" if split is None else f"split {split!r} of {source}"
+    raise ValueError(
+        f"{what}: an evaluation set, evaluated whole (scripts/eval_zero_shot.py --dataset {source}) and not trained "
+        "on; train on a training split or another source, or pass --train-on-evaluation-split to train on it "
+        "anyway (a tenth of it then held out to validate)"
+    )
+
+
+def training_split(source: str, split: str, notes: list[str], allow_evaluation_split: bool = False) -> str | None:
+    """The split to train on: `split` when the source has it, else its only split; None for a .jsonl file. An
+    evaluation split (test, validation) is refused unless `allow_evaluation_split` (check_trainable)."""
     if Path(source).is_file():
+        check_trainable(source, None, allow_evaluation_split)
         return None
     splits = source_splits(source)
     if split in splits:
-        return split
-    if len(splits) == 1:
-        notes.append(f"{source} has one split ({splits[0]}): training on it")
-        return splits[0]
-    raise ValueError(f"--dataset-split {split!r}: {source} has splits {', '.join(splits)}")
+        chosen = split
+    elif len(splits) == 1:
+        chosen = splits[0]
+        notes.append(f"{source} has one split ({chosen}): training on it")
+    else:
+        raise ValueError(f"--dataset-split {split!r}: {source} has splits {', '.join(splits)}")
+    check_trainable(source, chosen, allow_evaluation_split)
+    return chosen
 
 
 def holdout(examples: list[MathExample], size: int) -> tuple[list[MathExample], list[MathExample]]:
@@ -90,17 +115,18 @@ def holdout(examples: list[MathExample], size: int) -> tuple[list[MathExample], 
     return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in sorted(held)]
 
 
-def evaluation_examples(dataset: str) -> tuple[list[MathExample], str | None]:
-    """What evaluating `dataset` means: its test or validation split; for a source with one split (which a training
-    run trains on), the tenth a training run holds out of it (the same questions), with a note saying so."""
-    examples = load_math_examples(dataset)
-    if Path(dataset).is_file() or len(source_splits(dataset)) != 1:
+def evaluation_examples(dataset: str, kind: DatasetKind | None = None) -> tuple[list[MathExample], str | None]:
+    """What evaluating `dataset` means: its test or validation split, whole (MATH-500's 500, GSM8K's 1,319), or a
+    .jsonl file whole; for a source whose one split is a training split (competition_math), the tenth a training
+    run holds out of it (the same questions), with a note saying so."""
+    examples = load_math_examples(dataset, kind)
+    if Path(dataset).is_file() or source_splits(dataset) != [TRAINING_SPLIT]:
         return examples, None
     size = max(1, len(examples) // HOLDOUT_SHARE)
     held = holdout(examples, size)[1]
     note = (
-        f"{dataset} has one split: evaluating the {size} of its {len(examples)} questions that a training run holds "
-        "out for validation (a tenth, fixed seed), not the questions it trains on"
+        f"{dataset} has one split, a training split: evaluating the {size} of its {len(examples)} questions that a "
+        "training run holds out for validation (a tenth, fixed seed), not the questions it trains on"
     )
     return held, note
 
@@ -112,15 +138,17 @@ def run_data(
     n_validation: int | None,
     allow_overlap: bool = False,
     kind: DatasetKind | None = None,
+    allow_evaluation_split: bool = False,
 ) -> RunData:
     """Training examples from `dataset` and `n_validation` validation examples (None: all) that are not trained on.
 
-    Validation comes from `validation_dataset` when given, else from `dataset`'s evaluation split when it is not
-    the training split, else from a held-out tenth of the training data.
+    Validation comes from `validation_dataset` when given (what evaluating it means: evaluation_examples), else
+    from `dataset`'s evaluation split when it is not the training split, else from a held-out tenth of the
+    training data. Training on an evaluation split needs `allow_evaluation_split`.
     """
     notes: list[str] = []
     try:
-        train_split = training_split(dataset, split, notes)
+        train_split = training_split(dataset, split, notes, allow_evaluation_split)
         train = load_math_examples(dataset, kind, split=train_split)
         eval_split = None if Path(dataset).is_file() else evaluation_split(dataset)
     except (FileNotFoundError, ValueError) as err:
@@ -128,10 +156,11 @@ def run_data(
     where = dataset if train_split is None else f"{dataset} [{train_split}]"
     if validation_dataset is not None:
         try:
-            validation = spread_subset(load_math_examples(validation_dataset, kind), n_validation)
+            pool, note = evaluation_examples(validation_dataset, kind)
         except (FileNotFoundError, ValueError) as err:
             raise ValueError(f"--validation-dataset: {err}") from None
-        validation_name = validation_dataset
+        validation, validation_name = spread_subset(pool, n_validation), validation_dataset
+        notes += [note] if note else []
     elif eval_split is not None and eval_split != train_split:
         pool = load_math_examples(dataset, kind, split=eval_split)
         validation, validation_name = spread_subset(pool, n_validation), f"{dataset} [{eval_split}]"

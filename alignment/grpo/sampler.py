@@ -46,13 +46,15 @@ def rollout_sampling(c: GRPOConfig, step: int, draw: int = 0) -> SamplingConfig:
 
 
 def validation_sampling(c: GRPOConfig) -> SamplingConfig:
-    """One sample per validation question with the rollout settings, up to eval_max_tokens, at eval_temperature."""
-    max_tokens = c.eval_max_tokens or c.sampling_max_tokens
+    """One sample per validation question with the rollout settings, up to eval_max_tokens, at eval_temperature, but
+    without --sampling-min-tokens: validation samples as the zero-shot evaluation does (scripts/eval_zero_shot.py,
+    the handouts' evaluation settings), so that step 0 measures what the baseline measures; the minimum length is a
+    training device (no empty rollouts), not part of the benchmark."""
     return SamplingConfig(
         temperature=c.sampling_temperature if c.eval_temperature is None else c.eval_temperature,
         top_p=c.sampling_top_p,
-        max_tokens=max_tokens,
-        min_tokens=min(c.sampling_min_tokens, max_tokens),
+        max_tokens=c.eval_max_tokens or c.sampling_max_tokens,
+        min_tokens=0,
         stop=c.stop,
         seed=c.seed,
     )

@@ -1,4 +1,5 @@
-"""Loading policies: the packaged SmolLM2-135M-Instruct (offline), any local HF folder, or a hub id."""
+"""Loading policies: the packaged SmolLM2-135M-Instruct (offline), any local HF folder, or a hub id (one that cannot
+be reached is a one-line error before anything loads: alignment/utils/hub.py)."""
 
 import importlib.util
 import os
@@ -10,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from alignment.models.gqa_attention import use_gqa_attention
 from alignment.models.lora import LoRASettings, apply_lora
+from alignment.utils.hub import check_hub_source
 
 SMOLLM2 = "smollm2-135m"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -61,8 +63,17 @@ def smollm2_dir() -> Path:
     return target
 
 
+def check_model_source(name_or_path: str) -> None:
+    """SourceUnavailable, one line naming the remedies, unless `name_or_path` is the packaged SmolLM2, a local path,
+    or a hub id that the hub (or its local cache) can give."""
+    if name_or_path != SMOLLM2 and not Path(name_or_path).exists():
+        check_hub_source(name_or_path, "model")
+
+
 def resolve_model(name_or_path: str) -> str:
-    """`smollm2-135m` -> its converted folder; anything else (a local folder or hub id) is returned as is."""
+    """`smollm2-135m` -> its converted folder; a local folder or a reachable hub id is returned as is; anything else
+    raises SourceUnavailable (check_model_source) before any weights load."""
+    check_model_source(name_or_path)
     return str(smollm2_dir()) if name_or_path == SMOLLM2 else name_or_path
 
 

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from alignment.config.settings import write_run_settings
 from alignment.data.task import Task
 from alignment.grpo.sampler import rollout_stats, validation_sampling
-from alignment.models.loading import load_tokenizer
+from alignment.models.loading import check_model_source, load_tokenizer
 from alignment.prompts import chat_template
 from alignment.ray.actors import Generated, Learned, token_checksum
 from alignment.ray.async_driver import AsyncLoop
@@ -408,6 +408,7 @@ def train_grpo_ray(
     if not resume:
         write_run_settings(config)
     task, validation = tasks(config, task, validation)
+    check_model_source(config.model)  # a model the hub cannot give: one line now, not from a failed actor
     own_cluster = not ray.is_initialized()
     if own_cluster:
         ray.init(address=config.ray_address, include_dashboard=False, logging_level=library_log_level())

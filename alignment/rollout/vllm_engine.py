@@ -145,6 +145,15 @@ class VLLMRolloutEngine:
         if self.cycle is not None:
             self.cycle.sleep()  # the policy may train before the first rollout
 
+    @classmethod
+    def from_llm(cls, llm: Any) -> "VLLMRolloutEngine":
+        """An engine over a `vllm.LLM` built elsewhere (as the handouts build one, for evaluate_vllm): its samples
+        and log-probs as `generate` gives them, without LoRA serving or sleep."""
+        engine = cls.__new__(cls)
+        engine.llm, engine.model_path, engine.lora, engine.serves_lora = llm, llm.model_config.model, None, False
+        engine.adapter, engine.adapter_root, engine.cycle = None, None, None
+        return engine
+
     def sampling_params(self, sampling: SamplingConfig, n: int, position: int, **extra: Any) -> Any:
         """vLLM's settings for the prompt at `position` of a call: its own seed (prompt_seed), from which vLLM seeds
         the i-th of its n samples with seed + i."""

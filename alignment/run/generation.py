@@ -24,10 +24,10 @@ class GenerationConfig(OutputSettings):
 
     dataset: str = setting(
         "math",
-        "`math` (MATH's 5,000 test problems, as CS336 A5 evaluates Qwen2.5-Math-1.5B), `math500`, `gsm8k` (its test "
-        "split; PKU's pairing with Qwen3-0.6B is configs/pku/zero_shot.toml), `competition_math` (one split: the "
-        "tenth a training run holds out), a .jsonl file, a local dataset folder or a hub id; its test or validation "
-        "split.",
+        "`math` (MATH's 5,000 test problems, as CS336 A5 evaluates Qwen2.5-Math-1.5B), `math500` (all 500), `gsm8k` "
+        "(its test split; PKU's pairing with Qwen3-0.6B is configs/pku/zero_shot.toml), `competition_math` (one "
+        "training split: the tenth a training run holds out), a .jsonl file, a local dataset folder or a hub id; its "
+        "test or validation split, whole.",
     )
     prompt: Prompt = setting("r1_zero", PROMPT_HELP)
     grader: GraderMode = setting(

@@ -413,9 +413,9 @@ def model_shape(model: str) -> ModelShape:
 
     from alignment.models.loading import resolve_model
 
-    location = resolve_model(model)
-    if model in PUBLISHED_SHAPES and not (Path(location) / "config.json").is_file():
+    if model in PUBLISHED_SHAPES and not (Path(model) / "config.json").is_file():  # a hub id, not a local folder
         return PUBLISHED_SHAPES[model]
+    location = resolve_model(model)
     try:
         return ModelShape.from_config(AutoConfig.from_pretrained(location))
     except (OSError, ValueError) as err:  # no network, no such repo or folder, not a transformers config

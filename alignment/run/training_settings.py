@@ -31,6 +31,11 @@ class TrainingSettings(OutputSettings, LoRASettings):
     allow_validation_overlap: bool = setting(
         False, "Start even when over 1% of the validation questions are also training questions."
     )
+    train_on_evaluation_split: bool = setting(
+        False,
+        "Train even on a test or validation split (--dataset-split test, a file named test.jsonl, or a source whose "
+        "only split is one, such as math500), which is otherwise refused: an evaluation set is evaluated whole.",
+    )
     learning_rate: float = setting(1e-5, "AdamW learning rate.")
     weight_decay: float = setting(0.0, "AdamW weight decay.")
     max_grad_norm: float = setting(1.0, "Gradient clipping norm.")
@@ -69,6 +74,7 @@ class TrainingSettings(OutputSettings, LoRASettings):
             "rollout_device",
             "grader_workers",
             "allow_validation_overlap",
+            "train_on_evaluation_split",
         }
     )
     # Settings added since runs were saved, with what a run saved without them did (read on --resume)

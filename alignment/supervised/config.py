@@ -2,7 +2,7 @@
 
 `SFTTrainingSettings` holds what both share beyond every training run's settings (alignment/run/training_settings.py):
 batches, sequence length, held-out sampling; each script's dataclass adds its own. Defaults follow the handout
-(Qwen2.5-Math-1.5B on MATH, gradient clipping 1.0).
+(Qwen2.5-Math-1.5B trained on MATH's reasoning traces and validated on MATH, gradient clipping 1.0).
 """
 
 from dataclasses import dataclass
@@ -61,23 +61,28 @@ class SFTConfig(SFTTrainingSettings):
     """scripts/train_sft.py."""
 
     dataset: str = setting(
-        "gsm8k",
-        "Training data: a .jsonl file (the handout's MATH sft.jsonl), local dataset folder or hub id; with "
-        "--data-format gsm8k also `gsm8k`.",
+        "data/MATH/sft.jsonl",
+        "Training data: a .jsonl file, local dataset folder or hub id (`gsm8k` names GSM8K's); default: the handout's "
+        "MATH reasoning traces, sft.jsonl of the course's MATH/ folder copied to data/MATH/.",
     )
-    validation_dataset: str = setting(
-        "math",
+    validation_dataset: str | None = setting(
+        None,
         "Held-out questions: a short name (`math`: MATH's 5,000 test problems, `math500`, `gsm8k`: its test split, "
-        "...), a .jsonl file, a local dataset folder or a hub id; their test or validation split.",
+        "...), a .jsonl file, a local dataset folder or a hub id, evaluated whole (alignment/data/splits.py); "
+        "default: --dataset's own evaluation set: the validation.jsonl or test.jsonl beside a .jsonl file (the "
+        "course's MATH/validation.jsonl beside sft.jsonl), a source's test or validation split, else `math` for "
+        "prompt/response traces and `gsm8k` for GSM8K records.",
     )
-    data_format: Literal["sft", "gsm8k"] = setting(
-        "gsm8k",
+    data_format: Literal["auto", "sft", "gsm8k"] = setting(
+        "auto",
         "sft: records with prompt, response (and ground_truth); gsm8k: question/answer records turned into r1_zero "
-        "reasoning traces.",
+        "reasoning traces; auto: whichever the first record is.",
     )
     dataset_split: str = setting("train", "Split of --dataset (folders and hub ids).")
     n_examples: int | None = setting(
-        None, "Unique training examples: the first N of --dataset (the handout sweeps 128 to 1024; default all)."
+        None,
+        "Unique training examples: N drawn at random from --dataset with a fixed seed, in its order; a smaller N's are "
+        "among a larger N's (the handout sweeps 128 to 1024; default all).",
     )
     filter_correct: bool = setting(
         False, "Keep only examples whose response the grader scores correct against their ground_truth."

@@ -1,0 +1,170 @@
+"""A hub model or dataset that cannot be reached (offline, no network, a mistyped id or path) ends every script and
+every preset in one line naming the local remedies (--model PATH, --dataset PATH, ALIGNMENT_DATA_MIRROR), exit
+status 2, no traceback, before any model loads; a repo in the hub cache or the mirror still loads offline."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+from typer.testing import CliRunner
+
+from alignment.data.math_datasets import HUB_DATASETS, MIRROR_ENV, load_math_examples
+from alignment.experiments.sweep import load_preset
+from alignment.models.loading import SMOLLM2, resolve_model
+from alignment.utils.hub import SourceUnavailable
+from tests.conftest import SHARED_DATA
+from tests.test_preset_data import SETTINGS_FILES
+
+REPO = Path(__file__).resolve().parents[1]
+REMEDIES = ("--model PATH", "--dataset PATH", "ALIGNMENT_DATA_MIRROR")
+SCRIPT_OF = SETTINGS_FILES | {"pku/zero_shot": "eval_zero_shot", "pku/best_of_n": "best_of_n", "pku/grpo": "train_grpo"}
+
+
+def assert_one_remedy_line(output: str, names: str) -> None:
+    """The whole error is one line naming the source and every local remedy, and nothing printed is a traceback."""
+    errors = [line for line in output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in output, output[-3000:]
+    assert names in errors[0] and all(remedy in errors[0] for remedy in REMEDIES), errors[0]
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch) -> Path:
+    """The hub switched off (HF_HUB_OFFLINE=1) with an empty hub cache and no mirror; returns the cache folder."""
+    cache = tmp_path / "hub-cache"
+    cache.mkdir()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv(MIRROR_ENV, raising=False)
+    return cache
+
+
+def names_the_hub(settings: dict) -> bool:
+    """Whether a run reads its model or data from the hub (a hub id, a short name) or from a local path that does
+    not exist (a mistyped or not yet written model folder)."""
+    model = settings.get("model", "Qwen/Qwen2.5-Math-1.5B")
+    datasets = [settings.get(k) for k in ("dataset", "validation_dataset") if settings.get("task", "math") == "math"]
+    return (model != SMOLLM2 and not Path(model).exists()) or any(d in HUB_DATASETS for d in datasets if d)
+
+
+def runs() -> list[tuple[str, str, dict]]:
+    """(name, script, settings) of every settings file, and of the first arm of every preset, naming the hub."""
+    found = []
+    for path in sorted((REPO / "configs").rglob("*.toml")):
+        name = str(path.relative_to(REPO / "configs").with_suffix(""))
+        text = tomllib.loads(path.read_text())
+        if "arms" in text:
+            preset = load_preset(path)
+            found.append((name, preset.script, preset.runs[0].settings))
+        else:
+            found.append((name, SCRIPT_OF[name], text))
+    return [run for run in found if names_the_hub(run[2])]
+
+
+@pytest.mark.parametrize("name,script,settings", runs(), ids=[name for name, _, _ in runs()])
+def test_every_preset_naming_the_hub_ends_in_one_line_offline(offline, tmp_path, monkeypatch, name, script, settings):
+    if "../shared/" in json.dumps(settings) and not SHARED_DATA.is_dir():
+        pytest.skip(f"{name} reads ../shared/data, which a fresh clone does not have")
+    root = tmp_path / "repo"  # the presets' relative paths resolve as from the repo root, ../shared beside it
+    (root / "data").mkdir(parents=True)
+    if SHARED_DATA.is_dir():
+        (tmp_path / "shared").mkdir()
+        (tmp_path / "shared" / "data").symlink_to(SHARED_DATA)
+    monkeypatch.chdir(root)
+    if settings.get("dataset") == "data/MATH/sft.jsonl":  # the course's MATH/ folder, copied as the preset says
+        from tests.hub_copies import write_course_math
+
+        write_course_math(root / "data" / "MATH", "{question}")
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps(settings | {"output_dir": str(tmp_path / "out")}))
+    app = importlib.import_module(f"scripts.{script}").app
+    result = CliRunner().invoke(app, ["--config", str(config)])
+    assert result.exit_code == 2, result.output[-3000:]
+    assert_one_remedy_line(result.output, "cannot be loaded")
+    datasets = [settings.get(k) for k in ("dataset", "validation_dataset")]
+    named = [settings.get("model")] + [HUB_DATASETS[d].repo for d in datasets if d in HUB_DATASETS]
+    assert any(f"{source!r} cannot be loaded" in result.output for source in named if source), result.output
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()  # it stopped before anything ran
+
+
+def test_pku_zero_shot_preset_as_a_student_runs_it_offline(tmp_path):
+    """The script itself in a fresh process, HF_HUB_OFFLINE=1 and an empty cache: one line on stderr, exit 2."""
+    env = {k: v for k, v in os.environ.items() if k != MIRROR_ENV} | {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf-home"),
+    }
+    done = subprocess.run(
+        [sys.executable, "scripts/eval_zero_shot.py", "--config", "configs/pku/zero_shot.toml"]
+        + ["--output-dir", str(tmp_path / "out")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stderr[-3000:]
+    assert len(done.stderr.splitlines()) == 1
+    assert_one_remedy_line(done.stderr, "dataset 'openai/gsm8k'")
+    assert not (tmp_path / "out").exists()  # refused before the output folder, before any model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "script,flags,names",
+    [
+        ("train_grpo", ["--config", "configs/pku/grpo.toml"], "dataset 'openai/gsm8k'"),
+        ("train_grpo", ["--config", "configs/pku/grpo.toml", "--dataset", "JSONL"], "model 'Qwen/Qwen3-0.6B'"),
+        ("best_of_n", ["--model", "Qwen/Qwen3-0.6B", "--dataset", "JSONL"], "model 'Qwen/Qwen3-0.6B'"),
+        ("train_sft", ["--dataset", "JSONL", "--validation-dataset", "HELD"], "model 'Qwen/Qwen2.5-Math-1.5B'"),
+        ("expert_iteration", ["--dataset", "JSONL", "--validation-dataset", "HELD"], "model 'Qwen/Qwen2.5-Math"),
+        ("train_grpo_ray", ["--config", "configs/keyword_demo.toml", "--model", "nobody/no-such-model"], "nobody/"),
+        ("build_keyword_dataset", ["--model", "nobody/no-such-model"], "model 'nobody/no-such-model'"),
+        ("eval_zero_shot", ["--model", "outputs/no/such/policy", "--dataset", "JSONL"], "'outputs/no/such/policy'"),
+    ],
+)
+def test_each_script_in_a_fresh_process(tmp_path, script, flags, names):
+    files = {"JSONL": tmp_path / "gsm8k.jsonl", "HELD": tmp_path / "held_out.jsonl"}
+    for n, path in enumerate(files.values()):
+        path.write_text(json.dumps({"question": f"What is 2 + {n}?", "answer": f"so\n#### {2 + n}"}) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != MIRROR_ENV} | {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+    }
+    args = [str(files.get(flag, flag)) for flag in flags] + ["--output-dir", str(tmp_path / "out")]
+    done = subprocess.run(
+        [sys.executable, f"scripts/{script}.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert_one_remedy_line(done.stderr, names)
+
+
+def test_a_cached_or_mirrored_repo_still_loads_offline(offline, hub_mirror_root, tiny_model_dir, monkeypatch):
+    with pytest.raises(SourceUnavailable, match="dataset 'openai/gsm8k' cannot be loaded: not a local path, not in"):
+        load_math_examples("gsm8k")
+    monkeypatch.setenv(MIRROR_ENV, str(hub_mirror_root))
+    assert len(load_math_examples("gsm8k")) > 0  # the mirror's copy
+    # a model in the hub cache, laid out as huggingface_hub lays it out, is no error: transformers loads it offline
+    snapshot = offline / "models--someone--tiny" / "snapshots" / ("0" * 40)
+    snapshot.parent.mkdir(parents=True)
+    snapshot.symlink_to(tiny_model_dir)
+    assert resolve_model("someone/tiny") == "someone/tiny"
+    with pytest.raises(SourceUnavailable, match="model 'someone/other' cannot be loaded"):
+        resolve_model("someone/other")
+    with pytest.raises(SourceUnavailable, match="'outputs/no/such/policy' cannot be loaded: no such file or folder"):
+        resolve_model("outputs/no/such/policy")  # a mistyped path is no hub id: no request is made for it
+
+
+def test_planning_a_handout_model_needs_no_hub(offline, tmp_path):
+    from scripts import train_grpo
+
+    flags = ["--config", str(REPO / "configs" / "pku" / "grpo.toml"), "--output-dir", str(tmp_path / "out")]
+    assert CliRunner().invoke(train_grpo.app, [*flags, "--plan-memory", "2x80"]).exit_code == 0  # published shape
+    other = CliRunner().invoke(train_grpo.app, [*flags, "--model", "someone/other", "--plan-memory", "2x80"])
+    assert other.exit_code == 2
+    assert_one_remedy_line(other.output, "model 'someone/other'")
