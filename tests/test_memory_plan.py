@@ -24,7 +24,7 @@ QWEN_MATH_15B = ModelShape(
 )
 # The handout's microbatch: 2 sequences, a 512-token prompt (assumed) + 1,024 response tokens, bfloat16
 HANDOUT = Workload(
-    dtype_bytes=2,
+    precision="bf16",
     micro_batch=2,
     prompt_tokens=512,
     response_tokens=1024,
@@ -185,7 +185,7 @@ def qwen_config_dir(tmp_path):
 def test_plan_memory_command_exits_0_when_it_fits_and_1_with_the_remedy(qwen_config_dir, tmp_path):
     from scripts import train_grpo
 
-    base = ["--model", str(qwen_config_dir), "--output-dir", str(tmp_path / "never-written")]
+    base = ["--model", str(qwen_config_dir), "--output-dir", str(tmp_path / "never-written"), "--precision", "bf16"]
     fits = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "2x80"])
     assert fits.exit_code == 0, fits.output
     assert "cuda:0: peak 23.6 of 79.0 GiB usable (fits)" in fits.output and "cuda:1: peak 68.0" in fits.output
@@ -220,6 +220,7 @@ def test_a_gpu_run_that_cannot_fit_is_refused_before_any_model_loads(qwen_config
         policy_device="cuda:0",
         n_eval_examples=4,
         output_dir=tmp_path / "run",
+        precision="bf16",
     )
     with pytest.raises(ValueError, match=r"does not fit; it would with --gradient-checkpointing or a microbatch of 1"):
         train_grpo(config)
@@ -243,7 +244,10 @@ def test_plan_memory_with_lora_and_a_reference_keeps_no_copy(qwen_config_dir, tm
 
     result = CliRunner().invoke(
         train_grpo.app,
-        ["--model", str(qwen_config_dir), "--plan-memory", "1x24", "--lora-rank", "16", "--kl-reference"],
+        [
+            *("--model", str(qwen_config_dir), "--plan-memory", "1x24", "--precision", "bf16"),
+            *("--lora-rank", "16", "--kl-reference"),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "gradients                 0.03 GiB" in result.output and "    reference " not in result.output
@@ -265,6 +269,7 @@ def test_sharded_learner_divides_its_state(processes):
         reference = shard if kl_reference else 0
         assert gpu.parts == {
             "weights": shard,
+            "master weights": 0,  # bf16 keeps none
             "gradients": shard,
             "optimizer": 2 * shard,
             "reference": reference,
@@ -290,7 +295,7 @@ def test_sharding_needs_a_gpu_per_process():
 def test_plan_processes_flag(qwen_config_dir):
     from scripts import train_grpo
 
-    base = ["--model", str(qwen_config_dir), "--plan-memory", "2x24"]
+    base = ["--model", str(qwen_config_dir), "--plan-memory", "2x24", "--precision", "bf16"]
     one = CliRunner().invoke(train_grpo.app, base)  # vLLM on its own GPU: the learner alone overflows the other
     assert one.exit_code == 1 and "learner sharded over all 2 GPUs (torchrun --nproc-per-node 2" in one.output
     two = CliRunner().invoke(train_grpo.app, base + ["--plan-processes", "2"])
@@ -315,7 +320,7 @@ def test_a_gpu_run_under_torchrun_plans_for_its_processes(qwen_config_dir, token
 
     tokenizer.save_pretrained(qwen_config_dir)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=24 * GiB))
-    config = GRPOConfig(model=str(qwen_config_dir), backend="hf")
+    config = GRPOConfig(model=str(qwen_config_dir), backend="hf", precision="bf16")
     assert check_gpu_memory(config, None, "cuda:0", "cuda:0", processes=2) is None  # fits: no vLLM share
     assert "each of 2 GPUs" in capsys.readouterr().out
     with pytest.raises(ValueError, match="does not fit; it would with --gradient-checkpointing"):

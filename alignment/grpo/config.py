@@ -166,7 +166,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
         "ignore_memory_plan",
     }
     # Settings renamed since earlier runs: old key -> (new key, old value -> new value)
-    LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
+    LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = TrainingSettings.LEGACY | {
         "length_normalization": ("loss_aggregation", {"masked_mean": "sequence_mean", "masked_normalize": "constant"}),
     }
 

@@ -107,12 +107,13 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def reference_model(policy: nn.Module) -> nn.Module:
+def reference_model(policy: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
     """The frozen initial policy, for KL to the reference. Under LoRA it is the base model: a copy of the module
     tree that shares the frozen base weights (no second copy of the model) with its adapters switched off. A policy
-    sharded over processes gets a copy sharded the same way (alignment/distributed/sharding.py)."""
+    sharded over processes gets a copy sharded the same way (alignment/distributed/sharding.py), its shards in
+    `dtype` (the dtype the policy computes in: a frozen copy needs no float32 master)."""
     if is_sharded(policy):
-        return sharded_copy(policy).eval().requires_grad_(False)
+        return sharded_copy(policy, dtype).eval().requires_grad_(False)
     shared = {id(p): p for p in policy.parameters() if not p.requires_grad} if has_lora(policy) else {}
     reference = copy.deepcopy(policy, memo=shared)
     if has_lora(reference):
