@@ -402,3 +402,97 @@ def test_ignore_memory_plan_starts_with_a_warning(capsys):
     with pytest.warns(UserWarning, match="does not fit.*starting anyway"):
         check_memory_plan(GRPOConfig(ignore_memory_plan=True), QWEN_MATH_15B, HANDOUT, machine)
     assert "cuda:0: peak" in capsys.readouterr().out  # the plan is printed either way
+
+
+# Each --precision on the handout's microbatch, the learner on a GPU of its own. Bytes a parameter of the weights, the
+# float32 master copy, the gradients and AdamW's two states: bf16 2, 0, 2, 2 x 2; bf16-mixed and fp16-mixed 2, 4, 4,
+# 2 x 4 (a bfloat16 / float16 compute copy, float32 everything else); fp32 4, 0, 4, 2 x 4. Activations, KV cache and
+# vLLM's weights are in the compute dtype: float32's saved activations per token per layer, by hand as SAVED above
+# with 4-byte tensors, and its head's logits 4 bytes beside the three float32 vocab-wide tensors.
+SAVED_FP32 = 2 * (4 * 1536 + 4 * 1536) + 3 * 4 * 1536 + 2 * 4 * 256 + 4 * 4 * 8960
+ACTIVATIONS_FP32 = TOKENS * 28 * SAVED_FP32 + 2 * 1024 * 151936 * (4 + 12)
+
+
+@pytest.mark.parametrize(
+    "precision,per_parameter,activations,compute",
+    [
+        ("bf16", (2, 0, 2, 4), ACTIVATIONS, 2),
+        ("bf16-mixed", (2, 4, 4, 8), ACTIVATIONS, 2),
+        ("fp16-mixed", (2, 4, 4, 8), ACTIVATIONS, 2),
+        ("fp32", (4, 0, 4, 8), ACTIVATIONS_FP32, 4),
+    ],
+)
+def test_each_precision_plans_its_bytes_per_parameter(precision, per_parameter, activations, compute):
+    weights, master, gradients, optimizer = (PARAMS * b for b in per_parameter)
+    learner, engine = plan(QWEN_MATH_15B, replace(HANDOUT, precision=precision), Machine(2, 80)).devices
+    assert learner.parts == {
+        "weights": weights,
+        "master weights": master,
+        "gradients": gradients,
+        "optimizer": optimizer,
+        "reference": 0,
+        "activations": activations,
+    }
+    assert learner.peak == weights + master + gradients + optimizer + activations
+    assert engine.parts["(vLLM needs at least)"] == compute * PARAMS + 2 * GiB + 8 * 1536 * (2 * 28 * 256 * compute)
+    # on one GPU vLLM gets what the resident weights, master copy and AdamW states leave
+    resident = weights + master + optimizer
+    (gpu,) = plan(QWEN_MATH_15B, replace(HANDOUT, precision=precision), Machine(1, 80)).devices
+    share = int(100 * (79 * GiB - resident) / (80 * GiB)) / 100
+    assert gpu.parts["vLLM awake"] == int(share * 80 * GiB)
+    assert gpu.peak == max(resident + int(share * 80 * GiB), resident + gradients + activations + GiB // 2)
+
+
+def test_a_sharded_mixed_precision_keeps_float32_shards_as_its_master():
+    """bf16-mixed over 2 processes: the float32 shards are the master (no second copy), gradients and AdamW states
+    float32, the reference bfloat16; gathered weights in bfloat16, the gathered layer's gradient reduced in float32."""
+    work = replace(HANDOUT, precision="bf16-mixed", rollout="hf", processes=2, kl_reference=True)
+    (gpu,) = plan(QWEN_MATH_15B, work, Machine(2, 80)).devices
+    half = PARAMS // 2
+    gathered = 2 * (ROOT + 2 * LAYER) + 4 * (ROOT + LAYER)
+    kv = (256 // 8 // 2) * 8 * 1536 * 28_672
+    assert gpu.parts == {
+        "weights": 4 * half,
+        "master weights": 0,
+        "gradients": 4 * half,
+        "optimizer": 8 * half,
+        "reference": 2 * half,
+        "activations": ACTIVATIONS,
+        "gathered to train": gathered,
+        "gathered to sample": WEIGHTS,
+        "hf KV cache": kv,
+    }
+    resident = (4 + 8 + 2) * half
+    assert gpu.peak == max(resident + WEIGHTS + kv, resident + 4 * half + ACTIVATIONS + gathered)
+
+
+def test_lora_in_a_mixed_precision_keeps_a_master_of_the_adapters_only():
+    adapters = QWEN_MATH_15B.lora_parameters(16, ["all-linear"])
+    work = replace(HANDOUT, precision="bf16-mixed", trainable_fraction=adapters / PARAMS)
+    learner, _ = plan(QWEN_MATH_15B, work, Machine(2, 80)).devices
+    assert learner.parts["weights"] == WEIGHTS  # the frozen base in bfloat16
+    assert (learner.parts["master weights"], learner.parts["gradients"]) == (4 * adapters, 4 * adapters)
+    assert learner.parts["optimizer"] == 8 * adapters
+
+
+def test_the_plan_defaults_to_bf16_mixed_and_names_bf16_as_a_remedy(qwen_config_dir):
+    from scripts import train_grpo
+
+    # bf16-mixed's learner: 18 bytes a parameter (25.9 GiB) and the activations (12.1 GiB) on vLLM's neighbour
+    two = CliRunner().invoke(train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "2x80"])
+    assert two.exit_code == 0, two.output
+    assert "precision bf16-mixed" in two.output
+    assert f"cuda:0: peak {(18 * PARAMS + ACTIVATIONS) / GiB:.1f} of 79.0 GiB usable (fits)" in two.output
+    assert "master weights            5.75 GiB" in two.output  # 4 bytes a parameter
+    one = CliRunner().invoke(train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "1x24"])
+    assert one.exit_code == 1
+    # 14 bytes a parameter stay resident in bf16-mixed (20.1 GiB of 23): bfloat16 states with either saving fit
+    assert (
+        "it would with --gradient-checkpointing + --precision bf16 (no float32 master copy) or a microbatch of 1 "
+        "sequence (--gradient-accumulation-steps = --train-batch-size) + --precision bf16"
+        in " ".join(one.output.split())
+    )
+    fp32 = CliRunner().invoke(
+        train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "1x40", "--precision", "fp32"]
+    )
+    assert fp32.exit_code == 1 and "--precision bf16-mixed (bfloat16 compute)" in fp32.output
