@@ -107,7 +107,7 @@ def main() -> None:
     model.train()
     shape = ModelShape.from_config(config)
     work = Workload(
-        dtype_bytes=2,
+        precision="bf16",
         micro_batch=2,
         prompt_tokens=args.prompt_tokens,
         response_tokens=args.response_tokens,

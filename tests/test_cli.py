@@ -53,8 +53,10 @@ def test_every_setting_has_help_beside_its_field():
         ),
         ("train_grpo_ray", ["--strategy", "sync"], "'sync' is not one of 'colocated-sync', 'colocated-multistep'"),
         ("eval_zero_shot", ["--backend", "tpu"], "'tpu' is not one of 'auto', 'hf', 'vllm', 'transformer_lm'"),
-        ("train_grpo", ["--dtype", "int8"], "'int8' is not one of 'bfloat16', 'float16', 'float32'"),
-        ("train_sft", ["--dtype", "bf16"], "'bf16' is not one of 'bfloat16', 'float16', 'float32'"),
+        ("train_grpo", ["--precision", "int8"], "'int8' is not one of 'fp32', 'bf16', 'bf16-mixed', 'fp16-mixed'"),
+        ("train_sft", ["--precision", "bfloat16"], "'bfloat16' is not one of 'fp32', 'bf16', 'bf16-mixed'"),
+        ("train_grpo_ray", ["--precision", "fp16"], "'fp16' is not one of 'fp32', 'bf16', 'bf16-mixed'"),
+        ("expert_iteration", ["--precision", "mixed"], "'mixed' is not one of 'fp32', 'bf16', 'bf16-mixed'"),
         ("expert_iteration", ["--wandb-mode", "on"], "'on' is not one of 'online', 'offline', 'disabled'"),
     ],
 )

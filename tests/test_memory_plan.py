@@ -24,7 +24,7 @@ QWEN_MATH_15B = ModelShape(
 )
 # The handout's microbatch: 2 sequences, a 512-token prompt (assumed) + 1,024 response tokens, bfloat16
 HANDOUT = Workload(
-    dtype_bytes=2,
+    precision="bf16",
     micro_batch=2,
     prompt_tokens=512,
     response_tokens=1024,
@@ -193,7 +193,7 @@ def qwen_config_dir(tmp_path):
 def test_plan_memory_command_exits_0_when_it_fits_and_1_with_the_remedy(qwen_config_dir, tmp_path):
     from scripts import train_grpo
 
-    base = ["--model", str(qwen_config_dir), "--output-dir", str(tmp_path / "never-written")]
+    base = ["--model", str(qwen_config_dir), "--output-dir", str(tmp_path / "never-written"), "--precision", "bf16"]
     fits = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "2x80"])
     assert fits.exit_code == 0, fits.output
     assert "cuda:0: peak 23.6 of 79.0 GiB usable (fits)" in fits.output and "cuda:1: peak 68.0" in fits.output
@@ -228,6 +228,7 @@ def test_a_gpu_run_that_cannot_fit_is_refused_before_any_model_loads(qwen_config
         policy_device="cuda:0",
         n_eval_examples=4,
         output_dir=tmp_path / "run",
+        precision="bf16",
     )
     with pytest.raises(ValueError, match=r"does not fit; it would with --gradient-checkpointing or a microbatch of 1"):
         train_grpo(config)
@@ -251,7 +252,10 @@ def test_plan_memory_with_lora_and_a_reference_keeps_no_copy(qwen_config_dir, tm
 
     result = CliRunner().invoke(
         train_grpo.app,
-        ["--model", str(qwen_config_dir), "--plan-memory", "1x24", "--lora-rank", "16", "--kl-reference"],
+        [
+            *("--model", str(qwen_config_dir), "--plan-memory", "1x24", "--precision", "bf16"),
+            *("--lora-rank", "16", "--kl-reference"),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "gradients                 0.03 GiB" in result.output and "    reference " not in result.output
@@ -273,6 +277,7 @@ def test_sharded_learner_divides_its_state(processes):
         reference = shard if kl_reference else 0
         assert gpu.parts == {
             "weights": shard,
+            "master weights": 0,  # bf16 keeps none
             "gradients": shard,
             "optimizer": 2 * shard,
             "reference": reference,
@@ -298,7 +303,7 @@ def test_sharding_needs_a_gpu_per_process():
 def test_plan_processes_flag(qwen_config_dir):
     from scripts import train_grpo
 
-    base = ["--model", str(qwen_config_dir), "--plan-memory", "2x24"]
+    base = ["--model", str(qwen_config_dir), "--plan-memory", "2x24", "--precision", "bf16"]
     one = CliRunner().invoke(train_grpo.app, base)  # vLLM on its own GPU: the learner alone overflows the other
     assert one.exit_code == 1 and "learner sharded over all 2 GPUs (torchrun --nproc-per-node 2" in one.output
     two = CliRunner().invoke(train_grpo.app, base + ["--plan-processes", "2"])
@@ -323,7 +328,7 @@ def test_a_gpu_run_under_torchrun_plans_for_its_processes(qwen_config_dir, token
 
     tokenizer.save_pretrained(qwen_config_dir)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=24 * GiB))
-    config = GRPOConfig(model=str(qwen_config_dir), backend="hf")
+    config = GRPOConfig(model=str(qwen_config_dir), backend="hf", precision="bf16")
     assert check_gpu_memory(config, None, "cuda:0", "cuda:0", processes=2) is None  # fits: no vLLM share
     assert "each of 2 GPUs" in capsys.readouterr().out
     with pytest.raises(ValueError, match="does not fit; it would with --gradient-checkpointing"):
@@ -405,3 +410,97 @@ def test_ignore_memory_plan_starts_with_a_warning(capsys):
     with pytest.warns(UserWarning, match="does not fit.*starting anyway"):
         check_memory_plan(GRPOConfig(ignore_memory_plan=True), QWEN_MATH_15B, HANDOUT, machine)
     assert "cuda:0: peak" in capsys.readouterr().out  # the plan is printed either way
+
+
+# Each --precision on the handout's microbatch, the learner on a GPU of its own. Bytes a parameter of the weights, the
+# float32 master copy, the gradients and AdamW's two states: bf16 2, 0, 2, 2 x 2; bf16-mixed and fp16-mixed 2, 4, 4,
+# 2 x 4 (a bfloat16 / float16 compute copy, float32 everything else); fp32 4, 0, 4, 2 x 4. Activations, KV cache and
+# vLLM's weights are in the compute dtype: float32's saved activations per token per layer, by hand as SAVED above
+# with 4-byte tensors, and its head's logits 4 bytes beside the three float32 vocab-wide tensors.
+SAVED_FP32 = 2 * (4 * 1536 + 4 * 1536) + 3 * 4 * 1536 + 2 * 4 * 256 + 4 * 4 * 8960
+ACTIVATIONS_FP32 = TOKENS * 28 * SAVED_FP32 + 2 * 1024 * 151936 * (4 + 12)
+
+
+@pytest.mark.parametrize(
+    "precision,per_parameter,activations,compute",
+    [
+        ("bf16", (2, 0, 2, 4), ACTIVATIONS, 2),
+        ("bf16-mixed", (2, 4, 4, 8), ACTIVATIONS, 2),
+        ("fp16-mixed", (2, 4, 4, 8), ACTIVATIONS, 2),
+        ("fp32", (4, 0, 4, 8), ACTIVATIONS_FP32, 4),
+    ],
+)
+def test_each_precision_plans_its_bytes_per_parameter(precision, per_parameter, activations, compute):
+    weights, master, gradients, optimizer = (PARAMS * b for b in per_parameter)
+    learner, engine = plan(QWEN_MATH_15B, replace(HANDOUT, precision=precision), Machine(2, 80)).devices
+    assert learner.parts == {
+        "weights": weights,
+        "master weights": master,
+        "gradients": gradients,
+        "optimizer": optimizer,
+        "reference": 0,
+        "activations": activations,
+    }
+    assert learner.peak == weights + master + gradients + optimizer + activations
+    assert engine.parts["(vLLM needs at least)"] == compute * PARAMS + 2 * GiB + 8 * 1536 * (2 * 28 * 256 * compute)
+    # on one GPU vLLM gets what the resident weights, master copy and AdamW states leave
+    resident = weights + master + optimizer
+    (gpu,) = plan(QWEN_MATH_15B, replace(HANDOUT, precision=precision), Machine(1, 80)).devices
+    share = int(100 * (79 * GiB - resident) / (80 * GiB)) / 100
+    assert gpu.parts["vLLM awake"] == int(share * 80 * GiB)
+    assert gpu.peak == max(resident + int(share * 80 * GiB), resident + gradients + activations + GiB // 2)
+
+
+def test_a_sharded_mixed_precision_keeps_float32_shards_as_its_master():
+    """bf16-mixed over 2 processes: the float32 shards are the master (no second copy), gradients and AdamW states
+    float32, the reference bfloat16; gathered weights in bfloat16, the gathered layer's gradient reduced in float32."""
+    work = replace(HANDOUT, precision="bf16-mixed", rollout="hf", processes=2, kl_reference=True)
+    (gpu,) = plan(QWEN_MATH_15B, work, Machine(2, 80)).devices
+    half = PARAMS // 2
+    gathered = 2 * (ROOT + 2 * LAYER) + 4 * (ROOT + LAYER)
+    kv = (256 // 8 // 2) * 8 * 1536 * 28_672
+    assert gpu.parts == {
+        "weights": 4 * half,
+        "master weights": 0,
+        "gradients": 4 * half,
+        "optimizer": 8 * half,
+        "reference": 2 * half,
+        "activations": ACTIVATIONS,
+        "gathered to train": gathered,
+        "gathered to sample": WEIGHTS,
+        "hf KV cache": kv,
+    }
+    resident = (4 + 8 + 2) * half
+    assert gpu.peak == max(resident + WEIGHTS + kv, resident + 4 * half + ACTIVATIONS + gathered)
+
+
+def test_lora_in_a_mixed_precision_keeps_a_master_of_the_adapters_only():
+    adapters = QWEN_MATH_15B.lora_parameters(16, ["all-linear"])
+    work = replace(HANDOUT, precision="bf16-mixed", trainable_fraction=adapters / PARAMS)
+    learner, _ = plan(QWEN_MATH_15B, work, Machine(2, 80)).devices
+    assert learner.parts["weights"] == WEIGHTS  # the frozen base in bfloat16
+    assert (learner.parts["master weights"], learner.parts["gradients"]) == (4 * adapters, 4 * adapters)
+    assert learner.parts["optimizer"] == 8 * adapters
+
+
+def test_the_plan_defaults_to_bf16_mixed_and_names_bf16_as_a_remedy(qwen_config_dir):
+    from scripts import train_grpo
+
+    # bf16-mixed's learner: 18 bytes a parameter (25.9 GiB) and the activations (12.1 GiB) on vLLM's neighbour
+    two = CliRunner().invoke(train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "2x80"])
+    assert two.exit_code == 0, two.output
+    assert "precision bf16-mixed" in two.output
+    assert f"cuda:0: peak {(18 * PARAMS + ACTIVATIONS) / GiB:.1f} of 79.0 GiB usable (fits)" in two.output
+    assert "master weights            5.75 GiB" in two.output  # 4 bytes a parameter
+    one = CliRunner().invoke(train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "1x24"])
+    assert one.exit_code == 1
+    # 14 bytes a parameter stay resident in bf16-mixed (20.1 GiB of 23): bfloat16 states with either saving fit
+    assert (
+        "it would with --gradient-checkpointing + --precision bf16 (no float32 master copy) or a microbatch of 1 "
+        "sequence (--gradient-accumulation-steps = --train-batch-size) + --precision bf16"
+        in " ".join(one.output.split())
+    )
+    fp32 = CliRunner().invoke(
+        train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "1x40", "--precision", "fp32"]
+    )
+    assert fp32.exit_code == 1 and "--precision bf16-mixed (bfloat16 compute)" in fp32.output

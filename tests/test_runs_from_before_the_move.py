@@ -78,8 +78,8 @@ def metric_rows(folder: Path) -> list[dict]:
 def test_a_grpo_run_of_the_flat_package_resumes_here(old_code, tiny_model_dir, tmp_path):
     """The flat package's checkpoint is read and its run continued to the end. Since then every prompt of a rollout
     call samples from its own seed, so the steps after the resume cannot equal an uninterrupted run of either version:
-    what must hold is that the old rows up to the checkpoint stay as written, every step is logged once, and two resumes of the same
-    checkpoint agree bit for bit (the whole state, sampler RNGs included, was read back)."""
+    what must hold is that the old rows up to the checkpoint stay as written, every step is logged once, and two
+    resumes of the same checkpoint agree bit for bit (the whole state, sampler RNGs included, was read back)."""
     # that package graded leniently (the only grader it had), matched whole keywords, and knew none of the settings
     # added since
     config = tiny_config(

@@ -21,7 +21,6 @@ from alignment.utils.atomic import atomic_write_json
 SETTINGS_FILE = "settings.json"
 
 # choices shared by several scripts' settings
-DType = Literal["bfloat16", "float16", "float32"]
 WandbMode = Literal["online", "offline", "disabled"]
 
 

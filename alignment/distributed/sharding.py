@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 T = TypeVar("T")
@@ -94,9 +94,13 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if type(m).__name__ in names]
 
 
-def shard_policy(model: nn.Module, device_type: str, group: dist.ProcessGroup | None = None) -> nn.Module:
+def shard_policy(
+    model: nn.Module, device_type: str, group: dist.ProcessGroup | None = None, compute: torch.dtype | None = None
+) -> nn.Module:
     """Shard a transformers model over every process of `group` (default: all of them): each decoder layer, then
-    the root. The Ray learner group (alignment/ray/learner_group.py) passes its learners' own group."""
+    the root. The Ray learner group (alignment/ray/learner_group.py) passes its learners' own group. With `compute`,
+    the shards stay in their dtype (float32: the master weights of a mixed --precision) and are gathered in
+    `compute` for the forward and backward, their gradients reduced in float32 (FSDP2's MixedPrecisionPolicy)."""
     layers = decoder_layers(model)
     if not layers:
         raise ValueError(f"{type(model).__name__} names no decoder layers (_no_split_modules): it cannot be sharded")
@@ -104,9 +108,10 @@ def shard_policy(model: nn.Module, device_type: str, group: dist.ProcessGroup | 
         mesh = init_device_mesh(device_type, (dist.get_world_size(),))
     else:
         mesh = DeviceMesh.from_group(group, device_type)
+    mixed = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32 if compute else None)
     for layer in layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, mp_policy=mixed)
+    fully_shard(model, mesh=mesh, mp_policy=mixed)
     for module in fsdp_modules(model):
         # the losses carry the step-wide denominators: sum the ranks' gradients (SUM: gloo has no PREMUL_SUM)
         module.set_gradient_divide_factor(1.0)
@@ -114,13 +119,14 @@ def shard_policy(model: nn.Module, device_type: str, group: dist.ProcessGroup | 
     return model
 
 
-def sharded_copy(model: nn.Module) -> nn.Module:
+def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
     """A copy of a sharded transformers model, sharded the same way (FSDP2 modules cannot be deep-copied): built
-    from its config and filled shard by shard, each rank copying its own, with no communication."""
+    from its config and filled shard by shard, each rank copying its own, with no communication. Its shards are in
+    `dtype` (default: the model's own), cast from the model's."""
     from transformers import AutoModelForCausalLM
 
     parameter = next(model.parameters())
-    copy = AutoModelForCausalLM.from_config(model.config, dtype=parameter.dtype)  # type: ignore[attr-defined]
+    copy = AutoModelForCausalLM.from_config(model.config, dtype=dtype or parameter.dtype)  # type: ignore[attr-defined]
     shard_policy(copy, parameter.device_mesh.device_type, parameter.device_mesh.get_group())  # type: ignore[attr-defined]
     theirs = dict(model.named_parameters()) | dict(model.named_buffers())
     with torch.no_grad():

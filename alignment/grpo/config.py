@@ -200,7 +200,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
     # A keyword run saved before --keyword-match existed matched whole words
     ADDED: ClassVar[dict[str, Any]] = TrainingSettings.ADDED | {"keyword_match": "word"}
     # Settings renamed since earlier runs: old key -> (new key, old value -> new value)
-    LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
+    LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = TrainingSettings.LEGACY | {
         "length_normalization": ("loss_aggregation", {"masked_mean": "sequence_mean", "masked_normalize": "constant"}),
     }
 

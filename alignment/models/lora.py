@@ -108,12 +108,13 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def frozen_copy(policy: nn.Module) -> nn.Module:
+def frozen_copy(policy: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
     """A frozen copy of the policy as it is now, in eval mode: its own tensors for every weight that trains, while
     weights that never train (a LoRA base) are shared, not copied. A policy sharded over processes gets a copy
-    sharded the same way (alignment/distributed/sharding.py)."""
+    sharded the same way (alignment/distributed/sharding.py), its shards in `dtype` (the dtype the policy computes
+    in: a frozen copy needs no float32 master)."""
     if is_sharded(policy):
-        return sharded_copy(policy).eval().requires_grad_(False)
+        return sharded_copy(policy, dtype).eval().requires_grad_(False)
     shared = {id(p): p for p in policy.parameters() if not p.requires_grad}
     return copy.deepcopy(policy, memo=shared).eval().requires_grad_(False)
 
@@ -131,10 +132,10 @@ def copy_trainable(policy: nn.Module, copied: nn.Module) -> None:
             )
 
 
-def reference_model(policy: nn.Module) -> nn.Module:
+def reference_model(policy: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
     """The frozen initial policy, for KL to the reference. Under LoRA it is the base model: a copy of the module
     tree that shares the frozen base weights (no second copy of the model) with its adapters switched off."""
-    reference = frozen_copy(policy)
+    reference = frozen_copy(policy, dtype)
     if has_lora(reference):
         reference.disable_adapters()  # type: ignore[operator]
     return reference

@@ -127,12 +127,17 @@ def load_adapter_weights(policy: torch.nn.Module, directory: Path) -> None:
             tensor.copy_(weights[key])
 
 
+def cast_floating(state_dict: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The floating-point tensors in `dtype` (those already in it as they are, not copied), the others as they are."""
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state_dict.items()}
+
+
 def push_weights(engine, policy: torch.nn.Module) -> None:
     """Hand the policy's current weights to a rollout engine: nothing to do for an in-process engine that samples
     the policy object itself; the adapters alone to an engine that serves LoRA (`serves_lora`); else the weights
-    as a standard model's (LoRA adapters merged in)."""
+    as a standard model's (LoRA adapters merged in); in the engine's dtype where it has one (`dtype`: vLLM)."""
     if getattr(engine, "model", None) is policy:
         return
-    engine.load_policy_weights(
-        sync_state_dict(policy) if getattr(engine, "serves_lora", False) else merged_state_dict(policy)
-    )
+    weights = sync_state_dict(policy) if getattr(engine, "serves_lora", False) else merged_state_dict(policy)
+    dtype = getattr(engine, "dtype", None)
+    engine.load_policy_weights(weights if dtype is None else cast_floating(weights, dtype))

@@ -31,7 +31,7 @@ from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import rollout_sampling
 from alignment.models.lora import frozen_copy, sync_state_dict
-from alignment.models.policy_folder import push_weights
+from alignment.models.policy_folder import cast_floating, push_weights
 from alignment.prompts import format_prompt
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.env import ray
@@ -302,6 +302,8 @@ class Learner(_Actor):
         whole = full_tensors(sync_state_dict(self.learner.policy))
         if self.learner.shards is not None and not self.learner.shards.main:
             return {}
+        # in the generators' dtype: a sharded learner's mixed precision keeps float32 shards
+        whole = cast_floating(whole, model_dtype(self.config, self.device))
         return {k: v.detach().cpu() if on_cpu else v.detach() for k, v in whole.items()}
 
     def digest(self) -> str:

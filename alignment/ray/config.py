@@ -207,6 +207,11 @@ def validate_ray(config: RayGRPOConfig) -> None:
                 f"--learner-processes {n} shards a transformers model; --backend transformer_lm trains our own "
                 "TransformerLM in one process: use --learner-processes 1"
             )
+        if c.precision == "fp16-mixed":
+            _fail(
+                f"--learner-processes {n} with --precision fp16-mixed: its loss scaler would skip steps on one "
+                "learner's shards alone; use --precision bf16-mixed or --learner-processes 1"
+            )
     validate_async(c)
 
 

@@ -100,7 +100,7 @@ class VLLMRolloutEngine:
         """
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # must be set before vllm reads its environment
         quiet_libraries()  # likewise: vLLM's log level is read when it is first imported
-        self.model_path, self.lora = model_path, lora
+        self.model_path, self.lora, self.dtype = model_path, lora, dtype  # weight syncs arrive cast to `dtype`
         self.serves_lora = lora is not None and lora.lora_rank > 0
         from vllm import LLM
         from vllm.platforms import current_platform

@@ -3,9 +3,12 @@
     checkpoint/
       policy/                  the policy as a standard model folder (alignment/models/policy_folder.py); for a LoRA
                                policy only its adapter, in peft's format
-      optimizer.safetensors    the optimizer's tensors ("<param index>.<name>") and the torch RNG state ("rng.torch")
+      optimizer.safetensors    the optimizer's tensors ("<param index>.<name>": AdamW's states and, in a mixed
+                               precision, the float32 master weights, "<index>.master") and the torch RNG state
+                               ("rng.torch")
       state.json               format and version, the settings it was made with, the optimizer's param groups and
-                               scalars, the Python RNG, the loop's own state (step, ...) and every file's size
+                               scalars (fp16-mixed's loss scaler too), the Python RNG, the loop's own state (step, ...)
+                               and every file's size
       COMPLETE                 the step, written last
 
 A policy sharded over processes (alignment/distributed/sharding.py) keeps the same policy/, state.json and COMPLETE, and
@@ -32,12 +35,19 @@ from alignment.config.settings import as_saved, upgraded, with_defaults
 from alignment.distributed.sharded_checkpoint import load_shards, save_shards
 from alignment.distributed.sharding import ShardGroup, shard_group
 from alignment.models.policy_folder import is_adapter_folder, load_policy_weights, save_merged_folder, save_policy
+from alignment.run.precision import PolicyOptimizer
 from alignment.utils.atomic import atomic_write_json, replace_dir
 from alignment.utils.faults import fault_point
 
 FORMAT, FORMAT_VERSION = "alignment.checkpoint", 2
 POLICY, TENSORS, STATE, MARKER = "policy", "optimizer.safetensors", "state.json", "COMPLETE"
 _RNG = "rng.torch"
+Optimizer = torch.optim.Optimizer | PolicyOptimizer
+
+
+def torch_optimizer(optimizer: Optimizer) -> torch.optim.Optimizer:
+    """The torch optimizer itself (a PolicyOptimizer's AdamW): what DCP saves a sharded policy's state from."""
+    return optimizer.optimizer if isinstance(optimizer, PolicyOptimizer) else optimizer
 
 
 def fingerprint(config: Any) -> dict[str, Any]:
@@ -45,8 +55,9 @@ def fingerprint(config: Any) -> dict[str, Any]:
     return {k: v for k, v in config.to_json().items() if k not in type(config).RESUMABLE}
 
 
-def _optimizer_parts(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """(tensors, JSON) that together hold optimizer.state_dict()."""
+def _optimizer_parts(optimizer: Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(tensors, JSON) that together hold optimizer.state_dict(); its entries besides "state" (the loss scaler's,
+    alignment/run/precision.py) go to the JSON as they are."""
     state = optimizer.state_dict()
     tensors, scalars = {}, {}
     for index, values in state["state"].items():
@@ -55,7 +66,7 @@ def _optimizer_parts(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.
                 tensors[f"{index}.{name}"] = value.detach().contiguous()
             else:
                 scalars[f"{index}.{name}"] = value
-    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+    return tensors, {k: v for k, v in state.items() if k != "state"} | {"scalars": scalars}
 
 
 def _optimizer_state(tensors: dict[str, torch.Tensor], saved: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +74,7 @@ def _optimizer_state(tensors: dict[str, torch.Tensor], saved: dict[str, Any]) ->
     for key, value in [*tensors.items(), *saved["scalars"].items()]:
         index, name = key.split(".", 1)
         state.setdefault(int(index), {})[name] = value
-    return {"state": dict(sorted(state.items())), "param_groups": saved["param_groups"]}
+    return {k: v for k, v in saved.items() if k != "scalars"} | {"state": dict(sorted(state.items()))}
 
 
 def save_checkpoint(
@@ -71,7 +82,7 @@ def save_checkpoint(
     config: Any,
     policy: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     state: dict[str, Any],
 ) -> Path:
     """Checkpoint into `folder`/checkpoint; `state` is the loop's JSON state and must hold "step". A sharded policy's
@@ -87,7 +98,7 @@ def save_checkpoint(
         save_file(tensors | {_RNG: torch.get_rng_state()}, staging / TENSORS)
     else:
         group.barrier()  # the staging folder exists
-        optimizer_json = save_shards(staging, policy, tokenizer, optimizer, group)
+        optimizer_json = save_shards(staging, policy, tokenizer, torch_optimizer(optimizer), group)
     fault_point("checkpoint_write")
     if group is None or group.main:
         _finish(folder, staging, config, optimizer_json, state, group)
@@ -166,9 +177,7 @@ def _read_state(target: Path) -> dict[str, Any]:
     return saved
 
 
-def load_checkpoint(
-    folder: Path, config: Any, policy: torch.nn.Module, optimizer: torch.optim.Optimizer
-) -> dict[str, Any]:
+def load_checkpoint(folder: Path, config: Any, policy: torch.nn.Module, optimizer: Optimizer) -> dict[str, Any]:
     """Restore policy, optimizer and RNGs from `folder`/checkpoint and return the loop's state.
 
     Raises ValueError when the checkpoint is missing, incomplete, damaged, of an older format, or was made
@@ -209,7 +218,9 @@ def load_checkpoint(
         fix = "resume it without torchrun" if processes is None else "resume it under torchrun (any --nproc-per-node)"
         raise ValueError(f"--resume: the checkpoint in {folder} was written by {made}, and this is {now}; {fix}")
     if group is not None:
-        load_shards(target, policy, optimizer, saved["optimizer"])  # re-sharded to this run's process count
+        load_shards(
+            target, policy, torch_optimizer(optimizer), saved["optimizer"]
+        )  # re-sharded to this run's process count
     else:
         try:
             tensors = load_file(target / TENSORS)

@@ -1,18 +1,22 @@
 """GPU memory of a GRPO run, planned from the model's shape before anything loads.
 
-Per device, in bytes: the policy's weights, gradients and AdamW states (each in the policy's dtype, as torch's
-AdamW keeps them), the KL reference copy when kept, the activations one microbatch saves for backward at the
-longest sequence (with or without gradient checkpointing), the log-prob head's float32 work over the response
-tokens, and the rollout engine: vLLM's share of its GPU (weights, KV cache, its own overhead) or the hf backend's
-KV cache. A GPU that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU, KV cache freed) while
-the policy trains, and the policy's gradients are freed while vLLM generates, so each phase is checked alone.
+Per device, in bytes: the policy's weights, its float32 master copy, gradients and AdamW states, each in the dtype
+--precision keeps it in (alignment/run/precision.py: bf16 keeps everything in bfloat16, 2 + 2 + 2 x 2 bytes a parameter;
+bf16-mixed and fp16-mixed a 2-byte compute copy, a 4-byte master, 4-byte gradients and 2 x 4 bytes of AdamW states; fp32
+4 + 4 + 2 x 4), the KL reference copy when kept, the activations one microbatch saves for backward at the longest
+sequence in the compute dtype (with or without gradient checkpointing), the log-prob head's float32 work over the
+response tokens, and the rollout engine (in the compute dtype): vLLM's share of its GPU (weights, KV cache, its own
+overhead) or the hf backend's KV cache. A GPU that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU,
+KV cache freed) while the policy trains, and the policy's gradients are freed while vLLM generates, so each phase is
+checked alone.
 
 A learner sharded over N processes, one GPU each (torchrun, alignment/distributed/sharding.py), keeps 1/N of the
-weights, of their gradients, of the AdamW states and of a reference copy on each GPU. What each process holds whole
-stays: its activations and the head's float32 work, the root's parameters (embeddings, final norm, head) and their
-gradient for the whole forward and backward, two decoder layers' weights (the one computing and the next,
-prefetched) and one layer's gradient before its reduce-scatter; while it samples (hf, its share of the prompts,
-as the only sampler under torchrun), the whole model gathered and its share's KV cache.
+weights, of their gradients, of the AdamW states and of a reference copy on each GPU (in a mixed precision its float32
+shards are the master, gathered in the compute dtype). What each process holds whole stays: its activations and the
+head's float32 work, the root's parameters (embeddings, final norm, head) and their gradient for the whole forward and
+backward, two decoder layers' weights (the one computing and the next, prefetched) and one layer's gradient before its
+reduce-scatter; while it samples (hf, its share of the prompts, as the only sampler under torchrun), the whole model
+gathered and its share's KV cache.
 
 All but `model_shape` (which reads a config.json) are pure functions of numbers: `scripts/train_grpo.py
 --plan-memory 1x24` prints a plan for a machine that is not there (`--plan-processes 2` for a learner sharded
@@ -20,10 +24,13 @@ over 2 of its GPUs), and a GPU run checks its plan before loading (under torchru
 Estimates, not measurements: allocator fragmentation and short-lived temporaries beyond the head's are not counted.
 """
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
+
+from alignment.run.precision import MODES, Mode, Precision, resolve_precision
 
 GiB = 2**30
 CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context and library workspaces: outside torch's allocator, on every GPU used
@@ -31,7 +38,6 @@ VLLM_OVERHEAD_BYTES = 2 * GiB  # vLLM's activation peak (sampling included) and 
 VLLM_ASLEEP_BYTES = GiB // 2  # what a level-1 sleeping engine keeps on its GPU (graph pools, buffers)
 OWN_GPU_SHARE = 0.85  # the handouts' gpu_memory_utilization for vLLM on a GPU of its own
 ASSUMED_PROMPT_TOKENS = 512  # longest prompt when the data is not read (r1_zero + a long MATH problem)
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 Rollout = Literal["vllm", "hf"]
 
@@ -122,7 +128,7 @@ class ModelShape:
 class Workload:
     """The settings memory depends on."""
 
-    dtype_bytes: int  # policy dtype: weights, gradients and AdamW states alike
+    precision: Precision  # what weights, master copy, gradients, AdamW states and activations are kept in
     micro_batch: int  # sequences per microbatch
     prompt_tokens: int  # longest prompt
     response_tokens: int  # sampling_max_tokens
@@ -139,6 +145,15 @@ class Workload:
     @property
     def sequence_tokens(self) -> int:
         return self.prompt_tokens + self.response_tokens
+
+    @property
+    def mode(self) -> Mode:
+        return MODES[self.precision]
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Of the compute dtype: activations, the forward's weights, KV caches and a vLLM engine's weights."""
+        return self.mode.compute_bytes
 
 
 @dataclass(frozen=True)
@@ -181,19 +196,21 @@ def activation_bytes(shape: ModelShape, work: Workload) -> int:
 
 
 def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:
-    """The learner's parts on one GPU: weights, gradients, AdamW states, reference copy (each process's shard of
-    them when sharded) and activations; sharded, also what it gathers whole to train."""
+    """The learner's parts on one GPU: weights, master copy, gradients, AdamW states, reference copy (each
+    process's shard of them when sharded) and activations; sharded, also what it gathers whole to train."""
     params = shape.parameters()
     trainable = math.ceil(params * work.trainable_fraction)
+    per = work.mode.parameter_bytes(sharded=work.processes > 1)
 
-    def shard(count: int) -> int:
-        return math.ceil(count / work.processes) * work.dtype_bytes
+    def shard(count: int, bytes_each: int) -> int:
+        return math.ceil(count / work.processes) * bytes_each
 
     parts = {
-        "weights": shard(params),
-        "gradients": shard(trainable),
-        "optimizer": 2 * shard(trainable),  # AdamW's exp_avg and exp_avg_sq
-        "reference": shard(params) if work.kl_reference else 0,
+        "weights": shard(params, per["weights"]),
+        "master weights": shard(trainable, per["master weights"]),  # of the trainable parameters (LoRA: adapters)
+        "gradients": shard(trainable, per["gradients"]),
+        "optimizer": shard(trainable, per["optimizer"]),  # AdamW's exp_avg and exp_avg_sq
+        "reference": shard(params, work.dtype_bytes) if work.kl_reference else 0,  # frozen: the compute dtype
         "activations": activation_bytes(shape, work),
     }
     if work.previous_copy:  # under LoRA the adapters alone: the frozen base is shared
@@ -205,8 +222,11 @@ def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:
 
 def gathered_bytes(shape: ModelShape, work: Workload) -> int:
     """What a sharded learner holds whole while it trains: the root's parameters and their gradient, two decoder
-    layers' weights and one layer's gradient (see the module docstring)."""
-    return (2 * shape.root_parameters() + 3 * shape.layer_parameters()) * work.dtype_bytes
+    layers' weights and one layer's gradient (see the module docstring); weights in the compute dtype, gradients in
+    the dtype they are reduced in (float32 in a mixed precision)."""
+    root, layer = shape.root_parameters(), shape.layer_parameters()
+    gradient_bytes = work.mode.parameter_bytes(sharded=True)["gradients"]
+    return (root + 2 * layer) * work.dtype_bytes + (root + layer) * gradient_bytes
 
 
 def vllm_needs(shape: ModelShape, work: Workload) -> int:
@@ -253,7 +273,13 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
     usable = total - CUDA_CONTEXT_BYTES
     learner = policy_bytes(shape, work)
     # held through every phase
-    resident = learner["weights"] + learner["optimizer"] + learner["reference"] + learner.get("previous step's copy", 0)
+    resident = (
+        learner["weights"]
+        + learner["master weights"]
+        + learner["optimizer"]
+        + learner["reference"]
+        + learner.get("previous step's copy", 0)
+    )
     training = resident + learner["gradients"] + learner["activations"]
     notes: list[str] = []
     if work.processes > 1:
@@ -273,7 +299,7 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
     if work.rollout == "hf":
         kv = hf_kv_bytes(shape, work)
         if machine.gpus >= 2:
-            sampler = {"sampler weights": learner["weights"], "hf KV cache": kv}
+            sampler = {"sampler weights": shape.parameters() * work.dtype_bytes, "hf KV cache": kv}
             return MemoryPlan(
                 [device("cuda:0", usable, learner, training), device("cuda:1", usable, sampler, sum(sampler.values()))],
                 None,
@@ -307,7 +333,7 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
     parts = learner | {"vLLM awake": vllm, "vLLM asleep": VLLM_ASLEEP_BYTES, "(vLLM needs at least)": needs}
     generating, training_phase = resident + vllm, training + VLLM_ASLEEP_BYTES
     notes.append(
-        f"generating: {generating / GiB:.1f} GiB (weights, AdamW states, reference, vLLM awake); "
+        f"generating: {generating / GiB:.1f} GiB (weights, master copy, AdamW states, reference, vLLM awake); "
         f"training: {training_phase / GiB:.1f} GiB (those, gradients, activations, vLLM asleep)"
     )
     peak = max(generating, training_phase)
@@ -315,7 +341,8 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
 
 
 def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
-    """Flags that would make a plan that does not fit fit: each alone where one suffices, else together."""
+    """Flags that would make a plan that does not fit fit: the fewest changes that do, every such set in the order
+    listed here (each change alone where one suffices)."""
     options: list[tuple[str, dict[str, Any], int]] = []  # (what to say, Workload changes, GPUs)
     if not work.gradient_checkpointing:
         options.append(("--gradient-checkpointing", {"gradient_checkpointing": True}, machine.gpus))
@@ -333,6 +360,10 @@ def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
         )
     if machine.gpus == 1 and work.gpu_memory_utilization is not None:
         options.append(("no --gpu-memory-utilization (vLLM's share planned)", {"gpu_memory_utilization": None}, 1))
+    if work.precision != "bf16":  # the next smaller precision: fp32 -> bf16-mixed -> bf16
+        smaller = "bf16-mixed" if work.precision == "fp32" else "bf16"
+        what = "bfloat16 compute" if smaller == "bf16-mixed" else "no float32 master copy"
+        options.append((f"--precision {smaller} ({what})", {"precision": smaller}, machine.gpus))
     if machine.gpus == 1:
         options.append(("a second GPU (vLLM on it, as the handouts run)", {}, 2))
     if work.processes < machine.gpus and work.trainable_fraction == 1:  # LoRA runs in one process
@@ -348,14 +379,14 @@ def remedies(shape: ModelShape, work: Workload, machine: Machine) -> list[str]:
     def fits(changes: dict[str, Any], gpus: int) -> bool:
         return plan(shape, replace(work, **changes), replace(machine, gpus=gpus)).fits
 
-    alone = [text for text, changes, gpus in options if fits(changes, gpus)]
-    if alone:
-        return alone
-    changes, gpus = {}, machine.gpus
-    for i, (_, more, more_gpus) in enumerate(options):  # apply them in order, cumulatively, until it fits
-        changes, gpus = changes | more, max(gpus, more_gpus)
-        if fits(changes, gpus):
-            return [" + ".join(text for text, _, _ in options[: i + 1])]
+    for size in range(1, len(options) + 1):
+        found = [
+            " + ".join(text for text, _, _ in chosen)
+            for chosen in itertools.combinations(options, size)
+            if fits({k: v for _, more, _ in chosen for k, v in more.items()}, max(gpus for _, _, gpus in chosen))
+        ]
+        if found:
+            return found
     return []
 
 
@@ -365,7 +396,8 @@ def describe(result: MemoryPlan, machine: Machine, work: Workload, shape: ModelS
         f"memory plan: {machine.gpus} x {machine.gib:g} GiB; policy {shape.parameters() / 1e9:.2f}B parameters, "
         f"microbatch {work.micro_batch} x {work.sequence_tokens} tokens "
         f"({work.prompt_tokens} prompt + {work.response_tokens} response), "
-        f"gradient checkpointing {'on' if work.gradient_checkpointing else 'off'}, rollouts by {work.rollout}"
+        f"gradient checkpointing {'on' if work.gradient_checkpointing else 'off'}, precision {work.precision}, "
+        f"rollouts by {work.rollout}"
         + (f", learner sharded over {work.processes} processes" if work.processes > 1 else "")
     ]
     for device in result.devices:
@@ -428,12 +460,12 @@ def model_shape(model: str) -> ModelShape:
 def grpo_workload(
     config: Any, shape: ModelShape, prompt_tokens: int = ASSUMED_PROMPT_TOKENS, processes: int = 1
 ) -> Workload:
-    """A GRPOConfig's settings as a Workload (on a GPU the policy defaults to bfloat16), for a learner sharded over
+    """A GRPOConfig's settings as a Workload (on a GPU --precision defaults to bf16-mixed), for a learner sharded over
     `processes` (which samples with hf). With LoRA only the adapters have gradients and AdamW states, and the KL
     reference is the model with its adapters off: no copy."""
     lora = config.lora_rank > 0
     return Workload(
-        dtype_bytes=DTYPE_BYTES[config.dtype or "bfloat16"],
+        precision=resolve_precision(config.precision, "cuda"),
         micro_batch=config.micro_train_batch_size,
         prompt_tokens=prompt_tokens,
         response_tokens=config.sampling_max_tokens,

@@ -45,6 +45,7 @@ from alignment.run.memory_plan import (
     model_shape,
     report,
 )
+from alignment.run.precision import MODES, compute_dtype, resolve_precision
 from alignment.run.training_settings import TrainingSettings
 
 
@@ -136,10 +137,9 @@ def devices(config: TrainingSettings) -> tuple[str, str]:
 
 
 def model_dtype(config: TrainingSettings, device: str) -> torch.dtype:
-    """--dtype, else bfloat16 on a GPU and float32 on the CPU."""
-    if config.dtype:
-        return getattr(torch, config.dtype)
-    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    """The dtype --precision computes in (by default bfloat16 on a GPU, float32 on the CPU): the policy's weights as
+    its forward uses them, and the rollout engine's (alignment/run/precision.py)."""
+    return compute_dtype(config.precision, device)
 
 
 def check_sharded(config: Any) -> None:
@@ -161,6 +161,11 @@ def check_sharded(config: Any) -> None:
         raise ValueError("--reuse-rollout-forward on needs one process (torchrun shards the policy)")
     if getattr(config, "time_budget", None) is not None:
         raise ValueError("--time-budget needs one process: under torchrun each would stop by its own clock")
+    if config.precision == "fp16-mixed":
+        raise ValueError(
+            "--precision fp16-mixed under torchrun: its loss scaler would skip steps on one process's shards "
+            "alone; use --precision bf16-mixed, or run without torchrun"
+        )
 
 
 @contextlib.contextmanager
@@ -192,8 +197,9 @@ def load_policy(
     group: torch.distributed.ProcessGroup | None = None,
 ):
     """(policy, tokenizer): our own TransformerLM for --backend transformer_lm, else a transformers model (with LoRA
-    adapters when --lora-rank > 0); with `shard`, sharded as it is built over every process of `group` (default:
-    all of them; alignment/distributed/sharding.py).
+    adapters when --lora-rank > 0), its weights in `dtype`; with `shard`, sharded as it is built over every process
+    of `group` (default: all of them; alignment/distributed/sharding.py), where a mixed --precision keeps float32
+    shards (its master weights), which FSDP2 gathers in `dtype` (alignment/run/precision.py).
 
     A policy on the CPU first switches the process to glibc settings that keep freed memory for reuse
     (alignment/run/cpu_allocator.py): a third off the CPU train phase on a VM slow to fault pages in.
@@ -204,7 +210,12 @@ def load_policy(
         return load_transformer_lm(config.model, device, dtype)
     # sharded: the whole model only ever in CPU memory; fully_shard moves each rank's shards to its device
     policy, tokenizer = load_model_and_tokenizer(config.model, device, dtype, lora=config, place=not shard)
-    policy = shard_policy(policy, torch.device(device).type, group) if shard else policy
+    if shard:
+        mixed = MODES[resolve_precision(config.precision, device)].master
+        # a mixed precision's float32 shards are its master, started from the weights as loaded (as unsharded)
+        policy = shard_policy(
+            policy.float() if mixed else policy, torch.device(device).type, group, dtype if mixed else None
+        )
     if getattr(config, "gradient_checkpointing", False):
         policy.gradient_checkpointing_enable()
     return policy, tokenizer
@@ -234,7 +245,13 @@ def build_engine(
     shared_gpu = rollout_device == policy_device and torch.device(policy_device).type == "cuda"
     share = vllm_share or config.gpu_memory_utilization or OWN_GPU_SHARE
     return make_rollout_engine(
-        config.model, backend, rollout_device, gpu_memory_utilization=share, seed=config.seed, sleep=shared_gpu
+        config.model,
+        backend,
+        rollout_device,
+        model_dtype(config, policy_device),
+        gpu_memory_utilization=share,
+        seed=config.seed,
+        sleep=shared_gpu,
     )
 
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from alignment.config.settings import DType, OutputSettings, WandbMode, setting
+from alignment.config.settings import OutputSettings, WandbMode, setting
 from alignment.grader import GraderMode
 from alignment.models.lora import LoRASettings
 from alignment.prompts import PROMPT_HELP, Prompt
+from alignment.run.precision import Precision
 
 
 @dataclass
@@ -50,7 +51,13 @@ class TrainingSettings(OutputSettings, LoRASettings):
     rollout_device: str | None = setting(
         None, "Rollout device (default: cuda:1 with two GPUs, else the policy device)."
     )
-    dtype: DType | None = setting(None, "Policy dtype (default: bfloat16 on GPU, float32 on CPU).")
+    precision: Precision | None = setting(
+        None,
+        "fp32: float32 throughout (default on the CPU); bf16: weights and AdamW states in bfloat16, the handouts' "
+        "loading advice (an update under half a bfloat16 step of its weight, 2^-9 of it, is lost); bf16-mixed: "
+        "float32 master weights and AdamW states, bfloat16 compute (default on a GPU); fp16-mixed: float16 compute "
+        "with dynamic loss scaling, rollouts sampled in float16 (alignment/run/precision.py).",
+    )
     checkpoint_every: int = setting(50, "Save a resumable checkpoint every N steps, and at the end.")
     wandb_project: str | None = setting(None, "wandb project name.")
     wandb_mode: WandbMode = setting("disabled", "wandb logging: online, offline (no network needed) or disabled.")
@@ -79,6 +86,12 @@ class TrainingSettings(OutputSettings, LoRASettings):
     )
     # Settings added since runs were saved, with what a run saved without them did (read on --resume)
     ADDED: ClassVar[dict[str, Any]] = {"grader": "lenient"}
+    # Settings renamed since earlier runs: old key -> (new key, old value -> new value). A run saved with the
+    # default dtype (None) resumes with the default precision: bf16-mixed on a GPU, its master copy started from the
+    # saved weights.
+    LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
+        "dtype": ("precision", {None: None, "bfloat16": "bf16", "float32": "fp32"})
+    }
     # Files whose presence in --output-dir marks an earlier run
     RUN_FILES: ClassVar[tuple[str, ...]] = ("metrics.jsonl", "checkpoint")
 

@@ -16,11 +16,11 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.data.sft_examples import SFTExample
-from alignment.distributed.sharding import clip_grad_norm, microbatch_turns, root_forward, shard_group
+from alignment.distributed.sharding import microbatch_turns, root_forward, shard_group
 from alignment.logprobs import get_response_log_probs
 from alignment.masked import masked_mean
-from alignment.models.lora import trainable_parameters
 from alignment.run.checkpoint import save_checkpoint
+from alignment.run.precision import PolicyOptimizer, resolve_precision
 from alignment.sft import sft_microbatch_train_step, tokenize_prompt_and_output
 from alignment.supervised.config import SFTTrainingSettings
 
@@ -66,11 +66,9 @@ class SFTTrainer:
         self, policy: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: SFTTrainingSettings
     ) -> None:
         self.policy, self.tokenizer, self.settings = policy, tokenizer, settings
-        self.optimizer = torch.optim.AdamW(
-            trainable_parameters(policy),
-            lr=settings.learning_rate,
-            weight_decay=settings.weight_decay,
-            fused=next(policy.parameters()).device.type in ("cpu", "cuda"),
+        precision = resolve_precision(settings.precision, next(policy.parameters()).device)
+        self.optimizer = PolicyOptimizer(
+            policy, precision, lr=settings.learning_rate, weight_decay=settings.weight_decay
         )
         self.shards = shard_group(policy)  # None unless torchrun sharded the policy
 
@@ -96,16 +94,20 @@ class SFTTrainer:
             tokens.append(count)
         if self.shards is not None:  # every rank's microbatches, so that every rank reports the same
             losses, entropies, tokens = self.shards.merged(losses, entropies, tokens)
-        grad_norm = clip_grad_norm(list(self.policy.parameters()), s.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {
-            "loss": sum(losses),
-            "grad_norm": grad_norm,
-            "token_entropy": sum(entropies) / n_micro,
-            "response_tokens": sum(tokens),
-            "learning_rate": self.optimizer.param_groups[0]["lr"],
-        }
+        grad_norm = self.optimizer.clip_grad_norm(s.max_grad_norm)
+        stepped = self.optimizer.step()  # fp16-mixed skips a step whose gradient overflowed
+        self.optimizer.zero_grad()
+        return (
+            {
+                "loss": sum(losses),
+                "grad_norm": grad_norm,
+                "token_entropy": sum(entropies) / n_micro,
+                "response_tokens": sum(tokens),
+                "learning_rate": self.optimizer.param_groups[0]["lr"],
+            }
+            | self.optimizer.metrics()
+            | ({} if stepped else {"skipped_step": 1.0})
+        )
 
     def log_probs(self, input_ids: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """get_response_log_probs with entropies; a sharded policy's root weights gathered around it (root_forward)."""

@@ -1,0 +1,162 @@
+"""--precision: the default per device, a bad value named, bf16's rounded-away updates against bf16-mixed's float32
+master, fp16-mixed's loss scaler (an overflowing step skipped, its state and the master through a checkpoint)."""
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from alignment.data.sft_examples import SFTExample
+from alignment.data.task import Task
+from alignment.grpo.config import GRPOConfig
+from alignment.grpo.config import validate as validate_grpo
+from alignment.grpo.learner import GRPOLearner
+from alignment.grpo.sampler import rollout_sampling
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.run.checkpoint import load_checkpoint, save_checkpoint
+from alignment.run.precision import default_precision, resolve_precision
+from alignment.run.setup import model_dtype
+from alignment.supervised.config import SFTConfig
+from alignment.supervised.config import validate as validate_sft
+from alignment.supervised.trainer import SFTTrainer
+from tests.conftest import tiny_config
+
+EXAMPLES = [
+    SFTExample("Q: What is 2 + 3?\nA:", " 2 + 3 = 5. The answer is 5."),
+    SFTExample("Q: Name a fruit.\nA:", " An apple is a fruit."),
+]
+
+
+def tiny_policy(tokenizer, dtype: torch.dtype) -> LlamaForCausalLM:
+    """The same random 2-layer Llama every call (weights of about 0.02, as transformers initializes them)."""
+    torch.manual_seed(0)
+    return LlamaForCausalLM(tiny_config("llama", len(tokenizer), tokenizer.pad_token_id)).to(dtype)
+
+
+def sft_settings(tmp_path, precision: str, learning_rate: float = 1e-5) -> SFTConfig:
+    return SFTConfig(
+        precision=precision,  # type: ignore[arg-type]
+        learning_rate=learning_rate,
+        batch_size=2,
+        gradient_accumulation_steps=1,
+        max_seq_length=64,
+        output_dir=tmp_path / "run",
+    )
+
+
+def changed(before: dict[str, torch.Tensor], policy: torch.nn.Module) -> float:
+    """The fraction of the policy's weights that differ from `before`."""
+    moved = sum(int((p != before[name]).sum()) for name, p in policy.named_parameters())
+    return moved / sum(p.numel() for p in policy.parameters())
+
+
+def test_the_default_is_fp32_on_the_cpu_and_bf16_mixed_on_a_gpu():
+    assert default_precision("cpu") == "fp32"
+    assert default_precision("cuda:0") == default_precision(torch.device("cuda", 1)) == "bf16-mixed"
+    assert resolve_precision(None, "cuda:1") == "bf16-mixed" and resolve_precision("bf16", "cuda:0") == "bf16"
+    config = GRPOConfig()
+    assert config.precision is None  # chosen by the policy's device
+    assert model_dtype(config, "cpu") == torch.float32 and model_dtype(config, "cuda:0") == torch.bfloat16
+    assert model_dtype(replace(config, precision="fp16-mixed"), "cpu") == torch.float16
+    assert model_dtype(replace(config, precision="bf16"), "cpu") == torch.bfloat16
+
+
+def test_a_bad_precision_is_refused_naming_the_flag():
+    message = "--precision 'bf8' is not one of fp32, bf16, bf16-mixed, fp16-mixed"
+    with pytest.raises(ValueError, match=message):
+        validate_grpo(GRPOConfig(precision="bf8"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        validate_sft(SFTConfig(precision="bf8"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        resolve_precision("bf8", "cpu")
+
+
+def test_an_lr_1e5_step_is_rounded_away_in_bf16_and_kept_by_bf16_mixeds_master(tokenizer, tmp_path):
+    """AdamW's first step moves every weight by about lr = 1e-5; bfloat16 keeps 8 significant bits, so a weight of
+    0.02 moves only by 2^-8 x 0.02 ~ 8e-5 at a time and an update under half of that rounds to nothing."""
+    fractions = {}
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("bf16-mixed", torch.bfloat16)):
+        policy = tiny_policy(tokenizer, dtype)
+        trainer = SFTTrainer(policy, tokenizer, sft_settings(tmp_path, precision))
+        start = {name: p.detach().clone() for name, p in policy.named_parameters()}
+        masters = [p.detach().clone() for p in trainer.optimizer.params]  # what AdamW updates
+        steps = []
+        for _ in range(1 if precision == "fp32" else 2):
+            trainer.step(EXAMPLES)
+            steps.append(changed(start, policy))
+        fractions[precision] = steps
+        optimized = trainer.optimizer.params
+        moved = sum(int((a != b).sum()) for a, b in zip(optimized, masters)) / sum(p.numel() for p in optimized)
+        if precision == "bf16-mixed":
+            assert all(p.dtype == torch.float32 for p in optimized) and moved > 0.99  # the master took every update
+            assert {s["exp_avg"].dtype for s in trainer.optimizer.state.values()} == {torch.float32}
+            for p, master in trainer.optimizer.pairs():  # the policy computes with the master, rounded
+                assert p.dtype == torch.bfloat16 and torch.equal(p, master.to(torch.bfloat16))
+        else:
+            assert moved == steps[-1]  # AdamW updates the policy's own weights
+    assert fractions["fp32"][0] > 0.99
+    assert max(fractions["bf16"]) < 0.5  # most of every update is lost
+    assert fractions["bf16-mixed"][0] < 0.5  # the master moved, its bfloat16 copy not yet ...
+    # ... but the master accumulates updates too small for bfloat16, which a bf16 policy loses at every step
+    assert fractions["bf16-mixed"][1] > fractions["bf16"][1] + 0.1
+
+
+TASK = Task(["What is 1 + 1?", "Name a fruit."], ["2", "apple"], "Q: {question}\nA:", lambda r, t: {"reward": 0.0})
+
+
+def test_fp16_mixed_skips_a_step_whose_scaled_gradient_overflows(tokenizer):
+    policy = tiny_policy(tokenizer, torch.float16)
+    config = GRPOConfig(
+        precision="fp16-mixed",
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        kl_reference=False,
+        learning_rate=1e-3,
+    )
+    learner = GRPOLearner(config, policy, tokenizer, TASK)
+    prompts = [TASK.template.format(question=q) for q in TASK.questions]
+    rollouts = HFRolloutEngine(policy, tokenizer, progress=False).generate(prompts, 2, rollout_sampling(config, 0))
+    scores = [{"reward": float(i % 2)} for i in range(4)]  # advantages of both signs: a gradient
+    batch = learner.make_batch([0, 1], rollouts, scores)
+    scaler = learner.optimizer.scaler
+    scaler.load_state_dict(scaler.state_dict() | {"scale": 2.0**60})  # past float16's 65504 at the head
+    before = [p.detach().clone() for p in policy.parameters()]
+    masters = [p.detach().clone() for p in learner.optimizer.params]
+    row = learner.optimizer_step(batch)  # an overflow is not a divergence: no Diverged
+    assert math.isfinite(row["loss"]) and not math.isfinite(row["grad_norm"])
+    assert row["skipped_step"] == 1.0 and row["loss_scale"] == 2.0**59  # halved
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(masters, learner.optimizer.params))
+    scaler.load_state_dict(scaler.state_dict() | {"scale": 2.0**10})
+    row = learner.optimizer_step(batch)
+    assert "skipped_step" not in row and math.isfinite(row["grad_norm"]) and row["loss_scale"] == 2.0**10
+    assert not all(torch.equal(a, b) for a, b in zip(masters, learner.optimizer.params))
+
+
+def test_the_master_weights_and_the_loss_scaler_survive_a_checkpoint(tokenizer, tmp_path):
+    config = sft_settings(tmp_path, "fp16-mixed", learning_rate=1e-4)
+    trainer = SFTTrainer(tiny_policy(tokenizer, torch.float16), tokenizer, config)
+    scaler = trainer.optimizer.scaler
+    scaler.load_state_dict(scaler.state_dict() | {"scale": 2.0**60})
+    assert trainer.step(EXAMPLES)["skipped_step"] == 1.0
+    scaler.load_state_dict(scaler.state_dict() | {"scale": 2.0**12})
+    assert "skipped_step" not in trainer.step(EXAMPLES)
+    assert scaler.state_dict()["_growth_tracker"] == 1  # a clean step, counted towards growing the scale
+    # the master holds what float16 cannot: it is not its float16 copy
+    assert any(not torch.equal(m, p.float()) for p, m in trainer.optimizer.pairs())
+    save_checkpoint(config.output_dir, config, trainer.policy, tokenizer, trainer.optimizer, {"step": 2})
+
+    resumed = SFTTrainer(tiny_policy(tokenizer, torch.float16), tokenizer, config)
+    load_checkpoint(config.output_dir, config, resumed.policy, resumed.optimizer)
+    assert resumed.optimizer.scaler.state_dict() == scaler.state_dict()
+    for (p, m), (q, n) in zip(trainer.optimizer.pairs(), resumed.optimizer.pairs()):
+        assert torch.equal(m, n) and torch.equal(p, q)
+    for a, b in zip(trainer.optimizer.state.values(), resumed.optimizer.state.values()):
+        assert all(torch.equal(a[k], b[k]) for k in ("exp_avg", "exp_avg_sq", "step"))
+    trainer.step(EXAMPLES), resumed.step(EXAMPLES)  # and they go on alike
+    assert all(torch.equal(m, n) for (_, m), (_, n) in zip(trainer.optimizer.pairs(), resumed.optimizer.pairs()))
