@@ -214,7 +214,7 @@ def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:
         "activations": activation_bytes(shape, work),
     }
     if work.previous_copy:  # under LoRA the adapters alone: the frozen base is shared
-        parts["previous step's copy"] = shard(trainable)
+        parts["previous step's copy"] = shard(trainable, work.dtype_bytes)  # frozen: the compute dtype
     if work.processes > 1:
         parts["gathered to train"] = gathered_bytes(shape, work)
     return parts
