@@ -4,7 +4,7 @@
 
 UW CSE599-O A3 v2 §3.1.1 has the colocated worker keep "a second copy of the model just for generation": the Ray
 ColocatedWorker (alignment/ray/actors.py) holds SmolLM2-135M-Instruct twice in float32 on the CPU, the learner's
-policy and a frozen generation copy, and `sync_engine` loads the learner's state dict into the copy. Built in this
+policy and a generation copy, and `sync_engine` loads the learner's state dict into the copy. Built in this
 process (the actor's class without Ray). Reported per backend: bytes per sync, the median of `--repeats` syncs
 after one warm-up, and that the copy then matches the learner bit for bit.
 """

@@ -7,8 +7,9 @@
 - Learner: a GRPOLearner (alignment/grpo/learner.py: batches, rewards, old/reference log-probs, optimizer
   steps) and checkpoints; or several sharing the policy with FSDP2 (alignment/ray/learner_group.py).
 - ColocatedWorker: a Generator and a Learner on one device. As UW CSE599-O A3 v2 §3.1.1 asks ("a second copy of
-  the model just for generation"), the generator samples from its own copy of the weights (hf, transformer_lm: a
-  frozen copy of the policy; vLLM: the engine's), and each sync copies the learner's weights into it, timed.
+  the model just for generation"), the generator samples from its own copy of the weights (hf, transformer_lm: the
+  model loaded again, as a Generator actor loads it; vLLM: the engine's), and each sync copies the learner's
+  weights into it, timed.
 """
 
 import hashlib
@@ -30,7 +31,7 @@ from alignment.evaluation import evaluate_task
 from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import rollout_sampling
-from alignment.models.lora import frozen_copy, sync_state_dict
+from alignment.models.lora import sync_state_dict
 from alignment.models.policy_folder import cast_floating, push_weights
 from alignment.prompts import format_prompt
 from alignment.ray.config import RayGRPOConfig
@@ -338,10 +339,11 @@ class ColocatedWorker(Generator, Learner):
         if resolve_backend(config.backend) == "vllm":  # type: ignore[arg-type]
             # vLLM loads its own copy of the weights (on a GPU it sleeps while the policy trains)
             self._attach(config, task, validation, None, build_engine(config, policy, tokenizer, device, device))
-        else:
-            generator = frozen_copy(policy)  # the generation copy: never the tensors the optimizer steps
+        else:  # the generation copy, loaded as a Generator actor loads its own: never the tensors the optimizer steps
+            generator = load_policy(config, device, model_dtype(config, device))[0].eval().requires_grad_(False)
             engine = build_engine(config, generator, tokenizer, device, device)
             self._attach(config, task, validation, generator, engine)
+            self.sync_engine()  # version 0 (under LoRA the learner's freshly drawn adapters)
 
     def sync_engine(self) -> float:
         """Copy the learner's weights into the generation copy (under LoRA its adapters), or hand vLLM the weights
