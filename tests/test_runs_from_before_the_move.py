@@ -1,6 +1,7 @@
-"""Run folders written before the package was laid out by subsystem still resume, and end exactly as runs of this
-version do: the flat package of commit c955495 (read from git history) starts a GRPO run and an SFT run, is killed
-with kill -9 in its second step, and this version continues each with --resume."""
+"""Run folders written before the package was laid out by subsystem still resume: the flat package of commit c955495
+(read from git history) starts a GRPO run and an SFT run, is killed with kill -9 in its second step, and this version
+continues each with --resume. Under -m slow: each builds the old package's run in a subprocess (about 20 s each on
+an idle 2-core machine)."""
 
 import io
 import json
@@ -21,6 +22,8 @@ from alignment.grpo_run import train_grpo
 from scripts import train_sft as train_sft_script
 from tests.test_grpo_loop import TASK, tiny_config
 from tests.test_sft_scripts import sft_flags
+
+pytestmark = pytest.mark.slow
 
 BEFORE_THE_MOVE = "c955495"  # the last commit of the flat alignment/ (82 modules in one folder)
 REPO = Path(__file__).resolve().parents[1]

@@ -82,8 +82,15 @@ def assert_same_steps(
     return rows
 
 
-@pytest.mark.parametrize("loss_type", LOSSES)
-@pytest.mark.parametrize("reuse", ["on", "off"], ids=["tape", "recompute"])
+# every loss with the forward tape; recomputing the forward for grpo_clip alone, the other losses under -m slow (the
+# skip happens after the forward either way)
+CASES = [pytest.param("on", loss, id=f"tape-{loss}") for loss in LOSSES] + [
+    pytest.param("off", loss, id=f"recompute-{loss}", marks=() if loss == "grpo_clip" else pytest.mark.slow)
+    for loss in LOSSES
+]
+
+
+@pytest.mark.parametrize(("reuse", "loss_type"), CASES)
 def test_rows_of_zero_weight_change_nothing_but_the_work(tiny_model_dir, tmp_path, loss_type, reuse):
     """Groups of zero weight beside groups to learn, and a lone zero row inside a group to learn: the same metrics
     after each step, and the same weights after both, as training every row. (The next test covers microbatches
@@ -127,7 +134,9 @@ OBJECTIVES = {  # the settings of issue 27 under which the skip must stay exact 
 }
 
 
-@pytest.mark.parametrize("name", OBJECTIVES)
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=() if i == 0 else pytest.mark.slow) for i, name in enumerate(OBJECTIVES)]
+)  # the first in the default suite, the others under -m slow
 def test_skipping_stays_exact_under_every_objective(tiny_model_dir, tmp_path, name):
     """Each loss multiplies every token term by its row's weight, corrections multiply by theirs, and the aggregations'
     denominators count rows and tokens (never gradients): the same steps with and without the skip. Rows out of the
