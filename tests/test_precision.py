@@ -303,3 +303,17 @@ def test_fp16_mixed_samples_with_a_float16_vllm_engine_that_gets_the_policys_wei
     stale = gap()  # the engine still holds the weights before the step
     push_weights(engine, policy)
     assert max(before, gap()) < 0.05 < stale
+
+
+def test_fp16_mixed_is_refused_for_a_sharded_learner():
+    """Each process's loss scaler would see only its own shards' overflow (and skip steps the others take)."""
+    from alignment.ray.config import RayGRPOConfig, validate_ray
+    from alignment.run.setup import check_sharded
+
+    with pytest.raises(ValueError, match="--precision fp16-mixed under torchrun: .* use --precision bf16-mixed"):
+        check_sharded(GRPOConfig(precision="fp16-mixed", backend="hf"))
+    check_sharded(GRPOConfig(precision="bf16-mixed", backend="hf"))  # FSDP2's MixedPrecisionPolicy
+    ray = RayGRPOConfig(strategy="disaggregated-one-behind", learner_processes=2, precision="fp16-mixed")
+    with pytest.raises(ValueError, match="--learner-processes 2 with --precision fp16-mixed"):
+        validate_ray(ray)
+    validate_ray(replace(ray, precision="bf16-mixed"))
