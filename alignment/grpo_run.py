@@ -3,10 +3,10 @@
 Each step the sampler (alignment/grpo/sampler.py) draws questions, generates group_size answers to each and grades
 them; the learner (alignment/grpo/learner.py) turns rewards into advantages and takes its optimizer steps; the new
 weights go to the rollout engine. Which objective those steps optimize is the objective's settings
-(alignment/grpo/objective.py), which engine samples is the rollout interface's (alignment/rollout/), and LoRA and
-sharding enter at model loading (alignment/run/setup.py), the optimizer, checkpoints and weight export: none is a
-branch here. Around the loop: validation, logging, checkpoints and resume, the trained policy/ at the end. The run's
-clock (alignment/run/time_budget.py) times it; with --time-budget it is part of the loop's condition.
+(alignment/grpo/objective.py), which engine samples is the rollout interface's (alignment/rollout/), and LoRA,
+sharding and precision enter at model loading (alignment/run/setup.py), the optimizer, checkpoints and weight export:
+none is a branch here. Around the loop: validation, logging, checkpoints and resume, the trained policy/ at the end.
+The run's clock (alignment/run/time_budget.py) times it; with --time-budget it is part of the loop's condition.
 
 Under torchrun every process runs this loop with a shard of the policy (alignment/distributed/sharding.py); rank 0
 alone prints, writes the run folder's files and logs.

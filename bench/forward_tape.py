@@ -47,7 +47,7 @@ def demo_parts(output_dir: Path) -> tuple[GRPOSampler, GRPOLearner]:
         kl_prev=False,
         backend="hf",
         grader_workers=1,
-        dtype="float32",
+        precision="fp32",
         output_dir=output_dir,
         reuse_rollout_forward="on",
     )

@@ -76,7 +76,7 @@ def trainer_log_probs(policy, tokenizer, prompts: list[str], rollouts: list[Roll
     """The rollouts' tokens scored as the learner scores them (one row each), flattened over response tokens."""
     prompt_ids = [tokenizer(p)["input_ids"] for p in prompts]
     ones = torch.ones(len(rollouts))
-    batch = collate([prompt_ids[r.prompt_index] for r in rollouts], rollouts, ones, ones, tokenizer.pad_token_id)
+    batch = collate(prompt_ids, rollouts, ones, ones, tokenizer.pad_token_id)
     policy.eval()
     scored = score(policy, batch, 8)
     return (scored - batch.rollout_log_probs)[batch.response_mask].cpu()
@@ -119,8 +119,8 @@ def gaps(config: SFTConfig, engines: list[str]) -> None:
 
 def main(
     data: str = typer.Option(..., help="GSM8K training questions (.jsonl) for the SFT steps."),
-    examples: int = typer.Option(8, help="Examples per SFT step (one microbatch)."),
-    steps: int = typer.Option(10, help="SFT steps per precision."),
+    examples: int = typer.Option(2, help="Examples per SFT step (one microbatch)."),
+    steps: int = typer.Option(5, help="SFT steps per precision."),
     engines: list[str] = typer.Option(["vllm", "hf"], help="Engines for the log-prob gap: vllm, hf."),
     part: str = typer.Option("ab", help="a: updates, b: log-prob gap, ab: both."),
 ) -> None:

@@ -60,7 +60,7 @@ def demo_config(steps: int, output_dir: Path, model: str, backend: str, skip_zer
         kl_prev=False,
         backend=backend,
         grader_workers=1,
-        dtype="float32",
+        precision="fp32",
         output_dir=output_dir,
         skip_zero_advantage=skip_zero_advantage,
     )

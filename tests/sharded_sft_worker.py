@@ -44,7 +44,7 @@ def shared_settings(model_dir: str, output_dir: Path) -> dict:
         prompt="question_only",
         learning_rate=1e-3,
         backend="hf",
-        dtype="float32",
+        precision="fp32",
         n_eval_examples=2,
         eval_max_tokens=4,
         grader_workers=1,

@@ -4,6 +4,7 @@ tests.sharded_worker ...` (the policy sharded with FSDP2), with a reward that va
     python -m tests.sharded_worker update MODEL_DIR OUT              # two optimizer steps on fixed rollouts
     python -m tests.sharded_worker run MODEL_DIR OUT STEPS [resume]   # train_grpo itself, run folder OUT
     python -m tests.sharded_worker load MODEL_DIR OUT                # OUT's checkpoint at this process count
+    python -m tests.sharded_worker mixed MODEL_DIR OUT               # `update`'s first variant in bf16-mixed
 
 `update` writes the weights to OUT/<variant>.safetensors and each step's loss and gradient norm to
 OUT/<variant>.json. Its rollouts are sampled by a separate unsharded copy of the model with a fixed seed, so every
@@ -32,8 +33,9 @@ from alignment.grpo_run import train_grpo
 from alignment.models.loading import load_model_and_tokenizer
 from alignment.prompts import format_prompt
 from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import Rollout
 from alignment.run.checkpoint import load_checkpoint
-from alignment.run.setup import load_policy
+from alignment.run.setup import load_policy, model_dtype
 
 VARIANTS = {
     "sequence_mean": {"loss_aggregation": "sequence_mean"},
@@ -45,6 +47,7 @@ VARIANTS = {
 
 
 MEASURES = ("loss", "grad_norm", "kl_ref_k3", "kl_prev_k3")
+QUESTIONS = [0, 1, 2, 3]
 
 
 def hash_reward(response: str, truth: str) -> dict[str, float]:
@@ -79,14 +82,18 @@ def base_config(model_dir: str, out: Path) -> GRPOConfig:
     )
 
 
-def update(model_dir: str, out: Path, group: ShardGroup | None) -> None:
-    base = base_config(model_dir, out)
+def fixed_rollouts(model_dir: str, base: GRPOConfig) -> list[Rollout]:
+    """Rollouts of QUESTIONS by a separate unsharded copy of the model, the same at every process count."""
     sampler, tokenizer = load_model_and_tokenizer(model_dir)
     engine = HFRolloutEngine(sampler.eval(), tokenizer, progress=False)
-    questions = [0, 1, 2, 3]
-    prompts = [format_prompt(TASK.template, TASK.questions[q]) for q in questions]
+    prompts = [format_prompt(TASK.template, TASK.questions[q]) for q in QUESTIONS]
     rollouts = engine.generate(prompts, base.group_size, rollout_sampling(base, 0))
-    rollouts = [replace(r, finish_reason="stop") if i % 2 else r for i, r in enumerate(rollouts)]
+    return [replace(r, finish_reason="stop") if i % 2 else r for i, r in enumerate(rollouts)]
+
+
+def update(model_dir: str, out: Path, group: ShardGroup | None) -> None:
+    base = base_config(model_dir, out)
+    questions, rollouts = QUESTIONS, fixed_rollouts(model_dir, base)
     for name, settings in VARIANTS.items():
         config = replace(base, **settings)
         torch.manual_seed(config.seed)
@@ -102,6 +109,26 @@ def update(model_dir: str, out: Path, group: ShardGroup | None) -> None:
             (out / f"{name}.json").write_text(
                 json.dumps([{k: v for k, v in row.items() if k in MEASURES} for row in rows])
             )
+
+
+def mixed(model_dir: str, out: Path, group: ShardGroup | None) -> None:
+    """One update in bf16-mixed: the float32 weights AdamW updates (the master unsharded, the shards sharded) to
+    OUT/bf16_mixed.safetensors; the policy's dtypes, kept and computed in, to OUT/bf16_mixed.json."""
+    config = replace(base_config(model_dir, out), precision="bf16-mixed")
+    rollouts = fixed_rollouts(model_dir, config)
+    torch.manual_seed(config.seed)
+    policy, tokenizer = load_policy(config, "cpu", model_dtype(config, "cpu"), shard=group is not None)
+    computed = []
+    layer = policy.model.layers[0].self_attn.q_proj
+    layer.register_forward_pre_hook(lambda module, args: computed.append(str(module.weight.dtype)))
+    learner = GRPOLearner(config, policy, tokenizer, TASK)
+    learner.update(learner.make_batch(QUESTIONS, rollouts, [hash_reward(r.text, "") for r in rollouts]))
+    names = [name for name, p in policy.named_parameters() if p.requires_grad]
+    weights = full_tensors(dict(zip(names, learner.optimizer.params)))
+    if group is None or group.main:
+        save_file({k: v.detach().clone() for k, v in weights.items()}, out / "bf16_mixed.safetensors")
+        kept = {str(p.dtype) for p in policy.parameters()}
+        (out / "bf16_mixed.json").write_text(json.dumps({"kept": sorted(kept), "computed": sorted(set(computed))}))
 
 
 def run_config(model_dir: str, out: Path, steps: int) -> GRPOConfig:
@@ -138,6 +165,6 @@ if __name__ == "__main__":
         train_grpo(run_config(model, folder, int(sys.argv[4])), TASK, TASK, resume=sys.argv[5:] == ["resume"])
     else:
         shards = start_group("cpu") if launched() else None
-        {"update": update, "load": load}[mode](model, folder, shards)
+        {"update": update, "load": load, "mixed": mixed}[mode](model, folder, shards)
         if shards is not None:
             dist.destroy_process_group()

@@ -8,6 +8,7 @@ metrics_log.py         metrics.jsonl, rollouts.jsonl, wandb (named, grouped, res
 time_budget.py         a run's wall clock and --time-budget: whether another step and the final validation fit
 divergence.py          the Diverged error (NaN, inf, a loss past its bound) and the diverged.json it leaves
 memory_plan.py         GPU memory planned from config.json before anything loads
+precision.py           --precision: float32 master weights and the loss scaler in the optimizer, dtypes per mode
 cpu_allocator.py       glibc settings that keep freed memory on CPU runs
 generation.py          settings and set-up of the generation scripts (eval_zero_shot, best_of_n)
 """

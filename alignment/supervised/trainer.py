@@ -97,17 +97,14 @@ class SFTTrainer:
         grad_norm = self.optimizer.clip_grad_norm(s.max_grad_norm)
         stepped = self.optimizer.step()  # fp16-mixed skips a step whose gradient overflowed
         self.optimizer.zero_grad()
-        return (
-            {
-                "loss": sum(losses),
-                "grad_norm": grad_norm,
-                "token_entropy": sum(entropies) / n_micro,
-                "response_tokens": sum(tokens),
-                "learning_rate": self.optimizer.param_groups[0]["lr"],
-            }
-            | self.optimizer.metrics()
-            | ({} if stepped else {"skipped_step": 1.0})
-        )
+        row = {
+            "loss": sum(losses),
+            "grad_norm": grad_norm,
+            "token_entropy": sum(entropies) / n_micro,
+            "response_tokens": sum(tokens),
+            "learning_rate": self.optimizer.param_groups[0]["lr"],
+        }
+        return row | self.optimizer.metrics() | ({} if stepped else {"skipped_step": 1.0})
 
     def log_probs(self, input_ids: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """get_response_log_probs with entropies; a sharded policy's root weights gathered around it (root_forward)."""
