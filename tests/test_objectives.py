@@ -227,8 +227,14 @@ def test_old_length_normalization_settings_still_load(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / SETTINGS_FILE).write_text(json.dumps({"length_normalization": "masked_mean", "learning_rate": 2e-5}))
-    saved = read_run_settings(run, GRPOConfig)  # a run saved before --grader existed graded leniently
-    assert saved == {"loss_aggregation": "sequence_mean", "learning_rate": 2e-5, "grader": "lenient"}
+    # a run saved before --grader and --keyword-match existed graded leniently and matched whole keywords
+    saved = read_run_settings(run, GRPOConfig)
+    assert saved == {
+        "loss_aggregation": "sequence_mean",
+        "learning_rate": 2e-5,
+        "grader": "lenient",
+        "keyword_match": "word",
+    }
     (run / SETTINGS_FILE).write_text(
         json.dumps({"length_normalization": "masked_mean", "loss_aggregation": "token_mean"})
     )
