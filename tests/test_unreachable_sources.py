@@ -19,6 +19,7 @@ from alignment.experiments.sweep import load_preset
 from alignment.models.loading import SMOLLM2, resolve_model
 from alignment.utils.hub import SourceUnavailable
 from tests.conftest import SHARED_DATA
+from tests.hub_copies import write_course_math
 from tests.test_preset_data import SETTINGS_FILES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,8 +78,6 @@ def test_every_preset_naming_the_hub_ends_in_one_line_offline(offline, tmp_path,
         (tmp_path / "shared" / "data").symlink_to(SHARED_DATA)
     monkeypatch.chdir(root)
     if settings.get("dataset") == "data/MATH/sft.jsonl":  # the course's MATH/ folder, copied as the preset says
-        from tests.hub_copies import write_course_math
-
         write_course_math(root / "data" / "MATH", "{question}")
     config = tmp_path / "run.json"
     config.write_text(json.dumps(settings | {"output_dir": str(tmp_path / "out")}))
