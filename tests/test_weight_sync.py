@@ -43,8 +43,9 @@ def keep_threads():
     torch.set_num_threads(threads)  # the actors set their own thread count
 
 
-def test_learner_weights_reach_the_generator_bit_for_bit(tiny_model_dir, keep_threads):
-    config = RayGRPOConfig(
+def small_config(tiny_model_dir, **overrides) -> RayGRPOConfig:
+    """Two groups of two short rollouts, two microbatches, a large rate so that one update moves every weight."""
+    return RayGRPOConfig(
         model=str(tiny_model_dir),
         rollout_batch_size=4,
         group_size=2,
@@ -54,10 +55,14 @@ def test_learner_weights_reach_the_generator_bit_for_bit(tiny_model_dir, keep_th
         sampling_min_tokens=2,
         learning_rate=1e-2,
         prompt="question_only",
-        backend="hf",
         kl_reference=False,
         kl_prev=False,
+        **overrides,
     )
+
+
+def test_learner_weights_reach_the_generator_bit_for_bit(tiny_model_dir, keep_threads):
+    config = small_config(tiny_model_dir, backend="hf")
     learner, generator = Learner(config, TASK, "cpu", 1), Generator(config, TASK, TASK, "cpu", 1)
     assert learner.digest() == generator.digest()  # both loaded the same checkpoint
 
@@ -109,21 +114,7 @@ def test_the_colocated_worker_samples_a_copy_of_its_own_that_each_sync_updates(
     """UW CSE599-O A3 v2 §3.1.1: the colocated worker holds "a second copy of the model just for generation"; the
     sync copies the learner's weights into it (under LoRA the adapters; the frozen base is shared), and takes
     measurable time."""
-    config = RayGRPOConfig(
-        model=str(tiny_model_dir),
-        rollout_batch_size=4,
-        group_size=2,
-        train_batch_size=4,
-        gradient_accumulation_steps=2,
-        sampling_max_tokens=6,
-        sampling_min_tokens=2,
-        learning_rate=1e-2,
-        prompt="question_only",
-        backend=backend,
-        kl_reference=False,
-        kl_prev=False,
-        lora_rank=lora_rank,
-    )
+    config = small_config(tiny_model_dir, backend=backend, lora_rank=lora_rank)
     worker = ColocatedWorker(config, TASK, TASK, "cpu", 1)
     generator, policy = worker.model, worker.learner.policy
     assert generator is not None and worker.engine.model is generator and generator is not policy
