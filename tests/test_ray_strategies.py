@@ -180,6 +180,8 @@ def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_mode
     assert [row["version_lag"] for row in rows] == [0, 1, 0]  # batch 1 overlapped learning on batch 0; resumed fresh
 
 
+@pytest.mark.slow  # 30 s: three Ray actors and two FSDP2 ranks; the buffer's policy and the two-actor learner
+# are tested by default in tests/test_replay_buffer.py and tests/test_ray_learner_group.py
 def test_replay_buffer_over_the_gloo_direct_transport_from_a_learner_of_two_actors(cluster, tiny_model_dir, tmp_path):
     config = config_for(
         tiny_model_dir,
