@@ -193,7 +193,8 @@ def test_evaluator_cli_scores_the_handouts_starter_and_the_projects_582():
 # message). A run_code() returning a list gives its first item, one vector, which both evaluators refuse.
 COURSE_FORMS = {
     "run_code returns (points, d)": (
-        "import numpy as np\ndef run_code():\n    e = 2 * np.eye(11, dtype=np.int64)\n    return np.vstack([e, -e]), 11\n",
+        "import numpy as np\ndef run_code():\n    e = 2 * np.eye(11, dtype=np.int64)\n"
+        "    return np.vstack([e, -e]), 11\n",
         (1.0, 22),
     ),
     "run_code returns an int32 array": (
@@ -205,7 +206,8 @@ COURSE_FORMS = {
         (1.0, 2),
     ),
     "get_centers gives lists of numpy ints": (
-        "import numpy as np\ndef get_centers():\n    return [[np.int64(2 * (k == i)) for k in range(11)] for i in range(3)]\n",
+        "import numpy as np\ndef get_centers():\n"
+        "    return [[np.int64(2 * (k == i)) for k in range(11)] for i in range(3)]\n",
         (1.0, 3),
     ),
     "points as a float array of integers": (

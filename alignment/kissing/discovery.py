@@ -166,6 +166,7 @@ class Discovery:
         run_info: dict[str, Any] | None = None,
     ) -> None:
         self.output_dir = output_dir
+        output_dir.mkdir(parents=True, exist_ok=True)
         self.settings = settings
         self.run_info = run_info or {}
         env_settings = replace(env_settings, max_turns=settings.turns_each)
@@ -217,7 +218,9 @@ class Discovery:
         return self.settings.budget_s - self.elapsed_s()
 
     def of(self, conversation: int) -> list[Turn]:
-        return [t for t in self.turns if t.conversation == conversation]
+        """The conversation's answered turns (a request abandoned at the budget's end is logged, and asked again
+        after a resume)."""
+        return [t for t in self.turns if t.conversation == conversation and t.answer is not None]
 
     def usage(self) -> dict[str, Any]:
         answered = [t for t in self.turns if t.answer is not None]

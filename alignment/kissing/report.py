@@ -56,7 +56,8 @@ def plot_scores(turns: list[Turn], search: dict[str, Any] | None, path: Path) ->
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("verified |C| (0 = invalid)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="center right")
+    if turns or search:
+        ax.legend(fontsize=8, loc="center right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
