@@ -1,6 +1,8 @@
 """The kissing refinement environment: its observations on hand-written programs are the handout's prompts around
 the course evaluator's exact verdicts; rewards, the end of an episode and the registry constructor."""
 
+from pathlib import Path
+
 import pytest
 
 from alignment.envs.base import Environment
@@ -74,3 +76,15 @@ def test_programs_are_found_in_replies_and_bad_settings_are_refused():
     for bad, message in (({"max_turns": 0}, "max_turns must be >= 1"), ({"reward": "score"}, "reward must be")):
         with pytest.raises(ValueError, match=message):
             KissingSettings(**bad)
+
+
+HANDOUT = Path(__file__).resolve().parents[2] / "shared" / "handouts" / "pku-nlpdl-hw3.md"
+
+
+def test_the_prompts_are_the_handouts_word_for_word():
+    if not HANDOUT.is_file():
+        pytest.skip(f"the PKU handout is not at {HANDOUT} (a fresh clone has no ../shared)")
+    text = HANDOUT.read_text(encoding="utf-8")
+    assert f'**Prompt:** "{HANDOUT_PROMPT}"' in text
+    assert FAILED_PROMPT.format(error="Minimum squared distance 36 < maximum squared norm 40") in text
+    assert VALID_PROMPT.format(score="[Your Score]") in text
