@@ -60,6 +60,9 @@ class DiscoverConfig(OutputSettings):
     history_chars: int = setting(
         48000, "Characters of past turns sent back in a conversation; the oldest turns are dropped first."
     )
+    parallel: int = setting(
+        1, "Requests in flight at once for turns that do not depend on each other (the N samples, chains); openai only."
+    )
     start_program: Path | None = setting(
         None, "Show this program and its verdict in the first message (e.g. data/kissing_number/program.py)."
     )
@@ -107,6 +110,7 @@ class DiscoverConfig(OutputSettings):
     RESUMABLE: ClassVar[frozenset[str]] = frozenset(
         {
             "budget_s",
+            "parallel",
             "output_dir",
             "program_out",
             "base_url",
@@ -136,6 +140,7 @@ def check(config: DiscoverConfig, resuming: bool) -> tuple[DiscoverySettings, Ki
         ("--samples", config.samples, 1),
         ("--turns", config.turns, 1),
         ("--history-chars", config.history_chars, 0),
+        ("--parallel", config.parallel, 1),
         ("--max-retries", config.max_retries, 0),
         ("--price-per-mtok-in", config.price_per_mtok_in or 0, 0),
         ("--price-per-mtok-out", config.price_per_mtok_out or 0, 0),
@@ -148,6 +153,8 @@ def check(config: DiscoverConfig, resuming: bool) -> tuple[DiscoverySettings, Ki
     extra_body = parse_extra_body(config.extra_body)
     if extra_body and config.backend != "openai":
         raise cli.bad_flag("--extra-body", "is sent to an endpoint: it needs --backend openai")
+    if config.parallel > 1 and config.backend != "openai":
+        raise cli.bad_flag("--parallel", "needs --backend openai (the local engine serves one request at a time)")
     reserved = sorted({"model", "messages"} & set(extra_body))
     if reserved:
         raise cli.bad_flag("--extra-body", f"may not set {', '.join(reserved)} (the run sets them)")
@@ -178,6 +185,7 @@ def check(config: DiscoverConfig, resuming: bool) -> tuple[DiscoverySettings, Ki
         samples=config.samples,
         turns=config.turns,
         history_chars=config.history_chars,
+        parallel=config.parallel,
         sampling=sampling,
         system_prompt=config.system_prompt,
         task=task,

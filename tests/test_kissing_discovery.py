@@ -137,6 +137,18 @@ def test_best_of_n_samples_are_independent_and_the_verifier_selects(tmp_path):
         run.run(client(endpoint))
     assert [body["messages"] for body in endpoint.bodies] == [[user(HANDOUT_PROMPT)]] * 3  # none sees another
     assert [body["seed"] for body in endpoint.bodies] == [0, 1, 2]
+
+    def slow(body: dict[str, Any], i: int) -> tuple[str, None]:
+        time.sleep(0.5)
+        return f"sample with seed {body['seed']}", None
+
+    with FakeEndpoint(slow) as endpoint:  # --parallel: the N samples in flight together, logged in order
+        began = time.monotonic()
+        discovery(tmp_path / "parallel", "best_of_n", samples=3, parallel=3).run(client(endpoint))
+        assert time.monotonic() - began < 1.4
+    assert sorted(body["seed"] for body in endpoint.bodies) == [0, 1, 2]
+    together = json.loads((tmp_path / "parallel" / "conversation_log.json").read_text())["turns"]
+    assert [(t["conversation"], t["answer"]) for t in together] == [(i, f"sample with seed {i}") for i in range(3)]
     log = json.loads((tmp_path / "conversation_log.json").read_text())
     assert [t["conversation"] for t in log["turns"]] == [0, 1, 2] and log["turns"][0]["reasoning"] == "plan 0"
     assert log["turns"][1]["feedback"] == NO_PROGRAM_PROMPT
@@ -181,13 +193,13 @@ class Slow:
 
 def test_resume_continues_the_conversation_and_the_budget_abandons_a_late_reply(tmp_path):
     run = discovery(tmp_path, "refine", turns=3)
-    run.step(Slow(0.0), 0)
+    run.step(Slow(0.0), [0])
     run.stop("stopped after one turn")
     resumed = discovery(tmp_path, "refine", turns=3, budget_s=run.elapsed_s() + 0.5)
     assert resumed.envs[0].turn == 1 and resumed.messages(0)[0][-1] == user(NO_PROGRAM_PROMPT)
     began = time.monotonic()
     reason = resumed.run(Slow(5.0))
-    assert time.monotonic() - began < 2.0 and "ran out while waiting for model turn 2" in reason
+    assert time.monotonic() - began < 2.0 and "ran out while waiting for 1 model turn(s)" in reason
     log = json.loads((tmp_path / "conversation_log.json").read_text())
     assert [t["answer"] for t in log["turns"]] == ["no program", None] and len(log["sessions"]) == 2
 
@@ -232,6 +244,7 @@ def test_script_passes_extra_fields_logs_cost_resumes_and_refuses_bad_flags(tmp_
         (["--backend", "local", "--extra-body", '{"top_k": 20}'], "--extra-body"),
         (["--samples", "0"], "--samples"),
         (["--turns", "0"], "--turns"),
+        (["--parallel", "2"], "--parallel"),
         (["--price-per-mtok-in", "-1"], "--price-per-mtok-in"),
         (["--start-program", str(tmp_path / "missing.py")], "--start-program"),
         (["--mode", "greedy"], "--mode"),

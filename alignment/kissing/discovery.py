@@ -15,7 +15,8 @@ The run folder holds the handout's deliverables, rewritten atomically after each
 program), best.json, and conversation_log.json: a JSON object with the run's settings, its sessions, each
 conversation's first message and every turn (the exact request sent, the answer, the reasoning apart, tokens,
 cost, timings, the program, the evaluator's verdict and the reply the model got). Reasoning is logged and never
-sent back. A stopped run resumes from its log. One time budget (`budget_s`) bounds the whole run, counted
+sent back. Turns that do not depend on each other (the N samples, a round of the chains) go out
+`parallel` at a time. A stopped run resumes from its log. One time budget (`budget_s`) bounds the whole run, counted
 across resumes: no request starts after it, a reply still awaited when it runs out is abandoned (logged without
 an answer), and only a verification under way may finish past it.
 """
@@ -49,6 +50,7 @@ class DiscoverySettings:
     samples: int = 4  # N: independent samples (best_of_n, best_of_n_refine) or conversations (refine_chains)
     turns: int = 8  # model turns per refinement conversation (refine, refine_chains, best_of_n_refine)
     history_chars: int = 48_000  # characters of past turns sent back; older turns are dropped first
+    parallel: int = 1  # requests in flight at once, for turns that do not depend on each other
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.8, max_tokens=32768, stop=()))
     system_prompt: str = ""  # none by default, as the handout's prompt stands alone
     task: dict[str, Any] = field(default_factory=dict)  # the environment's task: `prompt`, `program` (to start from)
@@ -62,7 +64,7 @@ class DiscoverySettings:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        for name, low in (("samples", 1), ("turns", 1), ("history_chars", 0)):
+        for name, low in (("samples", 1), ("turns", 1), ("history_chars", 0), ("parallel", 1)):
             if getattr(self, name) < low:
                 raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
         for name in ("price_in_per_mtok", "price_out_per_mtok"):
@@ -111,25 +113,31 @@ class Turn:
     verify_s: float | None = None
 
 
-def call_with_deadline(work: Callable[[], ChatReply], timeout_s: float) -> ChatReply | None:
-    """work() in a daemon thread; None when it has not returned within `timeout_s` (the thread is abandoned:
-    a blocking HTTP read or a local generation cannot be interrupted, and the process exits without it)."""
-    box: dict[str, Any] = {}
+def calls_with_deadline(
+    works: list[Callable[[], ChatReply]], timeout_s: float
+) -> list[tuple[ChatReply | None, float, BaseException | None]]:
+    """Each work() in a daemon thread of its own, all at once; for each, (its reply or None when it had not returned
+    within `timeout_s`, the seconds it took, the error it raised). A thread still waiting is abandoned: a blocking
+    HTTP read or a local generation cannot be interrupted, and the process exits without it."""
+    boxes: list[dict[str, Any]] = [{} for _ in works]
 
-    def target() -> None:
+    def target(work: Callable[[], ChatReply], box: dict[str, Any]) -> None:
+        began = time.monotonic()
         try:
             box["reply"] = work()
         except BaseException as err:  # re-raised in the caller's thread
             box["error"] = err
+        box["took_s"] = time.monotonic() - began
 
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(max(0.0, timeout_s) if math.isfinite(timeout_s) else None)
-    if worker.is_alive():
-        return None
-    if "error" in box:
-        raise box["error"]
-    return box["reply"]
+    workers = [threading.Thread(target=target, args=(w, b), daemon=True) for w, b in zip(works, boxes)]
+    began = time.monotonic()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        left = timeout_s - (time.monotonic() - began)
+        worker.join(max(0.0, left) if math.isfinite(timeout_s) else None)
+    waited = round(time.monotonic() - began, 3)
+    return [(box.get("reply"), round(box.get("took_s", waited), 3), box.get("error")) for box in boxes]
 
 
 def utc_now() -> str:
@@ -297,6 +305,19 @@ class Discovery:
         open_ = [i for i in range(s.conversations) if counts[i] < s.turns_each]
         return min(open_, key=lambda i: (counts[i], i)) if open_ else None
 
+    def next_batch(self) -> list[int]:
+        """The conversations whose next turns go out together: the open ones at the lowest turn count (the N
+        samples, a round of the chains), at most `parallel`; one where each turn needs the last (refine, and the
+        refinement after best-of-N)."""
+        first = self.next_conversation()
+        if first is None:
+            return []
+        counts = [len(self.of(i)) for i in range(self.settings.conversations)]
+        if self.settings.mode == "best_of_n_refine" and min(counts) >= 1:
+            return [first]
+        level = [i for i in range(self.settings.conversations) if counts[i] == counts[first]]
+        return level[: self.settings.parallel]
+
     def messages(self, conversation: int) -> tuple[list[Message], int]:
         first = self.first[conversation]
         if first is None:
@@ -314,12 +335,33 @@ class Discovery:
         spent = reply.prompt_tokens * (s.price_in_per_mtok or 0) + reply.completion_tokens * (s.price_out_per_mtok or 0)
         return round(spent / 1e6, 8)
 
-    def step(self, chat: ChatModel, conversation: int) -> Turn:
-        """One model turn: the conversation's messages, the reply (awaited at most until the budget runs out),
-        the environment's verdict."""
+    def step(self, chat: ChatModel, conversations: list[int]) -> list[Turn]:
+        """One turn of each of `conversations`: their requests at once (each with its own seed; replies awaited at
+        most until the budget runs out), then the environment's verdicts, recorded in conversation order."""
         s = self.settings
-        messages, trimmed = self.messages(conversation)
-        sampling = replace(s.sampling, seed=s.seed + len(self.turns))  # every request its own seed
+        asks = []
+        for k, conversation in enumerate(conversations):
+            messages, trimmed = self.messages(conversation)
+            sampling = replace(s.sampling, seed=s.seed + len(self.turns) + k)  # every request its own seed
+            asks.append((conversation, messages, trimmed, sampling))
+        works = [lambda m=messages, p=sampling: chat.chat(m, p) for _, messages, _, sampling in asks]
+        replies = calls_with_deadline(works, self.remaining_s())
+        turns = [self._answer(*ask, reply, took) for ask, (reply, took, error) in zip(asks, replies) if error is None]
+        errors = [error for _, _, error in replies if error is not None]
+        if errors:  # the answered turns are recorded first, so a resume asks only the failed ones again
+            raise errors[0]
+        return turns
+
+    def _answer(
+        self,
+        conversation: int,
+        messages: list[Message],
+        trimmed: int,
+        sampling: SamplingConfig,
+        reply: ChatReply | None,
+        generate_s: float,
+    ) -> Turn:
+        s = self.settings
         request = {
             "model": s.model,
             "messages": messages,
@@ -328,9 +370,6 @@ class Discovery:
             "max_tokens": sampling.max_tokens,
             "seed": sampling.seed,
         } | s.extra_body
-        began = time.monotonic()
-        reply = call_with_deadline(lambda: chat.chat(messages, sampling), self.remaining_s())
-        generate_s = round(time.monotonic() - began, 3)
         number = len(self.of(conversation)) + 1
         if reply is None:
             turn = Turn(conversation, number, request, trimmed, round(self.elapsed_s(), 3), generate_s)
@@ -369,17 +408,18 @@ class Discovery:
         `chat` may be None when no turn is due (all done, or no time)."""
         s = self.settings
         with tqdm(total=s.requests, initial=len(self.turns), desc=f"kissing {s.mode}") as bar:
-            while (conversation := self.next_conversation()) is not None:
+            while batch := self.next_batch():
                 if self.remaining_s() <= 0:
                     return self.stop(f"budget of {s.budget_s:g} s spent after {len(self.turns)} model turns")
                 assert chat is not None, "a model turn is due: pass a chat model"
-                latest = self.step(chat, conversation)
-                bar.update(1)
-                bar.set_postfix(best=self.best()[0], last=latest.points)
-                if latest.answer is None:
+                latest = self.step(chat, batch)
+                bar.update(len(latest))
+                bar.set_postfix(best=self.best()[0], last=max(t.points for t in latest))
+                late = [t for t in latest if t.answer is None]
+                if late:
                     return self.stop(
-                        f"budget of {s.budget_s:g} s ran out while waiting for model turn {len(self.turns)} "
-                        "(its request is logged without a reply)"
+                        f"budget of {s.budget_s:g} s ran out while waiting for {len(late)} model turn(s) "
+                        "(their requests are logged without a reply)"
                     )
         return self.stop(f"all {len(self.turns)} model turns of {s.mode} done")
 
