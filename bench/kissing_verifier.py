@@ -27,7 +27,7 @@ def median_s(work, repeats: int) -> float:
     return statistics.median(times)
 
 
-def main(repeats: int = 5, program: Path = Path("data/kissing_number/program.py")) -> None:
+def main(repeats: int = 5, program: Path = Path("data/kissing_number/results/search-code/program.py")) -> None:
     rng = np.random.default_rng(0)
     print(f"{platform.processor() or platform.machine()}, numpy {np.__version__}, median of {repeats}")
     for n in (600, 10_000):

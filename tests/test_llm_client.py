@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from alignment.kissing.llm_client import ChatError, LocalChatModel, OpenAIChatClient
+from alignment.kissing.llm_client import ChatError, LocalChatModel, OpenAIChatClient, split_reasoning
 from alignment.kissing.openai_server import ChatHandler, OpenAIServer
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import SamplingConfig
@@ -134,3 +134,13 @@ def test_stop_closes_the_port(local_chat):
     server.stop()
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url + "/models", timeout=5)
+
+
+def test_reasoning_is_split_from_the_answer_in_every_form_thinking_models_give():
+    assert split_reasoning("<think>a\nb</think>\n\nanswer") == ("answer", "a\nb")
+    assert split_reasoning("reasoning whose tag was in the prompt</think>answer") == (
+        "answer",
+        "reasoning whose tag was in the prompt",
+    )
+    assert split_reasoning("<think>cut off before the end") == ("", "cut off before the end")
+    assert split_reasoning("plain answer") == ("plain answer", None)

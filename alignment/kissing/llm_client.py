@@ -4,17 +4,24 @@ rollout engine. Both answer `chat(messages, sampling)` with the reply text and i
 The HTTP client retries what may pass (connection errors, timeouts, 429 and 5xx) with exponential backoff
 (a server's Retry-After is honoured, capped), and fails at once, with the server's message, on other 4xx.
 The key is read from an environment variable and never stored in logs.
+
+Thinking models: reasoning comes back apart from the answer (`reasoning_content`, or `reasoning`, beside
+`content`, as vLLM's and most providers' reasoning parsers give it; or inline as <think>...</think>, which is
+split off). `ChatReply.text` is the answer alone, what a conversation sends back; `reasoning` is for the log.
+Extra request fields (`extra_body`: `chat_template_kwargs`, `enable_thinking`, `top_k`, ...) go into every
+request body as given.
 """
 
 import json
 import os
 import random
+import re
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
 
@@ -24,10 +31,27 @@ RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 @dataclass
 class ChatReply:
-    text: str
+    text: str  # the answer, reasoning removed
     prompt_tokens: int
-    completion_tokens: int
+    completion_tokens: int  # reasoning included, as endpoints count (and bill) it
     finish_reason: str
+    reasoning: str | None = None  # the model's thinking, when it gave any
+    reasoning_tokens: int | None = None  # when the endpoint reports it
+
+
+_THINK = re.compile(r"<think>(.*?)(?:</think>|\Z)\s*", re.DOTALL)
+
+
+def split_reasoning(content: str) -> tuple[str, str | None]:
+    """(answer, reasoning) of a reply that may carry <think>...</think> (an unclosed one runs to the end; a lone
+    </think> closes reasoning whose opening tag was in the prompt, as Qwen3's template puts it there)."""
+    if "</think>" in content and "<think>" not in content:
+        before, _, after = content.partition("</think>")
+        return after.strip(), before.strip()
+    thoughts = _THINK.findall(content)
+    if not thoughts:
+        return content, None
+    return _THINK.sub("", content).strip(), "\n".join(t.strip() for t in thoughts)
 
 
 @dataclass
@@ -36,11 +60,13 @@ class TokenUsage:
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def add(self, reply: ChatReply) -> None:
         self.requests += 1
         self.prompt_tokens += reply.prompt_tokens
         self.completion_tokens += reply.completion_tokens
+        self.reasoning_tokens += reply.reasoning_tokens or 0
 
     def to_json(self) -> dict[str, int]:
         return asdict(self)
@@ -69,6 +95,7 @@ class OpenAIChatClient:
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
@@ -83,6 +110,7 @@ class OpenAIChatClient:
         self.max_backoff_s = max_backoff_s
         self._sleep = sleep
         self._jitter = random.Random(0)
+        self.extra_body = dict(extra_body or {})
         self.usage = TokenUsage()
 
     def _request(self, path: str, body: dict | None) -> dict:
@@ -138,20 +166,25 @@ class OpenAIChatClient:
             body["seed"] = sampling.seed
         if sampling.stop:
             body["stop"] = list(sampling.stop)
-        answer = self.call("/chat/completions", body)
+        answer = self.call("/chat/completions", body | self.extra_body)
         try:
             choice = answer["choices"][0]
-            text = choice["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError):
+            message = choice["message"]
+            text, inline = split_reasoning(message.get("content") or "")
+        except (KeyError, IndexError, TypeError, AttributeError):
             raise ChatError(
                 f"{self.base_url} gave a reply without choices[0].message.content: {str(answer)[:300]}"
             ) from None
         usage = answer.get("usage") or {}
+        details = usage.get("completion_tokens_details") or {}
+        reasoning = message.get("reasoning_content") or message.get("reasoning") or inline
         reply = ChatReply(
             text,
             int(usage.get("prompt_tokens", 0)),
             int(usage.get("completion_tokens", 0)),
             str(choice.get("finish_reason", "")),
+            reasoning,
+            int(details["reasoning_tokens"]) if details.get("reasoning_tokens") is not None else None,
         )
         self.usage.add(reply)
         return reply
@@ -174,6 +207,7 @@ class LocalChatModel:
         prompt = self.prompt_text(messages)
         rollout = self.engine.generate([prompt], 1, sampling)[0]
         prompt_tokens = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        reply = ChatReply(rollout.text, prompt_tokens, len(rollout.token_ids), rollout.finish_reason)
+        text, reasoning = split_reasoning(rollout.text)
+        reply = ChatReply(text, prompt_tokens, len(rollout.token_ids), rollout.finish_reason, reasoning)
         self.usage.add(reply)
         return reply

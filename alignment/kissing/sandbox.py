@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ RESULT_MARKER = "@@sandbox-result@@"
 # Runs in the child: install the shim, run the program with its prints bounded, report the global as JSON.
 _RUNNER = r"""
 import io, json, os, socket, sys, traceback
-marker, variable, max_output = sys.argv[1], sys.argv[2], int(sys.argv[3])
+marker, entries, max_output = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 real_out = sys.stdout
 try:
     names = [name for _, name in socket.if_nameindex()]
@@ -83,6 +84,13 @@ class Bounded(io.TextIOBase):
     def text(self):
         return "".join(self.parts)
 
+def plain(value):  # array-likes as nested lists of Python numbers, numpy scalars inside lists included
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return value
+
 try:  # numpy loads its C libraries through ctypes, which the shim forbids afterwards
     import numpy
 except ImportError:
@@ -96,18 +104,34 @@ try:
     with open("program.py", encoding="utf-8", errors="strict") as f:
         code = compile(f.read(), "program.py", "exec")
     exec(code, namespace)
-    if variable not in namespace:
-        result["error"] = f"the program defines no global `{variable}`"
+    value, found = None, None
+    for entry in entries:  # "name": a global; "name()": call it; "name()[0]": call it, first item of a tuple or list
+        first = entry.endswith("[0]")
+        name = entry[:-3] if first else entry
+        if name.endswith("()"):
+            if not callable(namespace.get(name[:-2])):
+                continue
+            value = namespace[name[:-2]]()
+            if first and isinstance(value, (list, tuple)) and len(value) >= 1:
+                value = value[0]
+        elif name in namespace:
+            value = namespace[name]
+        if value is not None:
+            found = entry
+            break
+    if found is None:
+        names = [e.replace("[0]", "") if "(" in e else f"a global `{e}`" for e in entries]
+        result["error"] = f"the program defines no global `{entries[0]}`" if len(entries) == 1 else (
+            f"the program defines none of {', '.join(names[:-1])} or {names[-1]}")
     else:
-        value = namespace[variable]
-        value = value.tolist() if hasattr(value, "tolist") else value
+        result["entry"] = found
         try:
-            text = json.dumps(value)
+            text = json.dumps(plain(value))
         except (TypeError, ValueError) as exc:  # e.g. an integer of more than 4300 digits, or an object
-            result["error"] = f"`{variable}` cannot be sent back as JSON: {exc}"
+            result["error"] = f"`{found}` cannot be sent back as JSON: {exc}"
         else:
             if len(text) > max_output:
-                result["error"] = f"`{variable}` is {len(text)} bytes as JSON, over the {max_output}-byte limit"
+                result["error"] = f"`{found}` is {len(text)} bytes as JSON, over the {max_output}-byte limit"
             else:
                 result["value"] = json.loads(text)
 except MemoryError:
@@ -145,6 +169,7 @@ class SandboxResult:
     output: str = ""  # what the program printed (bounded, undecodable bytes replaced)
     elapsed_s: float = 0.0
     protections: dict[str, Any] = field(default_factory=dict)
+    entry: str | None = None  # which of the entries asked for gave the value
 
     @property
     def ok(self) -> bool:
@@ -231,9 +256,15 @@ def _start(command: list[str], cwd: Path, limits: SandboxLimits, drop_user: bool
     )
 
 
-def run_untrusted(source: str, variable: str, limits: SandboxLimits | None = None) -> SandboxResult:
+def run_untrusted(source: str, variable: str | Sequence[str], limits: SandboxLimits | None = None) -> SandboxResult:
     """Run `source` as program.py in a throwaway folder and return its global `variable` (JSON-converted;
-    numpy arrays through `.tolist()`). A bad program is a result with `error` set, never an exception here."""
+    numpy arrays and scalars through `.tolist()`). `variable` may be a list of entries tried in order, the first
+    that gives something other than None wins: "name" a global, "name()" a function's result, "name()[0]" the
+    first item of a function's tuple or list (SandboxResult.entry says which). A bad program is a result with
+    `error` set, never an exception here."""
+    entries = [variable] if isinstance(variable, str) else list(variable)
+    if not entries:
+        raise ValueError("run_untrusted needs at least one entry to read back")
     global _drop_user_works
     limits = limits or SandboxLimits()
     # Output bound: the program's prints and the value, plus the JSON wrapping both.
@@ -241,7 +272,15 @@ def run_untrusted(source: str, variable: str, limits: SandboxLimits | None = Non
     with tempfile.TemporaryDirectory(prefix="sandbox-") as tmp:
         folder = Path(tmp)
         (folder / "program.py").write_text(source, encoding="utf-8", errors="surrogateescape")
-        command = [sys.executable, "-I", "-c", _RUNNER, RESULT_MARKER, variable, str(limits.max_output_bytes)]
+        command = [
+            sys.executable,
+            "-I",
+            "-c",
+            _RUNNER,
+            RESULT_MARKER,
+            json.dumps(entries),
+            str(limits.max_output_bytes),
+        ]
         drop_user = os.getuid() == 0 and _drop_user_works is not False
         if drop_user:
             shutil.chown(folder, NOBODY, NOBODY)
@@ -299,6 +338,7 @@ def run_untrusted(source: str, variable: str, limits: SandboxLimits | None = Non
         output=report.get("output", ""),
         elapsed_s=elapsed,
         protections=protections,
+        entry=report.get("entry"),
     )
 
 

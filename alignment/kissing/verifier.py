@@ -4,6 +4,14 @@ A set C of integer vectors in Z^11 with 0 not in C and min over x != y of |x - y
 proves tau_11 >= |C| (the handout's lemma: the directions x / |x| are then pairwise at least 60 degrees
 apart). The score is |C| when the set is valid.
 
+What a program may give, and the verdicts, follow the course's evaluator: `run_code()` (its result, or the
+first item of the tuple or list it returns), else `get_centers()`, else a global `points`; any array-like of
+Python or NumPy integers (integer-valued floats such as NumPy's default dtype count as the integers they are).
+Its messages are the course's: "Minimum squared distance 36 < maximum squared norm 40", "Set contains 0 vector
+or is empty.", "Need at least 2 points."; the closest pair is reported beside the message, not in it. Where this
+verifier is stricter it says so: the dimension must be 11 (the handout's rule), and a coordinate that is not
+an integer is refused rather than rounded.
+
 Arithmetic is exact: numpy int64 while every value provably fits (|coordinate| <= 2^28 keeps squared
 distances below 44 * 2^56 < 2^63), Python integers through object arrays for larger coordinates on small sets,
 and a clear refusal beyond that. Pairs are scanned in row chunks of the Gram matrix, so 10,000 points take
@@ -22,6 +30,10 @@ INT64_SAFE_COORD = 2**28  # 4 * 11 * (2^28)^2 = 44 * 2^56 < 2^63: norms, Gram en
 PYTHON_INT_MAX_POINTS = 1000  # above int64's range, exact object arithmetic is O(n^2) Python work
 PYTHON_INT_MAX_DIGITS = 100
 CHUNK_ENTRIES = 4_000_000  # Gram-matrix entries per chunk (32 MB of int64)
+PROGRAM_ENTRIES = ("run_code()[0]", "get_centers()", "points")  # the course evaluator's order
+RECORD = 593  # the course evaluator's `combined_score` is num_points / 593 (AlphaEvolve's 2025 bound)
+EMPTY_OR_ZERO = "Set contains 0 vector or is empty."
+TOO_FEW = "Need at least 2 points."
 
 
 @dataclass
@@ -30,9 +42,11 @@ class KissingMetrics:
     dimension: int = DIMENSION
     validity: float = 0.0  # 1.0 when every condition holds
     score: float = 0.0  # num_points when valid, else 0
-    message: str = ""  # on failure, the one specific reason (naming the points); on success a summary
+    message: str = ""  # on failure the one specific reason, in the course evaluator's words; on success its summary
     min_squared_distance: int | None = None
     max_squared_norm: int | None = None
+    closest_pair: tuple[int, int] | None = None  # the indices of a pair at the minimum distance
+    combined_score: float = 0.0  # the course evaluator's normalised score: num_points / RECORD when valid
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the sandbox's protections and run time
 
     def to_json(self) -> dict[str, Any]:
@@ -45,22 +59,34 @@ class InvalidPoints(ValueError):
 
 
 def parse_points(value: Any, dimension: int = DIMENSION) -> list[list[int]]:
-    """Check the shape and types; floats (even 2.0), booleans and strings are refused, not converted."""
+    """Check the shape and types: integers, and floats that are integers (2.0); booleans, strings and 2.5 are refused,
+    not converted (the course's evaluator rounds 2.5: the set it checks is then not the one written)."""
     if not isinstance(value, (list, tuple)):
         raise InvalidPoints(
             f"`points` must be a list of {dimension}-dimensional integer vectors, got {type(value).__name__}"
         )
+    if value and all(type(c) in (int, float) for c in value):
+        raise InvalidPoints(
+            f"`points` is one vector of {len(value)} numbers, not a list of vectors "
+            "(a run_code() that returns a list gives its first item: return (points,))"
+        )
+    rows = []
     for i, point in enumerate(value):
         if not isinstance(point, (list, tuple)):
             raise InvalidPoints(f"point {i} is a {type(point).__name__}, not a list of {dimension} integers")
         if len(point) != dimension:
             raise InvalidPoints(f"point {i} has {len(point)} coordinates; expected {dimension}")
+        row = []
         for j, c in enumerate(point):
+            if type(c) is float and c.is_integer():  # e.g. np.zeros(11) filled with integers
+                c = int(c)
             if type(c) is not int:
                 raise InvalidPoints(
                     f"point {i}, coordinate {j} is {c!r} ({type(c).__name__}); coordinates must be integers"
                 )
-    return [list(point) for point in value]
+            row.append(c)
+        rows.append(row)
+    return rows
 
 
 def _as_array(points: list[list[int]]) -> np.ndarray:
@@ -103,7 +129,7 @@ def verify_points(value: Any, dimension: int = DIMENSION) -> KissingMetrics:
     try:
         points = parse_points(value, dimension)
         if not points:
-            return KissingMetrics(dimension=dimension, message="`points` is empty")
+            return KissingMetrics(dimension=dimension, message=EMPTY_OR_ZERO)
         x = _as_array(points)
     except InvalidPoints as err:
         count = len(value) if isinstance(value, (list, tuple)) else 0
@@ -112,27 +138,25 @@ def verify_points(value: Any, dimension: int = DIMENSION) -> KissingMetrics:
     norms = (x * x).sum(axis=1)
     zero = np.flatnonzero(norms == 0)
     if len(zero):
-        return KissingMetrics(num_points=n, dimension=dimension, message=f"point {int(zero[0])} is the zero vector")
+        return KissingMetrics(n, dimension, message=EMPTY_OR_ZERO, extra={"zero_vector": int(zero[0])})
     max_norm = int(norms.max())
     if n == 1:
-        return KissingMetrics(n, dimension, 1.0, 1.0, "1 point: valid", None, max_norm)
+        return KissingMetrics(n, dimension, message=TOO_FEW, max_squared_norm=max_norm)
     min_dist, i, j = closest_pair(x)
-    if min_dist == 0:
-        message = f"points {i} and {j} are equal (squared distance 0)"
-    elif min_dist < max_norm:
-        message = f"Minimum squared distance {min_dist} < maximum squared norm {max_norm} (points {i} and {j})"
-    else:
-        message = f"{n} points: minimum squared distance {min_dist} >= maximum squared norm {max_norm}"
-        return KissingMetrics(n, dimension, 1.0, float(n), message, min_dist, max_norm)
-    return KissingMetrics(n, dimension, 0.0, 0.0, message, min_dist, max_norm)
+    found = {"min_squared_distance": min_dist, "max_squared_norm": max_norm, "closest_pair": (i, j)}
+    if min_dist < max_norm:  # a repeated point too: squared distance 0
+        message = f"Minimum squared distance {min_dist} < maximum squared norm {max_norm}"
+        return KissingMetrics(n, dimension, 0.0, 0.0, message, **found)
+    message = f"Verified: dimension={dimension}, kissing lower bound >= {n}"
+    return KissingMetrics(n, dimension, 1.0, float(n), message, **found, combined_score=n / RECORD)
 
 
 def evaluate_program(source: str, limits: SandboxLimits | None = None, dimension: int = DIMENSION) -> KissingMetrics:
     """Run an untrusted program in the sandbox and verify its global `points`; never raises for a bad program."""
-    result = run_untrusted(source, "points", limits)
-    extra = {"elapsed_s": round(result.elapsed_s, 3), "protections": result.protections}
+    result = run_untrusted(source, PROGRAM_ENTRIES, limits)
+    extra = {"entry": result.entry, "elapsed_s": round(result.elapsed_s, 3), "protections": result.protections}
     if not result.ok:
         return KissingMetrics(dimension=dimension, message=f"program failed: {result.error}", extra=extra)
     metrics = verify_points(result.value, dimension)
-    metrics.extra = extra
+    metrics.extra |= extra
     return metrics
