@@ -1,6 +1,7 @@
 """Multi-turn environments: the arithmetic parser, the calculator environment, token-in/token-out episodes driven by
 a scripted policy through a real GRPO step, the turn and token limits, --env errors, and a real hf engine."""
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import replace
@@ -15,6 +16,7 @@ from alignment.data.task import Task
 from alignment.envs.arithmetic import MAX_CHARS, CalculatorError, evaluate, format_value
 from alignment.envs.base import EnvStep
 from alignment.envs.calculator import CalculatorEnv, arithmetic_tasks, grade
+from alignment.envs.registry import env_spec
 from alignment.envs.runner import run_episodes
 from alignment.envs.sampler import EpisodeSampler
 from alignment.grpo.config import GRPOConfig, validate
@@ -76,6 +78,29 @@ def test_values_print_as_integers_or_short_decimals():
 def test_the_parser_refuses_what_is_not_arithmetic(expression, message):
     with pytest.raises(CalculatorError, match=re.escape(message)):
         evaluate(expression)
+
+
+def test_the_parser_agrees_with_gsm8k_s_own_calculator_annotations(shared_data):
+    """GSM8K's solutions carry <<expression=value>> annotations: the parser gets each value (GSM8K rounds some)."""
+    checked = 0
+    for line in (shared_data / "gsm8k" / "test.jsonl").read_text().splitlines()[:200]:
+        for expression, value in re.findall(r"<<([^=<>]+)=([^<>]+)>>", json.loads(line)["answer"]):
+            want = Fraction(value.replace(",", ""))
+            assert abs(evaluate(expression) - want) <= abs(want) / 100, expression
+            checked += 1
+    assert checked > 500
+
+
+def test_the_calculator_env_reads_gsm8k_through_the_registry(shared_data, tmp_path):
+    gsm8k = shared_data / "gsm8k"
+    config = env_config(
+        tmp_path, env="calculator", dataset=str(gsm8k / "train.jsonl"), validation_dataset=str(gsm8k / "test.jsonl")
+    )
+    train, validation = env_spec("calculator").tasks(config)
+    assert len(train.questions) > 7000 and len(validation.questions) == config.n_eval_examples
+    env = env_spec("calculator").make(config)
+    assert env.reset({"question": train.questions[0], "answer": train.truths[0]}) == train.questions[0]
+    assert env.step(f"<answer>{train.truths[0]}</answer>").reward == 1.0
 
 
 # --- the calculator environment ----------------------------------------------------------------------------------
