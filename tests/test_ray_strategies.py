@@ -209,6 +209,7 @@ def test_replay_buffer_over_the_gloo_direct_transport_from_a_learner_of_two_acto
     assert all(row["time_weight_sync_s"] > 0 for row in rows)
 
 
+@pytest.mark.slow  # about a minute on 2 loaded cores
 def test_episodes_of_an_environment_train_on_colocated_sync(cluster, tiny_model_dir, tmp_path):
     """--env on Ray: the generator plays the calculator's episodes (their rewards pass the scorer unchanged), the
     learner trains on their ids and masks, validation plays episodes too."""
