@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 from alignment.advantages import AdvantageEstimator
 from alignment.config.settings import check_choices, override, setting
 from alignment.data.keywords import KeywordMatch
+from alignment.envs.registry import env_spec
 from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
@@ -335,8 +336,6 @@ def validate_env(c: GRPOConfig) -> None:
             if getattr(c, name):
                 _fail(f"--{name.replace('_', '-')} needs --env")
         return
-    from alignment.envs.registry import env_spec  # the environments' modules load only for an --env run
-
     env_spec(c.env)  # a ValueError naming --env
     if c.env_max_turns is not None and c.env_max_turns < 1:
         _fail(f"--env-max-turns must be >= 1, got {c.env_max_turns}")
