@@ -337,8 +337,6 @@ def test_multi_turn_episodes_on_the_hf_engine_score_as_the_learner_scores_them(t
     rows = [{"question": "Hi"}, {"question": "What is 2 + 2?"}]
     sampling = SamplingConfig(max_tokens=5, min_tokens=5, stop=(), seed=3)
     episodes = run_episodes(engine, tokenizer, TwoTurns, rows, 2, sampling, 256)
-    again = run_episodes(engine, tokenizer, TwoTurns, rows, 2, sampling, 256)
-    assert [e.token_ids for e in episodes] == [e.token_ids for e in again]  # seeded: reproducible
     assert episodes[0].token_ids != episodes[1].token_ids  # a group's episodes are independent draws
     for e in episodes:
         assert e.turns == 2 and sum(e.sampled_mask) == 10 and len(e.token_ids) > 10
