@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
 from typer.testing import CliRunner
 
 from alignment.data.task import Task
@@ -22,8 +22,10 @@ from alignment.envs.sampler import EpisodeSampler
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo_run import grpo_step
+from alignment.models.lm_checkpoint import load_transformer_lm
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.lm_engine import TransformerLMRolloutEngine
 from tests.conftest import tiny_config
 
 # --- the parser -------------------------------------------------------------------------------------------------
@@ -331,9 +333,13 @@ class TwoTurns:
         return EnvStep("Now say more.", float(len(action) % 2), self.turn == 2)
 
 
-def test_multi_turn_episodes_on_the_hf_engine_score_as_the_learner_scores_them(tokenizer):
-    policy = small_policy(tokenizer)
-    engine = HFRolloutEngine(policy, tokenizer, progress=False)
+@pytest.mark.parametrize("backend", ["hf", "transformer_lm"])
+def test_multi_turn_episodes_on_in_process_engines_score_as_the_policy_does(tokenizer, tiny_model_dir, backend):
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    if backend == "hf":
+        engine = HFRolloutEngine(policy, tokenizer, progress=False)
+    else:  # our TransformerLM with the same weights
+        engine = TransformerLMRolloutEngine(load_transformer_lm(tiny_model_dir)[0], tokenizer, progress=False)
     rows = [{"question": "Hi"}, {"question": "What is 2 + 2?"}]
     sampling = SamplingConfig(max_tokens=5, min_tokens=5, stop=(), seed=3)
     episodes = run_episodes(engine, tokenizer, TwoTurns, rows, 2, sampling, 256)
