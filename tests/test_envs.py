@@ -315,6 +315,8 @@ def test_a_bad_env_name_is_refused_naming_the_flag_before_any_model_loads(tmp_pa
         validate(replace(env_config(tmp_path), env=None, turn_rewards=True))
     with pytest.raises(ValueError, match="--env-max-turns must be >= 1"):
         validate(env_config(tmp_path, env_max_turns=0))
+    with pytest.raises(ValueError, match="--dynamic-sampling .* --env"):
+        validate(env_config(tmp_path, dynamic_sampling=True))
 
 
 # --- a real engine -----------------------------------------------------------------------------------------------

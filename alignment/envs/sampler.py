@@ -89,7 +89,7 @@ def episode_stats(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
     }
     for reason in ("max_turns", "max_tokens"):
         stats[f"stopped_by_{reason}"] = sum(e.stopped_by == reason for e in episodes) / n
-    keys = sorted({k for e in episodes for k, v in e.info.items() if isinstance(v, (int, float))})
+    keys = sorted({k for e in episodes for k, v in e.info.items() if isinstance(v, (int, float)) and k != "reward"})
     for key in keys:
         values = [float(e.info.get(key, 0.0)) for e in episodes]
         stats[f"{key}_mean"] = sum(values) / n

@@ -343,6 +343,8 @@ def validate_env(c: GRPOConfig) -> None:
         _fail(f"--env-max-tokens must be >= 2, got {c.env_max_tokens}")
     if c.reuse_rollout_forward == "on":
         _fail("--reuse-rollout-forward on replays one sampling call's forward; an --env episode takes several")
+    if c.dynamic_sampling:
+        _fail("--dynamic-sampling draws one-turn rollouts again; it does not apply to --env episodes")
 
 
 def validate_objective(c: GRPOConfig) -> None:
