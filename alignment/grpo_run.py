@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 from alignment.config.settings import write_run_settings
 from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup
-from alignment.evaluation import evaluate_task
+from alignment.envs.registry import env_spec
+from alignment.envs.sampler import EpisodeSampler
 from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo.learner import GRPOLearner, rollout_forward_tape
@@ -57,7 +58,9 @@ def train_grpo(
         return _train(config, task, validation, resume, group)
 
 
-def grpo_step(sampler: GRPOSampler, learner: GRPOLearner, engine: RolloutEngine) -> list[dict[str, float]]:
+def grpo_step(
+    sampler: GRPOSampler | EpisodeSampler, learner: GRPOLearner, engine: RolloutEngine
+) -> list[dict[str, float]]:
     """One GRPO step: sample and grade groups, update the policy on them, hand the new weights to the engine.
     Returns one metrics row per optimizer step."""
     timer = PhaseTimer()
@@ -71,9 +74,12 @@ def grpo_step(sampler: GRPOSampler, learner: GRPOLearner, engine: RolloutEngine)
 
 def sampler_and_learner(
     config: GRPOConfig, policy: torch.nn.Module, tokenizer, engine: RolloutEngine, task: Task, grader: ParallelGrader
-) -> tuple[GRPOSampler, GRPOLearner]:
+) -> tuple[GRPOSampler | EpisodeSampler, GRPOLearner]:
     """The run's sampler over `engine` and its learner of `policy`, sharing the forward tape when the learner may
-    replay the sampler's forward (--reuse-rollout-forward)."""
+    replay the sampler's forward (--reuse-rollout-forward). With --env the sampler plays the environment's
+    episodes, which the learner trains on as it trains on rollouts."""
+    if config.env is not None:
+        return EpisodeSampler(config, engine, task, tokenizer), GRPOLearner(config, policy, tokenizer, task)
     longest_prompt = max(len(tokenizer(format_prompt(task.template, q))["input_ids"]) for q in task.questions)
     tape = rollout_forward_tape(config, policy, engine, longest_prompt)
     return GRPOSampler(config, engine, task, grader, tape), GRPOLearner(config, policy, tokenizer, task, tape)
@@ -85,7 +91,9 @@ def _train(
     main = group is None or group.main
     check_writable_dir(check_output_dir(config, resume))
     if task is None or validation is None:  # data errors surface before any model loads
-        if config.task == "math":
+        if config.env is not None:
+            task, validation = env_spec(config.env).tasks(config)
+        elif config.task == "math":
             task, validation = math_tasks(config, whole_validation=config.time_budget is not None)
         else:
             keyword_run_tasks(config, "{question}")  # checked now, built once the chat template is known
@@ -121,7 +129,7 @@ def _train(
     def validate_now(on: Task) -> float:
         policy.eval()
         with clock.timing_validation(len(on.questions)):
-            summary, examples = evaluate_task(engine, on, grader, validation_sampling(config))
+            summary, examples = sampler.evaluate(on, validation_sampling(config))
         log.log(
             {"grpo_step": learner.step}
             | summary

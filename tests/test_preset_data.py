@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from alignment.data.splits import run_data
+from alignment.envs.registry import env_spec
 from alignment.experiments.sweep import load_preset
 from alignment.grpo.config import GRPOConfig
 from alignment.prompts import load_prompt
@@ -29,6 +30,8 @@ SETTINGS_FILES = {  # configs/*.toml -> the script that takes it
     "sft_gsm8k_demo": "train_sft",
     "ei_gsm8k_demo": "expert_iteration",
     "keyword_async": "train_grpo_ray",
+    "calculator_cpu": "train_grpo",
+    "calculator_gsm8k": "train_grpo",
 }
 CONFIGS = {
     "train_grpo": GRPOConfig,
@@ -54,6 +57,8 @@ def load_data(script: str, settings: dict) -> int:
     """Load a run's training and validation data as its script would; returns the number of training items."""
     config = CONFIGS[script](**settings)
     if script in ("train_grpo", "train_grpo_ray"):  # the Ray driver loads a run's data as train_grpo does
+        if config.env is not None:  # an environment's tasks
+            return len(env_spec(config.env).tasks(config)[0].questions)
         if config.task == "keywords":
             return len(keyword_run_tasks(config, "{question}")[0].questions)
         return len(

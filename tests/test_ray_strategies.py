@@ -209,3 +209,18 @@ def test_replay_buffer_over_the_gloo_direct_transport_from_a_learner_of_two_acto
     assert [row["buffer_size"] for row in rows] == [2, 3, 3] and rows[-1]["buffer_evicted"] == 3  # 2 groups per batch
     assert all(0 <= row["staleness_mean"] <= row["staleness_max"] <= 2 for row in rows)
     assert all(row["time_weight_sync_s"] > 0 for row in rows)
+
+
+@pytest.mark.slow  # about a minute on 2 loaded cores
+def test_episodes_of_an_environment_train_on_colocated_sync(cluster, tiny_model_dir, tmp_path):
+    """--env on Ray: the generator plays the calculator's episodes (their rewards pass the scorer unchanged), the
+    learner trains on their ids and masks, validation plays episodes too."""
+    config = config_for(
+        tiny_model_dir, tmp_path, env="calculator_arithmetic", n_train_prompts=8, env_max_tokens=400, n_grpo_steps=2
+    )
+    train_grpo_ray(config)
+    rows = [row for row in logged(config) if "loss" in row]
+    assert [row["grpo_step"] for row in rows] == [1, 2]
+    check_rows(rows, max_lag=0)
+    evals = [row for row in logged(config) if "eval_reward" in row]
+    assert [row["grpo_step"] for row in evals] == [0, 1, 2] and all("eval_tool_calls_rate" in row for row in evals)

@@ -21,7 +21,12 @@ class EnvStep:
 
 
 class Environment(Protocol):
-    """One episode at a time: `reset` then `step` until `done`. A runner holds one instance per live episode."""
+    """One episode at a time: `reset` then `step` until `done`. A runner holds one instance per live episode.
+
+    Optional: a `stop` attribute, the strings that end a model turn (e.g. a tool call's closing tag; default: none,
+    the turn ends at EOS or the token limit); see `stop_strings`. A `context` attribute, chat messages placed
+    before the first observation (a system prompt, demonstration turns; default: none); see `context_messages`.
+    """
 
     name: str
     max_turns: int  # model turns per episode; the runner ends the episode after this many
@@ -33,3 +38,13 @@ class Environment(Protocol):
     def step(self, action: str) -> EnvStep:
         """Answer the model's turn `action` (its decoded text, stop string included)."""
         ...
+
+
+def stop_strings(env: Environment) -> tuple[str, ...]:
+    """The strings that end a model turn in `env`: its optional `stop` attribute, else none."""
+    return tuple(getattr(env, "stop", ()))
+
+
+def context_messages(env: Environment) -> list[dict[str, str]]:
+    """The chat messages before `env`'s first observation: its optional `context` attribute, else none."""
+    return list(getattr(env, "context", ()))

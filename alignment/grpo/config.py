@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 from alignment.advantages import AdvantageEstimator
 from alignment.config.settings import check_choices, override, setting
 from alignment.data.keywords import KeywordMatch
+from alignment.envs.registry import env_spec
 from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
@@ -42,6 +43,22 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
         "even inside another word) or word (stricter: whole words, plural s/es allowed; alignment/data/keywords.py).",
     )
     n_train_prompts: int = setting(1024, "keywords task: training prompts generated.")
+    env: str | None = setting(
+        None,
+        "Train on multi-turn episodes of this environment (alignment/envs/registry.py: calculator, "
+        "calculator_arithmetic, arithmetic_no_tool, ...) instead of one-turn answers to --task; rewards are the "
+        "environment's.",
+    )
+    env_max_turns: int | None = setting(None, "--env: model turns per episode (default: the environment's).")
+    env_max_tokens: int = setting(
+        1024,
+        "--env: tokens per episode, prompt, model turns and observations included (a turn: --sampling-max-tokens).",
+    )
+    turn_rewards: bool = setting(
+        False,
+        "--env: each turn's tokens get the return from that turn (the sum of its and later turns' rewards), "
+        "normalized by its group's episode returns, instead of the episode's final reward for every token.",
+    )
     n_grpo_steps: int = setting(200, "GRPO steps (rollout batches) to run.")
     time_budget: str | None = setting(
         None,
@@ -309,6 +326,25 @@ def validate(config: GRPOConfig) -> None:
     if c.gpu_memory_utilization is not None and not 0 < c.gpu_memory_utilization <= 1:
         _fail(f"--gpu-memory-utilization must be in (0, 1], got {c.gpu_memory_utilization}")
     check_lora(c, c.backend)
+    validate_env(c)
+
+
+def validate_env(c: GRPOConfig) -> None:
+    """--env and its settings, before any model loads."""
+    if c.env is None:
+        for name in ("env_max_turns", "turn_rewards"):
+            if getattr(c, name):
+                _fail(f"--{name.replace('_', '-')} needs --env")
+        return
+    env_spec(c.env)  # a ValueError naming --env
+    if c.env_max_turns is not None and c.env_max_turns < 1:
+        _fail(f"--env-max-turns must be >= 1, got {c.env_max_turns}")
+    if c.env_max_tokens < 2:
+        _fail(f"--env-max-tokens must be >= 2, got {c.env_max_tokens}")
+    if c.reuse_rollout_forward == "on":
+        _fail("--reuse-rollout-forward on replays one sampling call's forward; an --env episode takes several")
+    if c.dynamic_sampling:
+        _fail("--dynamic-sampling draws one-turn rollouts again; it does not apply to --env episodes")
 
 
 def validate_objective(c: GRPOConfig) -> None:

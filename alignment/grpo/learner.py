@@ -17,6 +17,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.data.task import Task
 from alignment.distributed.sharding import is_sharded, microbatch_turns, shard_group
+from alignment.envs.episode import turn_returns
 from alignment.grpo.batch import RolloutBatch, collate, truncated
 from alignment.grpo.config import GRPOConfig
 from alignment.grpo.objective import Objective
@@ -84,12 +85,11 @@ class GRPOLearner:
         rollout i answers questions[rollouts[i].prompt_index]."""
         c = self.config
         rewards = self.objective.rewards(rollouts, scores, self.step + 1)
+        advantages = self.objective.advantages(rewards)
+        if c.turn_rewards:  # episodes (alignment/envs/episode.py): each turn's tokens its own advantage
+            advantages = self.objective.turn_advantages(*turn_returns(rollouts))
         batch = collate(
-            [self.prompt_ids[q] for q in questions],
-            rollouts,
-            rewards,
-            self.objective.advantages(rewards),
-            self.tokenizer.pad_token_id,
+            [self.prompt_ids[q] for q in questions], rollouts, rewards, advantages, self.tokenizer.pad_token_id
         )
         if c.mask_truncated:
             batch.in_loss = torch.tensor([[not truncated(r, c.sampling_max_tokens)] for r in rollouts])

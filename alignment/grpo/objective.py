@@ -117,11 +117,28 @@ class Objective:
             rewards, self.group_size, self.estimator, self.advantage_eps, self.use_std_normalization
         )
 
+    def turn_advantages(self, returns: Sequence[torch.Tensor], lengths: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Per-token advantages of multi-turn episodes (--turn-rewards): each turn's tokens get (its return - the
+        group's mean episode return) / the group's std (std division as --use-std-normalization says).
+
+        returns[i]: (turns,) episode i's return from each turn (its first: the episode's return); lengths[i]: the
+        tokens each turn spans (its model turn and the observation after it), in order.
+        """
+        episode = torch.stack([r[0] for r in returns]).view(-1, self.group_size)
+        mean, std = episode.mean(dim=1), episode.std(dim=1)
+        out = []
+        for i, (r, spans) in enumerate(zip(returns, lengths)):
+            centred = r - mean[i // self.group_size]
+            if self.use_std_normalization:
+                centred = centred / (std[i // self.group_size] + self.advantage_eps)
+            out.append(torch.repeat_interleave(centred, torch.tensor(spans)))
+        return out
+
     def row_weights(self, batch: RolloutBatch) -> torch.Tensor:
         """(batch,) what multiplies every token term of a row's loss: its advantage, or its reward for no_baseline.
         A row whose weight is exactly 0 adds exactly 0 to the gradient under every loss here."""
         weight = batch.raw_rewards if self.loss_type == "no_baseline" else batch.advantages
-        return weight.flatten()
+        return weight.abs().amax(dim=1)  # per-token advantages (--turn-rewards): 0 only when every token's is
 
     def microbatch_loss(
         self,

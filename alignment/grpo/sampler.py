@@ -8,10 +8,12 @@ Sampling settings are a function of the step and the draw alone, so a resumed ru
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from alignment.data.task import Task
+from alignment.evaluation import evaluate_task
 from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.batch import truncated
 from alignment.grpo.config import GRPOConfig
@@ -141,6 +143,10 @@ class GRPOSampler:
                 "dynamic_groups_missing": n - kept,
             }
         return Drawn(questions, rollouts, scores, stats)
+
+    def evaluate(self, on: Task, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """One sample per question of `on`, graded: the validation's summary and a few examples."""
+        return evaluate_task(self.engine, on, self.grader, sampling)
 
     def generate(self, questions: Sequence[int], step: int, draw: int = 0) -> list[Rollout]:
         """group_size rollouts for each question index, prompt-major."""

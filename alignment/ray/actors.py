@@ -27,15 +27,18 @@ import torch.distributed as dist
 
 from alignment.data.task import Task
 from alignment.distributed.sharding import full_tensors
+from alignment.envs.sampler import EpisodeSampler
 from alignment.evaluation import evaluate_task
 from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import rollout_sampling
+from alignment.models.loading import load_tokenizer
 from alignment.models.lora import sync_state_dict
 from alignment.models.policy_folder import cast_floating, push_weights
 from alignment.prompts import format_prompt
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.env import ray
+from alignment.ray.scorer import Scored
 from alignment.ray.weight_sync import Placement
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
@@ -169,16 +172,25 @@ class Generator(_Actor):
         self.config, self.task, self.validation, self.model, self.engine = config, task, validation, model, engine
         self.feed = StreamFeed()  # its version is that of the weights the engine holds
         self.eval_grader = ParallelGrader(validation.reward_fn, 1)
+        # --env: this generator plays the environment's episodes, which come scored by it
+        self.episodes = None
+        if config.env is not None:
+            self.episodes = EpisodeSampler(config, engine, task, load_tokenizer(config.model))
 
     @property
     def weights_version(self) -> int:
         return self.feed.version
 
-    def generate(self, questions: Sequence[int], step: int) -> tuple[Generated, list[tuple[int, str]]]:
-        """The rollouts, and (prompt index, text) pairs for the scorer (call with num_returns=2)."""
+    def generate(self, questions: Sequence[int], step: int) -> tuple[Generated, list[tuple[int, str]] | Scored]:
+        """The rollouts, and (prompt index, text) pairs for the scorer (call with num_returns=2); with --env the
+        episodes and their scores, which the scorer passes on."""
         start = time.perf_counter()
         if self.model is not None:
             self.model.eval()  # a colocated learner leaves it in train mode
+        if self.episodes is not None:
+            episodes, scores = self.episodes.scored_episodes(questions, step)
+            seconds = time.perf_counter() - start
+            return Generated(list(episodes), self.weights_version, seconds), Scored(scores, 0.0)
         prompts = [format_prompt(self.task.template, self.task.questions[q]) for q in questions]
         rollouts = self.engine.generate(prompts, self.config.group_size, rollout_sampling(self.config, step))
         generated = Generated(rollouts, self.weights_version, time.perf_counter() - start)
@@ -242,6 +254,8 @@ class Generator(_Actor):
     def validate(self, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
         if self.model is not None:
             self.model.eval()
+        if self.episodes is not None:
+            return self.episodes.evaluate(self.validation, sampling)
         return evaluate_task(self.engine, self.validation, self.eval_grader, sampling)
 
     def digest(self) -> str:

@@ -130,6 +130,8 @@ def validate_ray(config: RayGRPOConfig) -> None:
     """GRPOConfig's checks, then the Ray flags; each failure names its flag."""
     validate(config)
     c = config
+    if c.env is not None and c.strategy == "async":
+        _fail("--env episodes are generated turn by turn, not streamed: use a synchronous --strategy with --env")
     if c.time_budget is not None:
         _fail("--time-budget is a setting of scripts/train_grpo.py; the Ray driver has no run clock (run it without)")
     if c.multistep_k < 1:

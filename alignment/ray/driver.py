@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from alignment.config.settings import write_run_settings
 from alignment.data.task import Task
+from alignment.envs.registry import env_spec
 from alignment.grpo.sampler import rollout_stats, validation_sampling
 from alignment.models.loading import check_model_source, load_tokenizer
 from alignment.prompts import chat_template
@@ -82,6 +83,8 @@ class Training:
 def tasks(config: RayGRPOConfig, task: Task | None, validation: Task | None) -> tuple[Task, Task]:
     if task is not None and validation is not None:
         return task, validation
+    if config.env is not None:
+        return env_spec(config.env).tasks(config)
     if config.task == "math":
         return math_tasks(config)
     return keyword_run_tasks(config, chat_template(load_tokenizer(config.model)))  # the tokenizer alone: no model here

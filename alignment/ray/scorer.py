@@ -27,8 +27,11 @@ class Scorer:
     def ping(self) -> str:
         return self.name
 
-    def grade(self, questions: Sequence[int], texts: Sequence[tuple[int, str]]) -> Scored:
-        """Scores of (prompt index, response) pairs; prompt index i asked questions[i]."""
+    def grade(self, questions: Sequence[int], texts: Sequence[tuple[int, str]] | Scored) -> Scored:
+        """Scores of (prompt index, response) pairs; prompt index i asked questions[i]. Episodes of an environment
+        come scored by it (the generator's Scored), and pass through."""
+        if isinstance(texts, Scored):
+            return texts
         start = time.perf_counter()
         truths = self.task.truths_for(questions, [prompt for prompt, _ in texts])
         scores = self.grader([text for _, text in texts], truths)

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from alignment.rollout.forward_tape import ForwardTape, module_forwards
-from alignment.rollout.interface import Rollout, SamplingConfig, prompt_seed
+from alignment.rollout.interface import Prompt, Rollout, SamplingConfig, prompt_seed
 from alignment.utils.faults import fault_point
 
 STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
@@ -222,6 +222,13 @@ def decode_rows(
         logits = advance(chosen, kept)
 
 
+def prompt_token_ids(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Prompt]) -> list[list[int]]:
+    """Text prompts tokenized (as the tokenizer does by default); token-id prompts as they are."""
+    texts = [p for p in prompts if isinstance(p, str)]
+    encoded = iter(tokenizer(texts)["input_ids"] if texts else [])
+    return [next(encoded) if isinstance(p, str) else list(p) for p in prompts]
+
+
 @dataclass
 class GroupBatch:
     """Whole groups sampled together: prompts[start : start + len(prompt_ids)] of a call, tokenized, and the generator
@@ -234,7 +241,7 @@ class GroupBatch:
 
 def group_batches(
     tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
+    prompts: Sequence[Prompt],
     n: int,
     sampling: SamplingConfig,
     device: torch.device,
@@ -250,7 +257,7 @@ def group_batches(
     if n < 1:
         raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")
     positions = range(len(prompts)) if positions is None else positions
-    prompt_ids = tokenizer(list(prompts))["input_ids"]
+    prompt_ids = prompt_token_ids(tokenizer, prompts)
     rows = rows_that_fit(max(len(p) for p in prompt_ids) + sampling.max_tokens)
     per_batch = max(1, rows // n)  # whole groups per batch (at least one, even past the budget)
     batches = []
@@ -264,7 +271,7 @@ def group_batches(
 
 def generate_in_groups(
     tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
+    prompts: Sequence[Prompt],
     n: int,
     sampling: SamplingConfig,
     device: torch.device,

@@ -19,7 +19,7 @@ from alignment.rollout.decoding import (
     sampling_linears,
 )
 from alignment.rollout.forward_tape import ForwardTape
-from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.interface import Prompt, Rollout, SamplingConfig
 from alignment.rollout.reserved_cache import ReservedCache
 from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit, groups_of_rows
 
@@ -63,7 +63,7 @@ class HFRolloutEngine:
         per_row = sequence_tokens * kv_cache_bytes_per_token(self.model) + 4 * 4 * self.model.config.vocab_size
         return max(1, budget // per_row)
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
         return generate_in_groups(
             self.tokenizer,
             prompts,

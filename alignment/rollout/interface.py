@@ -7,6 +7,9 @@ token, its log-prob under the distribution it was sampled from (logits divided b
 to the top-p nucleus and renormalized; at temperature 0 the plain softmax). At temperature 1 and top_p 1
 that is the policy's own log-prob.
 
+Prompts are text (tokenized by the engine) or token ids (taken as they are, nothing added): a multi-turn episode
+passes its ids so far, so that no sampled token is ever decoded and tokenized again (alignment/envs/).
+
 Seeds: `SamplingConfig.seed` seeds a whole call. Prompt i of a call draws its samples from `prompt_seed(seed, i)`, so
 every sample of a call is an independent draw and the same seed reproduces the call.
 """
@@ -20,6 +23,7 @@ import torch
 
 Backend = Literal["auto", "hf", "vllm", "transformer_lm"]  # the names; alignment.rollout.backends builds them
 FinishReason = Literal["stop", "length"]
+Prompt = str | Sequence[int]  # text, or token ids fed to the model as they are
 
 
 @dataclass(frozen=True)
@@ -65,10 +69,15 @@ class Rollout:
     # the policy version that sampled each token, when the engine streams with in-flight weight updates
     # (alignment/rollout/streaming.py); None: every token came from the weights the engine held for the whole call
     versions: list[int] | None = None
+    # set when the rollout carries its own prompt and tokens it did not sample (an environment's observations,
+    # alignment/envs/episode.py): the prompt's ids (None: the call's prompt), and 1 on each token of token_ids the
+    # sampler drew, 0 on the others, whose logprobs are 0 (None: every token was sampled)
+    prompt_ids: list[int] | None = None
+    sampled_mask: list[int] | None = None
 
 
 class RolloutEngine(Protocol):
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
         """n samples per prompt, prompt-major: rollouts[i * n : (i + 1) * n] answer prompts[i]."""
         ...
 

@@ -10,9 +10,9 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from alignment.models.transformer_lm import TransformerLM
-from alignment.rollout.decoding import default_memory_budget, generate_in_groups, load_unless_shared
+from alignment.rollout.decoding import default_memory_budget, generate_in_groups, load_unless_shared, prompt_token_ids
 from alignment.rollout.forward_tape import ForwardTape
-from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.rollout.interface import Prompt, Rollout, SamplingConfig
 from alignment.rollout.lm_sampler import sample
 
 
@@ -54,10 +54,10 @@ class TransformerLMRolloutEngine:
         per_row = 2 * sequence_tokens * kv_cache_bytes_per_token(self.model) + 4 * 4 * self.model.config.vocab_size
         return max(1, budget // per_row)
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
         context = self.model.config.context_length
         if context is not None and prompts:
-            longest = max(len(self.tokenizer(p)["input_ids"]) for p in prompts)
+            longest = max(len(ids) for ids in prompt_token_ids(self.tokenizer, prompts))
             if longest + sampling.max_tokens > context:
                 raise ValueError(
                     f"a prompt of {longest} tokens plus {sampling.max_tokens} new ones exceeds the model's context "

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alignment.distributed.sharding import ShardGroup, gathered
-from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig, prompt_seed
+from alignment.rollout.interface import Prompt, Rollout, RolloutEngine, SamplingConfig, prompt_seed
 
 
 class ShardedRollouts:
@@ -23,7 +23,7 @@ class ShardedRollouts:
         self.engine, self.group = engine, group
         self.model = engine.model  # type: ignore[attr-defined]  # the policy itself: weight pushes are no-ops
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
         seed = None if sampling.seed is None else prompt_seed(sampling.seed, self.group.rank)
         own = dataclasses.replace(sampling, seed=seed)
 

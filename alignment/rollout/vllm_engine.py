@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from alignment.models.lora import LoRASettings, is_adapter_state, save_adapter_folder
-from alignment.rollout.interface import Rollout, SamplingConfig, prompt_seed
+from alignment.rollout.interface import Prompt, Rollout, SamplingConfig, prompt_seed
 from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit
 from alignment.utils.console import quiet_libraries, quiet_native_stderr, verbose
 
@@ -172,14 +172,14 @@ class VLLMRolloutEngine:
             **extra,
         )
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
         # OpenMP's team size is a per-thread setting: a thread other than the builder's (a Ray actor's task
         # thread) starts at the core count, and the CPU attention kernel refuses a team that differs from torch's
         torch.set_num_threads(torch.get_num_threads())
         if self.cycle is not None:
             self.cycle.wake("weights", "kv_cache")
         params = [self.sampling_params(sampling, n, position) for position in range(len(prompts))]
-        outputs = self.llm.generate(list(prompts), params, use_tqdm=False, lora_request=self.adapter)
+        outputs = self.llm.generate(vllm_prompts(prompts), params, use_tqdm=False, lora_request=self.adapter)
         rollouts = [rollout for index, request in enumerate(outputs) for rollout in request_rollouts(request, index)]
         if self.cycle is not None:
             self.cycle.sleep()
@@ -285,6 +285,13 @@ class VLLMRolloutEngine:
             if self.adapter_root is not None and Path(previous.lora_path).parent == self.adapter_root:
                 shutil.rmtree(previous.lora_path, ignore_errors=True)  # a version load_policy_weights wrote
         self.llm.reset_prefix_cache()
+
+
+def vllm_prompts(prompts: Sequence[Prompt]) -> list[Any]:
+    """Text as it is; token ids as vLLM's TokensPrompt, which it feeds without tokenizing."""
+    from vllm.inputs import TokensPrompt
+
+    return [p if isinstance(p, str) else TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
 
 
 def request_rollouts(request: Any, prompt_index: int, versioned: bool = False) -> list[Rollout]:

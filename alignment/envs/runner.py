@@ -1,0 +1,124 @@
+"""Multi-turn generation: every live episode's next turn in one batched engine call, token-in/token-out.
+
+Each turn the engine gets, for every episode still running, its token ids so far (the engine feeds them as they
+are), samples one continuation, and the episode's environment answers the decoded turn. An episode ends when its
+environment says done, after its environment's max_turns, or at the token cap (prompt included), the last two
+flagged in Episode.stopped_by; ended episodes leave the batch. Turn t's call is seeded prompt_seed(seed, t), and
+episode j of the call draws from prompt_seed of that and j (the engines' rule), so every episode of a group is an
+independent draw and the same seed reproduces the whole set.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from alignment.envs.base import Environment, context_messages
+from alignment.envs.episode import ChatRendering, Episode, StoppedBy
+from alignment.rollout.interface import RolloutEngine, SamplingConfig, prompt_seed
+
+
+@dataclass
+class _Live:
+    """An episode being played: its environment and everything after its prompt so far."""
+
+    index: int  # position among the call's episodes
+    task: int  # the task it plays
+    env: Environment
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    turn_starts: list[int] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    stopped_by: StoppedBy | None = None
+
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.ids)
+
+    def episode(self) -> Episode:
+        last_reward = self.turn_rewards[-1] if self.turn_rewards else 0.0
+        return Episode(
+            prompt_index=self.task,
+            text="".join(self.text),
+            token_ids=self.ids,
+            logprobs=self.logprobs,
+            finish_reason="stop" if self.stopped_by == "done" else "length",
+            prompt_ids=self.prompt_ids,
+            sampled_mask=self.mask,
+            reward=last_reward,
+            turn_rewards=self.turn_rewards,
+            turn_starts=self.turn_starts,
+            stopped_by=self.stopped_by or "done",
+            info=self.info,
+        )
+
+
+def run_episodes(
+    engine: RolloutEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    make_env: Callable[[], Environment],
+    tasks: Sequence[dict[str, Any]],
+    group_size: int,
+    sampling: SamplingConfig,
+    max_tokens: int,
+) -> list[Episode]:
+    """`group_size` episodes of each task, task-major (episodes[i * G:(i + 1) * G] play tasks[i], prompt_index i).
+
+    `sampling` is each turn's (its max_tokens a turn's most, its stop strings the environment's); `max_tokens`
+    caps an episode's whole sequence, prompt included.
+    """
+    chat = ChatRendering(tokenizer, context_messages(make_env()))
+    episodes: list[_Live] = []
+    for t, task in enumerate(tasks):
+        for _ in range(group_size):
+            env = make_env()
+            prompt = chat.prompt_ids(env.reset(task))
+            if len(prompt) >= max_tokens:
+                raise ValueError(
+                    f"a first prompt of {len(prompt)} tokens leaves no room in --env-max-tokens {max_tokens}"
+                )
+            episodes.append(_Live(len(episodes), t, env, prompt))
+    live = list(episodes)
+    turn = 0
+    while live:
+        room = min(max_tokens - e.length() for e in live)
+        call = replace(
+            sampling,
+            max_tokens=min(sampling.max_tokens, room),
+            min_tokens=min(sampling.min_tokens, room),
+            seed=None if sampling.seed is None else prompt_seed(sampling.seed, turn),
+        )
+        turns = engine.generate([e.prompt_ids + e.ids for e in live], 1, call)
+        going = []
+        for e, rollout in zip(live, turns):
+            e.turn_starts.append(len(e.ids))
+            e.ids += rollout.token_ids
+            e.mask += [1] * len(rollout.token_ids)
+            e.logprobs += rollout.logprobs
+            e.text.append(rollout.text)
+            answer = e.env.step(rollout.text)
+            e.turn_rewards.append(answer.reward)
+            e.info |= answer.info
+            if answer.done:
+                e.stopped_by = "done"
+            elif len(e.turn_starts) >= e.env.max_turns:
+                e.stopped_by = "max_turns"
+            elif e.length() >= max_tokens:
+                e.stopped_by = "max_tokens"
+            else:
+                observation = chat.observation_ids(answer.observation, rollout.token_ids)
+                if e.length() + len(observation) >= max_tokens:  # no room left for a model token after it
+                    e.stopped_by = "max_tokens"
+                else:
+                    e.ids += observation
+                    e.mask += [0] * len(observation)
+                    e.logprobs += [0.0] * len(observation)
+                    e.text.append(tokenizer.decode(observation))
+                    going.append(e)
+        live = going
+        turn += 1
+    return [e.episode() for e in episodes]

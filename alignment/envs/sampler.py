@@ -1,0 +1,104 @@
+"""GRPO on an environment: the sampler the loop draws episodes from, with GRPOSampler's `draw` and `evaluate`.
+
+Each step draws n_prompts_per_rollout_batch tasks in the run's seeded order and plays group_size episodes of each
+(alignment/envs/runner.py); the episodes go to the learner as rollouts, scored by their final reward, and the
+learner's collate lays them out with their own prompts and masks (alignment/grpo/batch.py). Validation plays one
+episode per held-out task at the validation settings.
+"""
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from alignment.data.task import Task
+from alignment.envs.base import stop_strings
+from alignment.envs.episode import Episode
+from alignment.envs.registry import env_spec
+from alignment.envs.runner import run_episodes
+from alignment.grpo.config import GRPOConfig
+from alignment.grpo.sampler import Drawn, rollout_sampling
+from alignment.rollout.interface import RolloutEngine, SamplingConfig
+from alignment.run.setup import PhaseTimer, PromptOrder
+
+
+class EpisodeSampler:
+    """The engine, the environment, its task rows and the question order of a run (`order` is what a checkpoint
+    keeps, as GRPOSampler's)."""
+
+    def __init__(
+        self, config: GRPOConfig, engine: RolloutEngine, task: Task, tokenizer: PreTrainedTokenizerBase
+    ) -> None:
+        assert config.env is not None
+        self.config, self.engine, self.task, self.tokenizer = config, engine, task, tokenizer
+        self.spec = env_spec(config.env)
+        self.stop = stop_strings(self.spec.make(config))
+        self.order = PromptOrder(len(task.questions), config.seed)
+
+    def play(self, task: Task, questions: Sequence[int], group_size: int, sampling: SamplingConfig) -> list[Episode]:
+        model = getattr(self.engine, "model", None)
+        if isinstance(model, torch.nn.Module):
+            model.eval()  # an in-process engine samples the policy, which the learner left in train mode
+        rows = [{"question": task.questions[q], "answer": task.truths[q]} for q in questions]
+        return run_episodes(
+            self.engine,
+            self.tokenizer,
+            lambda: self.spec.make(self.config),
+            rows,
+            group_size,
+            replace(sampling, stop=self.stop),
+            self.config.env_max_tokens,
+        )
+
+    def draw(self, step: int, timer: PhaseTimer | None = None) -> Drawn:
+        c, timer = self.config, timer or PhaseTimer()
+        questions = self.order.take(c.n_prompts_per_rollout_batch)
+        with timer("rollout"):
+            episodes, scores = self.scored_episodes(questions, step)
+        return Drawn(questions, list(episodes), scores, episode_stats(episodes, "train_"))
+
+    def scored_episodes(self, questions: Sequence[int], step: int) -> tuple[list[Episode], list[dict[str, float]]]:
+        """Step `step`'s group_size episodes of each question, and their scores (the final reward, and the
+        environment's other *_reward entries) as a grader's."""
+        episodes = self.play(self.task, questions, self.config.group_size, rollout_sampling(self.config, step))
+        scores = [{"reward": e.reward} | {k: v for k, v in e.info.items() if k.endswith("_reward")} for e in episodes]
+        return episodes, scores
+
+    def evaluate(self, on: Task, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """One episode per validation task: eval_reward (its mean final reward) and the episodes' statistics."""
+        episodes = self.play(on, range(len(on.questions)), 1, sampling)
+        examples = [
+            {"prompt": on.questions[e.prompt_index], "response": e.text, "truth": on.truths[e.prompt_index]}
+            | {"reward": e.reward, "turns": e.turns, "stopped_by": e.stopped_by}
+            for e in episodes[:3]
+        ]
+        return episode_stats(episodes, "eval_"), examples
+
+
+def episode_stats(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
+    """Means over the episodes: reward, turns, sampled and total tokens, how they ended, and each numeric entry of
+    the environments' info (e.g. tool_calls), plus the fraction of episodes where that entry is > 0."""
+    n = len(episodes)
+    stats = {
+        "reward": sum(e.reward for e in episodes) / n,
+        "turns_mean": sum(e.turns for e in episodes) / n,
+        "sampled_tokens_mean": sum(sum(e.sampled_mask or ()) for e in episodes) / n,
+        "episode_tokens_mean": sum(len(e.token_ids) for e in episodes) / n,
+    }
+    for reason in ("max_turns", "max_tokens"):
+        stats[f"stopped_by_{reason}"] = sum(e.stopped_by == reason for e in episodes) / n
+    keys = sorted({k for e in episodes for k, v in e.info.items() if isinstance(v, (int, float)) and k != "reward"})
+    for key in keys:
+        values = [float(e.info.get(key, 0.0)) for e in episodes]
+        stats[f"{key}_mean"] = sum(values) / n
+        if not key.endswith("_reward"):
+            stats[f"{key}_rate"] = sum(v > 0 for v in values) / n
+    out = {prefix + k: v for k, v in stats.items()}
+    if prefix == "train_":  # the loop's progress bar and logs read these names
+        out |= {
+            "response_length_mean": stats["sampled_tokens_mean"],
+            "truncated_fraction": stats["stopped_by_max_tokens"],
+        }
+    return out
