@@ -1,9 +1,13 @@
 """The kissing refinement environment: its observations on hand-written programs are the handout's prompts around
 the course evaluator's exact verdicts; rewards, the end of an episode and the registry constructor."""
 
+import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import LlamaForCausalLM
 
 from alignment.envs.base import Environment
 from alignment.envs.kissing import (
@@ -15,7 +19,14 @@ from alignment.envs.kissing import (
     extract_program,
     kissing_environment,
 )
+from alignment.envs.registry import env_spec
+from alignment.envs.sampler import EpisodeSampler
+from alignment.grpo.config import GRPOConfig, validate
+from alignment.grpo.learner import GRPOLearner
+from alignment.grpo_run import grpo_step
 from alignment.kissing.sandbox import SandboxLimits
+from alignment.rollout.interface import Rollout
+from tests.conftest import tiny_config
 
 FAST = SandboxLimits(timeout_s=10.0, memory_bytes=1024**3)
 TOO_CLOSE = "```python\npoints = [[6, 2] + [0] * 9, [0, 2] + [0] * 9]\n```"  # squared distance 36, norms 40 and 4
@@ -88,3 +99,57 @@ def test_the_prompts_are_the_handouts_word_for_word():
     assert f'**Prompt:** "{HANDOUT_PROMPT}"' in text
     assert FAILED_PROMPT.format(error="Minimum squared distance 36 < maximum squared norm 40") in text
     assert VALID_PROMPT.format(score="[Your Score]") in text
+
+
+class RefiningEngine:
+    """A rollout engine that answers by rule: its first program is too close; then the prompt at an even position of
+    its call writes the ±2e_i set, the odd one repeats its mistake (rewards differ within a group). Token ids in."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer, self.seen = tokenizer, []
+
+    def generate(self, prompts, n, sampling):
+        assert n == 1 and all(isinstance(p, list) for p in prompts)
+        out = []
+        for i, ids in enumerate(prompts):
+            text = self.tokenizer.decode(ids)
+            self.seen.append(text)
+            reply = TOO_CLOSE if "failed with this error" not in text or i % 2 else AXES
+            token_ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+            out.append(Rollout(i, self.tokenizer.decode(token_ids), token_ids, [-0.5] * len(token_ids), "stop"))
+        return out
+
+    def load_policy_weights(self, state_dict) -> None:
+        pass
+
+
+def test_grpo_trains_on_the_refinement_loop_through_the_registry(tokenizer, tmp_path):
+    preset = GRPOConfig(**tomllib.loads((Path(__file__).parents[1] / "configs/pku/kissing_grpo.toml").read_text()))
+    validate(preset)
+    config = replace(
+        preset,
+        model="unused",
+        n_train_prompts=2,
+        rollout_batch_size=2,
+        group_size=2,
+        train_batch_size=2,
+        gradient_accumulation_steps=1,
+        env_max_turns=2,
+        env_max_tokens=4096,
+        learning_rate=1e-3,
+        grader_workers=1,
+        output_dir=tmp_path,
+    )
+    train, _ = env_spec("kissing").tasks(config)
+    torch.manual_seed(0)
+    policy = LlamaForCausalLM(tiny_config("llama", len(tokenizer), tokenizer.pad_token_id))
+    engine = RefiningEngine(tokenizer)
+    sampler, learner = EpisodeSampler(config, engine, train, tokenizer), GRPOLearner(config, policy, tokenizer, train)
+    before = [p.detach().clone() for p in policy.parameters()]
+    rows = grpo_step(sampler, learner, engine)
+    # the second turn read the evaluator's exact verdict of the first program, inside the handout's prompt
+    assert sum(
+        FAILED_PROMPT.format(error="Minimum squared distance 36 < maximum squared norm 40") in t for t in engine.seen
+    )
+    assert rows[0]["train_reward"] == pytest.approx(22 / 593 / 2)  # one episode of the two found the 22-point set
+    assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))

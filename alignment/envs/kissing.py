@@ -89,8 +89,9 @@ class KissingSettings:
 
 
 class KissingEnvironment:
-    """One episode of program refinement. A task is a dict with optional `prompt` (default: the handout's) and
-    `program` (a starting program, shown with its verdict in the first message)."""
+    """One episode of program refinement. A task is a dict with optional `prompt` (or `question`, as GRPO's task
+    rows name it; default: the handout's) and `program` (a starting program, shown with its verdict in the first
+    message)."""
 
     name = "kissing"
 
@@ -110,7 +111,7 @@ class KissingEnvironment:
 
     def reset(self, task: dict[str, Any]) -> str:
         self.turn, self.best_points = 0, 0
-        prompt = task.get("prompt") or HANDOUT_PROMPT
+        prompt = task.get("prompt") or task.get("question") or HANDOUT_PROMPT  # "question": a Task row (GRPO)
         start = task.get("program")
         if not start:
             return prompt
@@ -144,6 +145,13 @@ class KissingEnvironment:
         }
         scored = self.best_points if self.settings.final == "best" else points
         return EnvStep("" if done else feedback, self.reward(scored), done, info)
+
+
+def grade_reply(reply: str, truth: Any = None) -> dict[str, float]:
+    """A single reply scored as a one-turn episode is: the record fraction of its program's valid set (0 when the
+    reply holds no program or the set is invalid), for a reward function outside an episode."""
+    step = KissingEnvironment(KissingSettings(max_turns=1)).step(reply)
+    return {"reward": step.reward, "points": float(step.info["points"])}
 
 
 def kissing_environment(**settings: Any) -> KissingEnvironment:

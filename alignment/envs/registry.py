@@ -10,6 +10,7 @@ from typing import Any
 from alignment.data.task import Task
 from alignment.envs.base import Environment
 from alignment.envs.calculator import CalculatorEnv, arithmetic_tasks
+from alignment.envs.kissing import HANDOUT_PROMPT, grade_reply, kissing_environment
 from alignment.run.setup import math_tasks
 
 
@@ -24,6 +25,16 @@ def _generated(config: Any) -> tuple[Task, Task]:
     return arithmetic_tasks(config.n_train_prompts, config.n_eval_examples, config.seed)
 
 
+def _kissing_tasks(config: Any) -> tuple[Task, Task]:
+    """The handout's one task, n_train_prompts times for training (each group plays it anew) and
+    n_eval_examples times for validation."""
+
+    def copies(n: int) -> Task:
+        return Task([HANDOUT_PROMPT] * n, [""] * n, "{question}", grade_reply)
+
+    return copies(config.n_train_prompts), copies(config.n_eval_examples)
+
+
 ENVIRONMENTS: dict[str, EnvSpec] = {
     "calculator": EnvSpec(
         lambda c: CalculatorEnv(c.env_max_turns or 4), math_tasks, "calculator tool on --dataset (e.g. gsm8k)"
@@ -33,6 +44,11 @@ ENVIRONMENTS: dict[str, EnvSpec] = {
     ),
     "arithmetic_no_tool": EnvSpec(
         lambda c: CalculatorEnv(1, tool=False), _generated, "the generated word problems, one turn, no tool"
+    ),
+    "kissing": EnvSpec(
+        lambda c: kissing_environment(max_turns=c.env_max_turns or 4),
+        _kissing_tasks,
+        "PKU HW3 §7: write a kissing configuration's program, read the evaluator's verdict, refine",
     ),
 }
 
