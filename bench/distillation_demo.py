@@ -7,9 +7,9 @@ a math preset's task, and GRPO trains the same student on the same task with the
    sampling and seed).
 2. Distillation: scripts/train_grpo.py's loop with --teacher (alignment/distillation.py), the student --student.
 3. GRPO: the same loop without the teacher.
-Both runs take --steps steps and validate every --eval-every. The steps and wall time each run needs to first reach
-the teacher's accuracy are printed, written to OUTPUT_DIR/results.json with both curves, and plotted (accuracy
-against wall time) to --figure.
+Both runs take --steps steps (or what --time-budget allows) and validate every --eval-every. The steps and wall
+time each run needs to first reach the teacher's accuracy are printed, written to OUTPUT_DIR/results.json with both
+curves and the seconds per step of each phase, and plotted (accuracy against wall time) to --figure.
 """
 
 import json
@@ -103,7 +103,8 @@ def main(
     ),
     teacher: str = typer.Option(..., help="The teacher: a policy folder, an HF folder or smollm2-135m."),
     student: str = typer.Option("smollm2-135m", help="Where both runs start."),
-    steps: int = typer.Option(16, help="GRPO steps of each run."),
+    steps: int = typer.Option(16, help="GRPO steps of each run (at most, with --time-budget)."),
+    time_budget: str | None = typer.Option(None, help="Each run's wall-clock budget (e.g. 6m), as --time-budget."),
     eval_every: int = typer.Option(2, help="Validate every N steps."),
     output_dir: Path = typer.Option(Path("outputs/distillation_demo"), help="teacher/, distill/, grpo/, results.json."),
     figure: Path = typer.Option(Path("docs/figures/distillation/accuracy_vs_time.png"), help="The PNG written."),
@@ -115,7 +116,7 @@ def main(
         n_grpo_steps=steps,
         eval_every=eval_every,
         checkpoint_every=steps,
-        time_budget=None,
+        time_budget=time_budget,
         overwrite=True,
         teacher=None,
         distill_reward_weight=0.0,
@@ -149,6 +150,7 @@ def main(
         "preset": str(config),
         "teacher_summary": summary,
         "steps": steps,
+        "time_budget": time_budget,
         "eval_every": eval_every,
         "runs": runs,
         "reached": {name: first_reaching(points, target) for name, points in runs.items()},
