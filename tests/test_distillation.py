@@ -164,6 +164,26 @@ def test_the_memory_plan_counts_the_teacher(tiny_model_dir, teacher_dir):
     assert with_teacher["teacher"] == count * work.dtype_bytes and "teacher" not in without
 
 
+def test_the_ray_learner_actor_class_loads_and_uses_the_teacher(tiny_model_dir, teacher_dir, tmp_path):
+    """The Learner actor's own code (a plain class that Ray makes remote) with a teacher: its update's KL to the
+    teacher is the one scored apart here."""
+    from alignment.ray.actors import Learner
+    from alignment.ray.config import RayGRPOConfig
+
+    config = RayGRPOConfig(**vars(grpo_config(tiny_model_dir, tmp_path, teacher=str(teacher_dir))))
+    actor = Learner(config, TASK, "cpu", 1)
+    assert actor.learner.teacher is not None and not actor.learner.teacher.training
+    policy = actor.learner.policy
+    engine = HFRolloutEngine(policy, actor.learner.tokenizer, progress=False)
+    sampler, _ = grpo_parts(config, policy, actor.learner.tokenizer, engine)
+    drawn = sampler.draw(0)
+    batch = actor.learner.make_batch(drawn.questions, drawn.rollouts, drawn.scores)
+    student, teacher = score(policy, batch, 4), score(actor.learner.teacher, batch, 4)
+    reverse_kl = (((student - teacher) * batch.response_mask).sum() / batch.response_mask.sum()).item()
+    (row,) = actor.learn(drawn.questions, drawn.rollouts, drawn.scores).rows
+    assert row["teacher_kl_k1"] == pytest.approx(reverse_kl, abs=1e-6) and reverse_kl != 0
+
+
 @pytest.mark.slow  # Ray's start and two actors' model loads: about half a minute
 def test_a_ray_learner_actor_holds_the_teacher(tiny_model_dir, tmp_path):
     """colocated-sync on Ray, taught by the policy's own weights: the worker's learner scores the teacher, so every
