@@ -205,11 +205,18 @@ def test_a_ray_learner_actor_holds_the_teacher(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow  # a vLLM engine on the CPU: about a minute
-def test_vllm_rollouts_distill_with_the_learners_own_student_log_probs(tiny_model_dir, tmp_path):
+def test_vllm_rollouts_distill_with_the_learners_own_student_log_probs(tokenizer, tmp_path):
     """Sampled by vLLM, taught by the policy's own weights: the engine's log-probs differ from the trainer's (the
     rollout mismatch), yet the advantage is exactly 0, since the student's log-probs are the learner's, scored by the
     same code as the teacher's."""
-    config = grpo_config(tiny_model_dir, tmp_path, backend="vllm", teacher=str(tiny_model_dir))
+    torch.manual_seed(0)
+    folder = tmp_path / "head-dim-64"  # vLLM's CPU attention has no kernel for the tiny models' head_dim 16
+    shape = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1}
+    LlamaForCausalLM(tiny_model_config("llama", len(tokenizer), tokenizer.pad_token_id, **shape)).save_pretrained(
+        folder
+    )
+    tokenizer.save_pretrained(folder)
+    config = grpo_config(folder, tmp_path, backend="vllm", teacher=str(folder))
     (row,) = train_grpo(config, TASK, TASK)
     assert row["rollout_logprob_diff_max"] > 0
     assert row["teacher_kl_k1"] == 0.0 and row["loss"] == 0.0 and row["grad_norm"] == 0.0
