@@ -27,14 +27,18 @@ from alignment.grpo.sampler import validation_sampling
 from alignment.grpo_run import train_grpo
 from alignment.models.loading import load_model_and_tokenizer
 from alignment.run.setup import build_engine, make_grader, math_tasks
+from alignment.run.time_budget import budget_validations
 
 app = typer.Typer(add_completion=False)
 
 
 def teacher_accuracy(config: GRPOConfig) -> dict[str, float]:
-    """The held-out summary (eval_reward, eval_format_reward, eval_answer_reward) of config.model, sampled and graded
-    as a run's validation is."""
-    _, validation = math_tasks(config)
+    """The held-out summary (eval_reward, eval_format_reward, eval_answer_reward) of config.model on the questions a
+    run's periodic validations take, sampled and graded as they are."""
+    budgeted = config.time_budget is not None
+    validation, _ = budget_validations(
+        math_tasks(config, whole_validation=budgeted)[1], config.n_eval_examples, budgeted
+    )
     policy, tokenizer = load_model_and_tokenizer(config.model)
     engine = build_engine(config, policy.eval(), tokenizer, "cpu", "cpu")
     grader = make_grader(validation, config.grader_workers)
@@ -106,6 +110,7 @@ def main(
     steps: int = typer.Option(16, help="GRPO steps of each run (at most, with --time-budget)."),
     time_budget: str | None = typer.Option(None, help="Each run's wall-clock budget (e.g. 6m), as --time-budget."),
     eval_every: int = typer.Option(2, help="Validate every N steps."),
+    n_eval_examples: int | None = typer.Option(None, help="Questions per validation (default: the preset's)."),
     output_dir: Path = typer.Option(Path("outputs/distillation_demo"), help="teacher/, distill/, grpo/, results.json."),
     figure: Path = typer.Option(Path("docs/figures/distillation/accuracy_vs_time.png"), help="The PNG written."),
 ) -> None:
@@ -115,6 +120,7 @@ def main(
         model=student,
         n_grpo_steps=steps,
         eval_every=eval_every,
+        n_eval_examples=n_eval_examples or preset.n_eval_examples,
         checkpoint_every=steps,
         time_budget=time_budget,
         overwrite=True,
