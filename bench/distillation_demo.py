@@ -9,7 +9,8 @@ a math preset's task, and GRPO trains the same student on the same task with the
 3. GRPO: the same loop without the teacher.
 Both runs take --steps steps (or what --time-budget allows) and validate every --eval-every. The steps and wall
 time each run needs to first reach the teacher's accuracy are printed, written to OUTPUT_DIR/results.json with both
-curves and the seconds per step of each phase, and plotted (accuracy against wall time) to --figure.
+curves and the seconds per step of each phase, and plotted (accuracy against wall time, and the distillation's reverse
+KL to the teacher) to --figure; --redraw redraws it from a finished demo's folder.
 """
 
 import json
@@ -30,6 +31,7 @@ from alignment.run.setup import build_engine, make_grader, math_tasks
 from alignment.run.time_budget import budget_validations
 
 app = typer.Typer(add_completion=False)
+RUN_FOLDERS = {"on-policy distillation": "distill", "GRPO": "grpo"}  # each run's folder under --output-dir
 
 
 def teacher_accuracy(config: GRPOConfig) -> dict[str, float]:
@@ -80,24 +82,45 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def plot(runs: dict[str, list[dict[str, float]]], teacher: float, figure: Path, title: str) -> None:
+def teacher_kl(output_dir: Path) -> list[tuple[float, float]]:
+    """(seconds, teacher_kl_k1) of each step of a distillation run."""
+    rows = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(row["time_elapsed_s"], row["teacher_kl_k1"]) for row in rows if "teacher_kl_k1" in row]
+
+
+def plot(runs: dict[str, list[dict[str, float]]], kl: list[tuple[float, float]], teacher: float, figure: Path) -> None:
+    """Held-out accuracy of each run against wall time, the teacher's as a line; beside it the distillation run's
+    reverse KL to the teacher."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, points in runs.items():
-        ax.plot([p["time_s"] for p in points], [100 * p["accuracy"] for p in points], marker="o", label=name)
-    ax.axhline(100 * teacher, color="grey", linestyle="--", label=f"teacher ({100 * teacher:.1f}%)")
-    ax.set_xlabel("wall time since the first validation (s)")
-    ax.set_ylabel("held-out accuracy (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
+        left.plot([p["time_s"] for p in points], [100 * p["accuracy"] for p in points], marker="o", label=name)
+    left.axhline(100 * teacher, color="grey", linestyle="--", label=f"teacher ({100 * teacher:.1f}%)")
+    left.set(xlabel="wall time since the first validation (s)", ylabel="held-out accuracy (%)", title="accuracy")
+    right.plot([t for t, _ in kl], [v for _, v in kl], marker=".", color="tab:blue")
+    right.set(
+        xlabel="wall time since the first validation (s)",
+        ylabel="KL(student || teacher) per token",
+        title="distillation: reverse KL to the teacher",
+    )
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    left.legend()
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(figure, dpi=120)
+
+
+def replot(output_dir: Path, figure: Path) -> None:
+    """Redraw the figure from a finished demo's folder, the runs' metrics as they are now (a distillation run
+    resumed with a larger --time-budget included)."""
+    results = json.loads((output_dir / "results.json").read_text())
+    runs = {name: curve(output_dir / folder) for name, folder in RUN_FOLDERS.items()}
+    plot(runs, teacher_kl(output_dir / "distill"), results["teacher_summary"]["eval_answer_reward"], figure)
 
 
 @app.command()
@@ -113,7 +136,10 @@ def main(
     n_eval_examples: int | None = typer.Option(None, help="Questions per validation (default: the preset's)."),
     output_dir: Path = typer.Option(Path("outputs/distillation_demo"), help="teacher/, distill/, grpo/, results.json."),
     figure: Path = typer.Option(Path("docs/figures/distillation/accuracy_vs_time.png"), help="The PNG written."),
+    redraw: bool = typer.Option(False, help="Only redraw the figure from --output-dir's finished demo."),
 ) -> None:
+    if redraw:
+        return replot(output_dir, figure)
     preset = GRPOConfig(**read_config_file(config, GRPOConfig))
     base = replace(
         preset,
@@ -139,7 +165,7 @@ def main(
     typer.echo(f"teacher {teacher}: held-out accuracy {100 * target:.1f}% ({time.perf_counter() - start:.0f} s)")
     runs: dict[str, list[dict[str, float]]] = {}
     phases: dict[str, dict[str, float]] = {}
-    for name, run in (("on-policy distillation", distill), ("GRPO", grpo)):
+    for name, run in zip(RUN_FOLDERS, (distill, grpo)):
         began = time.perf_counter()
         train_grpo(run)
         runs[name], phases[name] = curve(run.output_dir), phase_seconds(run.output_dir)
@@ -165,7 +191,7 @@ def main(
     }
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    plot(runs, target, figure, f"{student} taught by a trained policy vs GRPO ({Path(str(config)).stem})")
+    replot(output_dir, figure)
     typer.echo(f"results: {output_dir / 'results.json'}; figure: {figure}")
 
 
