@@ -144,6 +144,7 @@ def test_a_grpo_step_with_a_teacher_trains_on_the_formulas_advantages(tiny_model
     assert row["teacher_kl_k1"] == pytest.approx(reverse_kl.item(), abs=1e-6) and row["teacher_kl_k1"] != 0
 
 
+@pytest.mark.slow  # the whole loop (validations, checkpoint, policy/): 10 s here; the steps above cover the learner
 def test_a_run_taught_by_its_own_weights_has_zero_advantage_and_keeps_them(tiny_model_dir, tmp_path):
     """Teacher = student: every token's advantage is exactly 0 (the same scoring code on the same weights), so the
     policy does not move, while a GRPO run on the same rollouts would (hash rewards vary within groups)."""
