@@ -20,7 +20,7 @@ class RolloutBatch:
     labels: torch.Tensor  # (batch, seq): input_ids shifted left by one
     response_mask: torch.Tensor  # (batch, seq) bool: True where the label is a response token
     raw_rewards: torch.Tensor  # (batch, 1)
-    advantages: torch.Tensor  # (batch, 1), or (batch, seq) when each token has its own (--turn-rewards)
+    advantages: torch.Tensor  # (batch, 1), or (batch, seq) per token (--turn-rewards, on-policy distillation)
     rollout_log_probs: torch.Tensor  # (batch, seq): the sampler's log-prob of each response label, 0 elsewhere
     old_log_probs: torch.Tensor | None = None  # (batch, seq), set once per rollout batch when off-policy
     slots: torch.Tensor | None = None  # (batch, seq) ForwardTape slots of the input positions, when recorded
@@ -42,7 +42,7 @@ class RolloutBatch:
             labels=rows(self.labels, True),
             response_mask=mask[:, :width],
             raw_rewards=rows(self.raw_rewards, False),
-            advantages=rows(self.advantages, self.advantages.shape[1] > 1),
+            advantages=rows(self.advantages, True),  # trimming leaves a (rows, 1) column as it is
             rollout_log_probs=rows(self.rollout_log_probs, True),
             old_log_probs=rows(self.old_log_probs, True),
             slots=rows(self.slots, True),

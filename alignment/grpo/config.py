@@ -1,5 +1,6 @@
 """Every setting of a GRPO run, with the handouts' starter values, checked before any model loads."""
 
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -11,6 +12,7 @@ from alignment.envs.registry import env_spec
 from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
+from alignment.models.teacher import check_teacher_tokenizer
 from alignment.prompts import check_prompt, stop_strings
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
@@ -175,6 +177,18 @@ class GRPOConfig(TrainingSettings, MathDataSettings):
         "rollouts scored by the policy that sampled them and by the policy one update before, from the second step "
         "on (a frozen copy of the weights kept one step behind; one more scoring pass a step).",
     )
+    teacher: str | None = setting(
+        None,
+        "On-policy distillation (alignment/distillation.py): a frozen teacher (a policy folder, an HF folder or "
+        "smollm2-135m) scores every sampled token, and each token's advantage is log pi_teacher - log pi_student "
+        "(minus the per-token reverse KL), plus --distill-reward-weight times the task's advantage. Its tokenizer must "
+        "be the student's (checked before any model loads).",
+    )
+    distill_reward_weight: float = setting(
+        0.0,
+        "With --teacher: w in advantage = w * task advantage + (log pi_teacher - log pi_student); 0: the teacher "
+        "alone (the task's reward is still logged).",
+    )
     divergence_loss_bound: float | None = setting(
         None,
         "Stop the run as diverged when a step's loss is above this in magnitude (as on a NaN or inf); the run "
@@ -327,6 +341,7 @@ def validate(config: GRPOConfig) -> None:
         _fail(f"--gpu-memory-utilization must be in (0, 1], got {c.gpu_memory_utilization}")
     check_lora(c, c.backend)
     validate_env(c)
+    check_distillation(c)
 
 
 def validate_env(c: GRPOConfig) -> None:
@@ -345,6 +360,19 @@ def validate_env(c: GRPOConfig) -> None:
         _fail("--reuse-rollout-forward on replays one sampling call's forward; an --env episode takes several")
     if c.dynamic_sampling:
         _fail("--dynamic-sampling draws one-turn rollouts again; it does not apply to --env episodes")
+
+
+def check_distillation(c: GRPOConfig) -> None:
+    """--teacher and its weight; last, since comparing the tokenizers reads both from disk (no weights)."""
+    if c.teacher is None:
+        if c.distill_reward_weight != 0:
+            _fail(f"--distill-reward-weight ({c.distill_reward_weight}) applies only with --teacher")
+        return
+    if c.loss_type == "no_baseline":
+        _fail("--teacher needs advantages: --loss-type no_baseline weighs tokens by the raw reward alone")
+    if not (c.distill_reward_weight >= 0 and math.isfinite(c.distill_reward_weight)):
+        _fail(f"--distill-reward-weight must be a finite number >= 0, got {c.distill_reward_weight}")
+    check_teacher_tokenizer(c.model, c.teacher)
 
 
 def validate_objective(c: GRPOConfig) -> None:

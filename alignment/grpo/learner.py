@@ -27,6 +27,7 @@ from alignment.kl import kl_estimates
 from alignment.logprobs import output_head
 from alignment.masked import masked_mean
 from alignment.models.lora import copy_trainable, frozen_copy, reference_model
+from alignment.models.teacher import load_teacher
 from alignment.prompts import format_prompt
 from alignment.rollout.forward_tape import ForwardTape, has_dropout
 from alignment.rollout.interface import Rollout, RolloutEngine
@@ -40,8 +41,8 @@ REPORTED = ("clip_fraction", "tis_weight_mean", "rollout_masked_fraction")  # lo
 
 
 class GRPOLearner:
-    """The policy, its AdamW optimizer, the objective, (with --kl-reference) the frozen reference and (with
-    --kl-prev-step) a frozen copy of the policy one update behind.
+    """The policy, its AdamW optimizer, the objective, (with --kl-reference) the frozen reference, (with
+    --kl-prev-step) a frozen copy of the policy one update behind and (with --teacher) the distillation's teacher.
 
     `step` counts the updates taken: the policy's version.
     """
@@ -69,6 +70,7 @@ class GRPOLearner:
         compute = MODES[precision].compute  # frozen copies need no float32 master
         self.reference = reference_model(policy, compute) if config.kl_reference else None
         self.previous = frozen_copy(policy, compute) if config.kl_prev_step else None
+        self.teacher = None if config.teacher is None else load_teacher(config.teacher, self.device, compute)
         self.previous_version: int | None = None  # the version `previous` holds; None until the first update
         self.shards = shard_group(policy)  # None unless torchrun sharded the policy
         self.prompt_ids = [tokenizer(format_prompt(task.template, q))["input_ids"] for q in task.questions]
@@ -112,7 +114,9 @@ class GRPOLearner:
             # Old log-probs handed in with the batch are kept: they were scored under an earlier version on purpose
             # (the Ray driver's colocated-k-batches round); the KL monitors still measure the policy as it is now.
             handed_in, current = batch.old_log_probs is not None, None
-            if (needs_old and not handed_in) or self.reference is not None or c.kl_prev or self.previous is not None:
+            distilling = self.teacher is not None and not handed_in
+            monitors = self.reference is not None or c.kl_prev or self.previous is not None
+            if (needs_old and not handed_in) or distilling or monitors:
                 current = score(self.policy, batch, c.micro_train_batch_size)
             if not handed_in:
                 batch.old_log_probs = current
@@ -122,6 +126,9 @@ class GRPOLearner:
                 extra |= {f"kl_ref_{k}": v for k, v in kl.items()}
             if self.previous is not None:
                 extra |= self.kl_to_previous_step(batch, current)
+        if self.teacher is not None:
+            with timer("teacher_logprob"):
+                extra |= self.distill(batch)
         rows = []
         with timer("train"):
             self.policy.train()
@@ -141,6 +148,20 @@ class GRPOLearner:
                 extra |= {f"kl_prev_{k}": v for k, v in kl.items()}
         self.step += 1
         return [row | extra for row in rows]
+
+    def distill(self, batch: RolloutBatch) -> dict[str, float]:
+        """Replace the batch's advantages by on-policy distillation's per-token ones (the objective's), and return
+        the student's KL to the teacher on it (`teacher_kl_k1`: the reverse KL per token, the distillation's loss).
+
+        The student's log-probs are the learner's own of the policy that sampled (`batch.old_log_probs`), not the
+        sampler's: at a temperature or top-p other than 1 those are of the tempered, truncated distribution, and a
+        vLLM engine's differ from the trainer's by its kernels (the rollout mismatch), which would read as KL to
+        the teacher; scored by the same code as the teacher, the difference is the two models'."""
+        assert self.teacher is not None and batch.old_log_probs is not None
+        teacher = score(self.teacher, batch, self.config.micro_train_batch_size)
+        batch.advantages = self.objective.distilled_advantages(batch, teacher, batch.old_log_probs)
+        kl = kl_estimates(batch.old_log_probs, teacher, batch.response_mask)
+        return {f"teacher_kl_{k}": v for k, v in kl.items()}
 
     def kl_to_previous_step(self, batch: RolloutBatch, current: torch.Tensor) -> dict[str, float]:
         """UW A3 v2 problem 6's KL(pi_theta || pi_theta_{t-1}) on this batch (`current`: its log-probs under the

@@ -28,6 +28,7 @@ from typing import Literal
 import torch
 
 from alignment.advantages import AdvantageEstimator, estimate_advantages, overlong_penalty
+from alignment.distillation import distillation_advantages
 from alignment.grpo.batch import RolloutBatch
 from alignment.grpo.config import GRPOConfig
 from alignment.grpo_step import LossAggregation, grpo_microbatch_train_step
@@ -57,6 +58,7 @@ class Objective:
     overlong_penalty: float
     gradient_accumulation_steps: int
     off_policy: OffPolicyObjective | None = None  # None: samples of the policy being trained (the synchronous loops)
+    distill_reward_weight: float | None = None  # with a teacher: the task advantage's weight; None: no teacher
 
     @classmethod
     def from_settings(cls, c: GRPOConfig, off_policy: OffPolicyObjective | None = None) -> "Objective":
@@ -79,6 +81,7 @@ class Objective:
             overlong_penalty=c.overlong_penalty,
             gradient_accumulation_steps=c.gradient_accumulation_steps,
             off_policy=off_policy,
+            distill_reward_weight=None if c.teacher is None else c.distill_reward_weight,
         )
 
     @property
@@ -134,11 +137,27 @@ class Objective:
             out.append(torch.repeat_interleave(centred, torch.tensor(spans)))
         return out
 
+    @property
+    def distills(self) -> bool:
+        return self.distill_reward_weight is not None
+
+    def distilled_advantages(
+        self, batch: RolloutBatch, teacher_log_probs: torch.Tensor, student_log_probs: torch.Tensor
+    ) -> torch.Tensor:
+        """(batch, seq) on-policy distillation's per-token advantages of the batch (alignment/distillation.py): the
+        teacher's log-prob minus the student's on each response token, plus the weighted task advantage. The student's
+        are the learner's log-probs of the policy that sampled (see GRPOLearner.update)."""
+        assert self.distill_reward_weight is not None, "no --teacher: nothing to distill"
+        return distillation_advantages(
+            teacher_log_probs, student_log_probs, batch.response_mask, batch.advantages, self.distill_reward_weight
+        )
+
     def row_weights(self, batch: RolloutBatch) -> torch.Tensor:
-        """(batch,) what multiplies every token term of a row's loss: its advantage, or its reward for no_baseline.
-        A row whose weight is exactly 0 adds exactly 0 to the gradient under every loss here."""
+        """(batch,) what multiplies every token term of a row's loss: its advantage, or its reward for no_baseline;
+        with per-token advantages (batch, seq) (distillation), the largest in magnitude of its row's. A row whose
+        weight is exactly 0 adds exactly 0 to the gradient under every loss here."""
         weight = batch.raw_rewards if self.loss_type == "no_baseline" else batch.advantages
-        return weight.abs().amax(dim=1)  # per-token advantages (--turn-rewards): 0 only when every token's is
+        return weight.abs().amax(dim=-1) if weight.shape[-1] > 1 else weight.flatten()
 
     def microbatch_loss(
         self,

@@ -3,12 +3,12 @@
 Per device, in bytes: the policy's weights, its float32 master copy, gradients and AdamW states, each in the dtype
 --precision keeps it in (alignment/run/precision.py: bf16 keeps everything in bfloat16, 2 + 2 + 2 x 2 bytes a parameter;
 bf16-mixed and fp16-mixed a 2-byte compute copy, a 4-byte master, 4-byte gradients and 2 x 4 bytes of AdamW states; fp32
-4 + 4 + 2 x 4), the KL reference copy when kept, the activations one microbatch saves for backward at the longest
-sequence in the compute dtype (with or without gradient checkpointing), the log-prob head's float32 work over the
-response tokens, and the rollout engine (in the compute dtype): vLLM's share of its GPU (weights, KV cache, its own
-overhead) or the hf backend's KV cache. A GPU that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU,
-KV cache freed) while the policy trains, and the policy's gradients are freed while vLLM generates, so each phase is
-checked alone.
+4 + 4 + 2 x 4), the KL reference copy when kept, the distillation's teacher when given (whole on every process),
+the activations one microbatch saves for backward at the longest sequence in the compute dtype (with or without
+gradient checkpointing), the log-prob head's float32 work over the response tokens, and the rollout engine (in the
+compute dtype): vLLM's share of its GPU (weights, KV cache, its own overhead) or the hf backend's KV cache. A GPU
+that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU, KV cache freed) while the policy trains,
+and the policy's gradients are freed while vLLM generates, so each phase is checked alone.
 
 A learner sharded over N processes, one GPU each (torchrun, alignment/distributed/sharding.py), keeps 1/N of the
 weights, of their gradients, of the AdamW states and of a reference copy on each GPU (in a mixed precision its float32
@@ -141,6 +141,7 @@ class Workload:
     trainable_fraction: float = 1.0  # of the parameters (LoRA trains a few; full fine-tuning all)
     processes: int = 1  # a learner sharded over this many processes, one GPU each (torchrun); rollouts then by hf
     previous_copy: bool = False  # --kl-prev-step: a frozen copy of the weights that train, one step behind
+    teacher_parameters: int = 0  # --teacher: a frozen model of this many parameters, whole on every process
 
     @property
     def sequence_tokens(self) -> int:
@@ -213,6 +214,8 @@ def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:
         "reference": shard(params, work.dtype_bytes) if work.kl_reference else 0,  # frozen: the compute dtype
         "activations": activation_bytes(shape, work),
     }
+    if work.teacher_parameters:  # frozen, in the compute dtype; never sharded (it only scores)
+        parts["teacher"] = work.teacher_parameters * work.dtype_bytes
     if work.previous_copy:  # under LoRA the adapters alone: the frozen base is shared
         parts["previous step's copy"] = shard(trainable, work.dtype_bytes)  # frozen: the compute dtype
     if work.processes > 1:
@@ -279,6 +282,7 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
         + learner["optimizer"]
         + learner["reference"]
         + learner.get("previous step's copy", 0)
+        + learner.get("teacher", 0)
     )
     training = resident + learner["gradients"] + learner["activations"]
     notes: list[str] = []
@@ -333,7 +337,7 @@ def plan(shape: ModelShape, work: Workload, machine: Machine) -> MemoryPlan:
     parts = learner | {"vLLM awake": vllm, "vLLM asleep": VLLM_ASLEEP_BYTES, "(vLLM needs at least)": needs}
     generating, training_phase = resident + vllm, training + VLLM_ASLEEP_BYTES
     notes.append(
-        f"generating: {generating / GiB:.1f} GiB (weights, master copy, AdamW states, reference, vLLM awake); "
+        f"generating: {generating / GiB:.1f} GiB (weights, master copy, AdamW states, reference, teacher, vLLM awake); "
         f"training: {training_phase / GiB:.1f} GiB (those, gradients, activations, vLLM asleep)"
     )
     peak = max(generating, training_phase)
@@ -480,6 +484,7 @@ def grpo_workload(
         else 1.0,
         processes=processes,
         previous_copy=config.kl_prev_step,
+        teacher_parameters=0 if config.teacher is None else model_shape(config.teacher).parameters(),
     )
 
 
