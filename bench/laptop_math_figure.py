@@ -25,7 +25,7 @@ def main(run: Path = Path("outputs/arithmetic_laptop"), out: Path = Path("docs/f
     warm = read_rows(run / WARM_START_DIR / "metrics.jsonl") if (run / WARM_START_DIR).is_dir() else []
     grpo = read_rows(run / "metrics.jsonl")
     warm_evals = [r for r in warm if "eval_reward" in r]
-    offset = max((r["time_elapsed_s"] for r in warm), default=0.0)
+    offset = max((r["time_elapsed_s"] for r in warm if "time_elapsed_s" in r), default=0.0)
     grpo_evals = [r for r in grpo if "eval_reward" in r]
     steps = [r for r in grpo if "train_reward" in r]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
