@@ -41,7 +41,7 @@ def main(run: Path = Path("outputs/arithmetic_laptop"), out: Path = Path("docs/f
         label="GRPO: train reward",
     )
     left.set_xlabel("wall time on the run's clocks (minutes)")
-    left.set_ylabel("held-out reward (64 questions)")
+    left.set_ylabel(f"held-out reward ({grpo_evals[0].get('eval_examples', '?')} questions)")
     left.set_ylim(-0.02, 1.02)
     left.legend(fontsize=8)
     medians = {p: statistics.median(r.get(f"time_{p}_s", 0.0) for r in steps) for p in PHASES}

@@ -23,6 +23,7 @@ time each needed to first reach TRL's final held-out accuracy.
 
 import json
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -98,8 +99,8 @@ class Validate(TrainerCallback):
         self.off_clock += time.perf_counter() - start
 
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        self.started, self.off_clock = time.perf_counter(), 0.0  # the clock starts with training
         self.validate(model, processing_class, 0)
-        self.started, self.off_clock = time.perf_counter(), 0.0
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         over = self.training_s() >= self.budget_s
@@ -189,8 +190,8 @@ def main(
     task, validation = math_tasks(config, whole_validation=config.time_budget is not None)
     with ParallelGrader(validation.reward_fn, config.grader_workers) as grader:
         callback = Validate(config, validation, grader, budget_s)
-        trainer = trl_trainer(config, start, task, grader, callback, out / "trl_run")
-        trainer.train()
+        with tempfile.TemporaryDirectory() as scratch:  # TRL's output_dir: nothing is saved there
+            trl_trainer(config, start, task, grader, callback, Path(scratch)).train()
     trl = callback.curve
     out.mkdir(parents=True, exist_ok=True)
     (out / "trl_curve.json").write_text(json.dumps({"budget_s": budget_s, "points": trl}, indent=1))
