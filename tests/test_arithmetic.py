@@ -1,21 +1,25 @@
 """The generated arithmetic task: determinism, disjoint splits, correct answers, grading, loading, jsonl export."""
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from alignment.config.cli import read_config_file
 from alignment.data.arithmetic import ArithmeticSpec, generate, in_test_split, parse_source, write_jsonl
 from alignment.data.math_datasets import load_math_examples
 from alignment.data.sft_examples import load_sft_examples
 from alignment.data.splits import run_data
+from alignment.experiments.plotting import read_rows
 from alignment.grader import reward_fn_for
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.prompts import load_prompt
 from alignment.run.setup import math_task
 from alignment.run.warm_start import warm_start_config
+from scripts import train_grpo as train_grpo_script
 
 SOURCE = "arithmetic?ops=1-3&max=30&train=400&test=60"
 LINE = re.compile(r"^(\d+) ([-+*/]) (\d+) = (\d+)$")
@@ -138,3 +142,24 @@ def test_preset_warm_start_evaluates_as_grpo_validates():
         validate(replace(config, task="keywords"))
     with pytest.raises(ValueError, match="--warm-start-sft-batch-size must be >= 1"):
         validate(replace(config, warm_start_sft_batch_size=0))
+    assert config.torch_threads == 1 == sft.torch_threads  # a setting of every training script now, not SFT's alone
+    with pytest.raises(ValueError, match="--torch-threads must be >= 1"):
+        validate(replace(config, torch_threads=0))
+
+
+def test_one_command_warm_starts_then_trains_grpo_from_that_policy(tiny_model_dir, tmp_path):
+    """scripts/train_grpo.py with --warm-start-sft-steps: the SFT run in warm_start/ (validated before and after),
+    GRPO started from its policy/, and both gains printed."""
+    out = tmp_path / "run"
+    flags = ["--model", str(tiny_model_dir), "--dataset", "arithmetic?ops=1&max=30&train=20&test=4"]
+    flags += ["--warm-start-sft-steps", "1", "--warm-start-sft-batch-size", "2", "--backend", "hf"]
+    flags += ["--n-grpo-steps", "1", "--rollout-batch-size", "4", "--group-size", "2", "--train-batch-size", "4"]
+    flags += ["--gradient-accumulation-steps", "2", "--sampling-max-tokens", "6", "--n-eval-examples", "4"]
+    flags += ["--grader-workers", "1", "--output-dir", str(out)]
+    result = CliRunner().invoke(train_grpo_script.app, flags)
+    assert result.exit_code == 0, result.output
+    warm_evals = [row for row in read_rows(out / "warm_start" / "metrics.jsonl") if "eval_reward" in row]
+    assert [row["grpo_step"] for row in warm_evals] == [0, 1]
+    assert json.loads((out / "settings.json").read_text())["model"] == str(out / "warm_start" / "policy")
+    assert "warm start (SFT, 1 steps of 2): held-out reward" in result.output
+    assert re.search(r"held-out reward: [\d.]+ at step 0 \(4 questions\) -> [\d.]+ at step 1", result.output)
