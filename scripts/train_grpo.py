@@ -13,7 +13,8 @@ Every field of alignment.grpo.config.GRPOConfig is a flag (`--n-grpo-steps`, `--
 ...); defaults are the handouts' starter values. The run folder (--output-dir) gets settings.json,
 metrics.jsonl, rollouts.jsonl, checkpoint/, plots/ and, at the end, policy/: the trained model as a standard
 model folder that every script's --model accepts. Under torchrun the processes share one policy, sharded with
-FSDP2 (alignment/distributed/sharding.py); rank 0 writes the run folder and prints.
+FSDP2 (alignment/distributed/sharding.py); rank 0 writes the run folder and prints. With --warm-start-sft-steps N,
+N SFT steps on --dataset's worked solutions run first and GRPO starts from their policy (alignment/run/warm_start.py).
 """
 
 import inspect
@@ -29,12 +30,15 @@ from alignment.grpo_run import train_grpo
 from alignment.run.memory_plan import Machine, grpo_workload, model_shape
 from alignment.run.memory_plan import report as memory_report
 from alignment.run.setup import check_sharded
+from alignment.run.warm_start import warm_start
 
 
 def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None, plan_processes: int = 1) -> None:
     if plan_memory is not None:
         raise typer.Exit(print_memory_plan(config, plan_memory, plan_processes))
     try:
+        validate(config)
+        config, warm_line = (config, None) if resume else warm_start(config)
         train_grpo(config, resume=resume)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
@@ -42,6 +46,8 @@ def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None, plan_p
         typer.echo(f"diverged: {err} (recorded in {config.output_dir / 'diverged.json'})", err=True)
         raise typer.Exit(1) from None
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 reports for all
+        if warm_line is not None:
+            typer.echo(warm_line)
         report(config.output_dir)
 
 

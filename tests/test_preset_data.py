@@ -27,6 +27,7 @@ SETTINGS_FILES = {  # configs/*.toml -> the script that takes it
     "keyword_transformer_lm": "train_grpo",
     "keyword_uw_handout": "train_grpo",
     "grpo_gsm8k_cpu": "train_grpo",
+    "arithmetic_laptop": "train_grpo",
     "sft_gsm8k_demo": "train_sft",
     "ei_gsm8k_demo": "expert_iteration",
     "keyword_async": "train_grpo_ray",

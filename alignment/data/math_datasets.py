@@ -1,6 +1,7 @@
 """Math datasets (MATH and GSM8K, every way they are shipped) as `MathExample`s.
 
-A source is a short name (`math`, `math500`, `competition_math`, `hendrycks_math`, `gsm8k`), a .jsonl file, a
+A source is a short name (`math`, `math500`, `competition_math`, `hendrycks_math`, `gsm8k`), a generated task
+(`arithmetic` or `arithmetic?ops=1-3&max=50&seed=1`: word problems, alignment/data/arithmetic.py), a .jsonl file, a
 local dataset folder (a download of a hub repo as it is, or a folder of `<split>.jsonl` files such as the course's
 `MATH/{train,validation,sft}.jsonl`), or a hub id. A folder of `<split>.jsonl` files is read line by line; other
 folders and hub ids go through `datasets.load_dataset`, which reads a repo's own layout (parquet files, the configs
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from alignment.data.arithmetic import SPLITS as ARITHMETIC_SPLITS
+from alignment.data.arithmetic import arithmetic_records, is_arithmetic
 from alignment.grading.answers import gsm8k_ground_truth, last_boxed
 from alignment.utils.hub import MIRROR_ENV, check_hub_source
 
@@ -168,6 +171,8 @@ def dataset_splits(source: str) -> list[str]:
     """The splits `source` has (a .jsonl file has one, named `file`)."""
     if Path(source).is_file():
         return ["file"]
+    if is_arithmetic(source):
+        return list(ARITHMETIC_SPLITS)
     if source not in HUB_DATASETS and not is_folder_or_hub_id(source):
         raise unknown_source(source)
     hub = HUB_DATASETS.get(source)
@@ -214,6 +219,8 @@ def evaluation_split(source: str) -> str:
     """The split a source is evaluated on: a short name's own, else validation, test or the only split."""
     if source in HUB_DATASETS:
         return HUB_DATASETS[source].eval_split
+    if is_arithmetic(source):
+        return "test"
     splits = dataset_splits(source)
     return next((s for s in ("validation", "test") if s in splits), splits[0])
 
@@ -221,8 +228,8 @@ def evaluation_split(source: str) -> str:
 def load_math_examples(
     source: str, kind: DatasetKind | None = None, split: str | None = None, limit: int | None = None
 ) -> list[MathExample]:
-    """Load `source`: a short name (`math`, `math500`, `competition_math`, `hendrycks_math`, `gsm8k`), a .jsonl
-    file, a local dataset folder, or a hub id.
+    """Load `source`: a short name (`math`, `math500`, `competition_math`, `hendrycks_math`, `gsm8k`), a generated
+    `arithmetic?...` task, a .jsonl file, a local dataset folder, or a hub id.
 
     `kind` picks the field names (`problem` for MATH, `question` for GSM8K); None detects it per record.
     `split` applies to short names, folders and hub ids; None is the source's evaluation split
@@ -232,6 +239,8 @@ def load_math_examples(
         hub = HUB_DATASETS[source]
         rows = load_hub(hub.repo, hub.config, split or hub.eval_split)
         kind = kind or ("gsm8k" if source == "gsm8k" else "math")
+    elif is_arithmetic(source):
+        rows, kind = arithmetic_records(source, split or "test"), "gsm8k"
     elif Path(source).is_file():
         rows = read_jsonl(Path(source))
     elif is_folder_or_hub_id(source):

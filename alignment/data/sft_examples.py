@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from alignment.data.arithmetic import arithmetic_records, is_arithmetic
 from alignment.data.math_datasets import (
     HUB_DATASETS,
     SUBSET_SEED,
@@ -86,9 +87,12 @@ def record_format(record: Any, where: str) -> SFTFormat:
 
 
 def sft_rows(source: str, split: str) -> Rows:
-    """The records of `source`: a .jsonl file, `gsm8k`'s hub repo (or any short name's), a folder or a hub id."""
+    """The records of `source`: a .jsonl file, a generated `arithmetic?...` task, `gsm8k`'s hub repo (or any short
+    name's), a folder or a hub id."""
     if Path(source).is_file():
         return read_jsonl(Path(source))
+    if is_arithmetic(source):
+        return list(arithmetic_records(source, split))
     hub = HUB_DATASETS.get(source)
     if hub is not None:
         return load_hub(hub.repo, hub.config, split)

@@ -18,6 +18,7 @@ from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
 from alignment.run.time_budget import parse_duration
 from alignment.run.training_settings import MathDataSettings, TrainingSettings
+from alignment.run.warm_start import WarmStartSettings, check_warm_start
 
 Task = Literal["math", "keywords"]
 LossType = Literal[LOSS_TYPES]  # type: ignore[valid-type]
@@ -25,7 +26,7 @@ ReuseRolloutForward = Literal["auto", "on", "off"]
 
 
 @dataclass
-class GRPOConfig(TrainingSettings, MathDataSettings):
+class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings):
     task: Task = setting("math", "math: graded answers to --dataset; keywords: write text that uses given words.")
     keywords_file: Path | None = setting(
         None,
@@ -278,6 +279,7 @@ def validate(config: GRPOConfig) -> None:
     c = config
     check_choices(c)
     check_prompt(c.prompt)
+    check_warm_start(c)
     for name in (
         "n_grpo_steps",
         "rollout_batch_size",
@@ -292,6 +294,8 @@ def validate(config: GRPOConfig) -> None:
     ):
         if getattr(c, name) < 1:
             _fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(c, name)}")
+    if c.torch_threads is not None and c.torch_threads < 1:
+        _fail(f"--torch-threads must be >= 1, got {c.torch_threads}")
     if c.time_budget is not None:
         parse_duration(c.time_budget)  # a ValueError naming --time-budget
     if c.rollout_batch_size % c.group_size:

@@ -206,6 +206,8 @@ def load_policy(
     """
     if torch.device(device).type == "cpu":
         retain_freed_memory()
+    if getattr(config, "torch_threads", None) is not None:
+        torch.set_num_threads(config.torch_threads)
     if resolve_backend(config.backend) == "transformer_lm":
         return load_transformer_lm(config.model, device, dtype)
     # sharded: the whole model only ever in CPU memory; fully_shard moves each rank's shards to its device

@@ -58,6 +58,10 @@ class TrainingSettings(OutputSettings, LoRASettings):
         "float32 master weights and AdamW states, bfloat16 compute (default on a GPU); fp16-mixed: float16 compute "
         "with dynamic loss scaling, rollouts sampled in float16 (alignment/run/precision.py).",
     )
+    torch_threads: int | None = setting(
+        None,
+        "CPU threads for torch (default: torch's choice); 1 avoids OpenMP stalls on CPU cores shared with other jobs.",
+    )
     checkpoint_every: int = setting(50, "Save a resumable checkpoint every N steps, and at the end.")
     wandb_project: str | None = setting(None, "wandb project name.")
     wandb_mode: WandbMode = setting("disabled", "wandb logging: online, offline (no network needed) or disabled.")
@@ -80,6 +84,7 @@ class TrainingSettings(OutputSettings, LoRASettings):
             "policy_device",
             "rollout_device",
             "grader_workers",
+            "torch_threads",
             "allow_validation_overlap",
             "train_on_evaluation_split",
         }

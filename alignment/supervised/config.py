@@ -36,10 +36,6 @@ class SFTTrainingSettings(TrainingSettings):
         "auto", "Rollout backend: auto (vllm where its installed build runs on the device, else hf), hf or vllm."
     )
     gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of the rollout GPU's memory.")
-    torch_threads: int | None = setting(
-        None,
-        "CPU threads for torch (default: torch's choice); 1 avoids OpenMP stalls on CPU cores shared with other jobs.",
-    )
     output_dir: Path = override(TrainingSettings, "output_dir", Path("outputs/sft"))
     checkpoint_every: int = override(TrainingSettings, "checkpoint_every", 64)
 
@@ -51,7 +47,6 @@ class SFTTrainingSettings(TrainingSettings):
     RESUMABLE: ClassVar[frozenset[str]] = TrainingSettings.RESUMABLE | {
         "eval_at_start",
         "gpu_memory_utilization",
-        "torch_threads",
     }
     RUN_FILES: ClassVar[tuple[str, ...]] = (*TrainingSettings.RUN_FILES, "policy")
 

@@ -106,8 +106,6 @@ def open_run(
         group.barrier()  # every rank has looked at the output folder before rank 0 writes to it
     if main:  # before any model loads; `--resume DIR` alone reads them (resumable changes included)
         write_run_settings(config)
-    if config.torch_threads is not None:
-        torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     policy_device, rollout_device = devices(config)
     policy, tokenizer = load_policy(config, policy_device, model_dtype(config, policy_device), shard=group is not None)
