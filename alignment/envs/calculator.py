@@ -85,8 +85,9 @@ class CalculatorEnv:
 
 
 def arithmetic_problems(count: int, seed: int) -> tuple[list[str], list[str]]:
-    """`count` one-step word problems on two- and three-digit numbers (sums, differences, products): questions and
-    answers. A small inline generator for the CPU preset, seeded."""
+    """`count` one-step word problems on two- and three-digit numbers (sums, differences, products of two 2-digit
+    numbers): questions and answers, seeded. Apart from alignment/data/arithmetic.py on purpose: that task is sized
+    for a 135M model to solve in its head (small numbers, products by 2-9); these are sized so the tool pays."""
     rng = random.Random(seed)
     names, things = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fay"], ["apples", "books", "coins", "stamps", "shells"]
     questions, answers = [], []
