@@ -28,7 +28,7 @@ extensions = [
     "sphinxcontrib.typer",
 ]
 
-exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
+exclude_patterns = ["_build", "**/.ipynb_checkpoints", "screenshots"]
 suppress_warnings = ["myst.header"]  # pages folded in from older notes start at ## in places
 
 myst_enable_extensions = ["colon_fence", "deflist", "dollarmath", "attrs_block"]
@@ -42,7 +42,8 @@ autodoc_default_options = {"members": False}
 
 html_theme = "furo"
 html_title = "alignment"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_favicon = "_static/favicon.svg"  # without one, browsers ask for /favicon.ico and get a 404
 html_theme_options = {
     "source_repository": "",
     "navigation_with_keys": True,

@@ -1,6 +1,6 @@
 """The commands the documentation's guides show, run by the suite so that a renamed flag, preset or file fails it.
 
-Every ```bash fence of docs/guides/*.md and docs/quickstart.md follows an HTML comment that says how it is tested:
+Every ```bash fence of docs/guides/*.md, docs/quickstart.md and README.md follows an HTML comment that says how it is tested:
 
     <!-- guide-test: small: FLAGS -->   runs on a CPU; `-m slow` runs each command with FLAGS appended
     <!-- guide-test: gpu: REASON -->    needs a GPU; `-m slow` skips it, giving REASON
@@ -27,7 +27,7 @@ import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md")) + [ROOT / "docs" / "quickstart.md"]
+GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md")) + [ROOT / "docs" / "quickstart.md", ROOT / "README.md"]
 MARKER = re.compile(r"<!--\s*guide-test:\s*(small|gpu|skip):(.*?)-->\s*\n```bash\n(.*?)```", re.S)
 FENCE = re.compile(r"```bash\n")
 
@@ -195,6 +195,9 @@ def check_other(words: list[str]) -> None:
         assert (ROOT / words[-1]).exists(), words[-1]
         return
     if program == "ray":  # Ray's own command line
+        return
+    if program in ("sphinx-build", "sphinx-autobuild"):  # the source folder and its configuration
+        assert (ROOT / "docs" / "conf.py").exists() and "docs" in words
         return
     assert (ROOT / program).exists(), program
     source = (ROOT / program).read_text()
