@@ -9,9 +9,9 @@ in, and samples rollouts in.
 
 fp32 is the CPU default; bf16-mixed the GPU default. bf16 is the handouts' loading advice (the model loaded in
 bfloat16, AdamW over it): a weight moves only by a whole bfloat16 step, 2^-8 of its size, so an update under half of
-one (4e-5 for a weight of 0.02; AdamW's first step at lr 1e-5 is 1e-5) is rounded away (docs/precision.md measures
-the fraction). The mixed modes keep the weights AdamW updates in float32 (the master copy) and the policy computes
-with a bfloat16 (float16) copy rounded from them after every step, as Megatron's mixed precision and FSDP2's
+one (4e-5 for a weight of 0.02; AdamW's first step at lr 1e-5 is 1e-5) is rounded away
+(docs/concepts/memory_and_precision.md measures the fraction). The mixed modes keep the weights AdamW updates in
+float32 (the master copy) and the policy computes with a bfloat16 (float16) copy rounded from them after every step, as Megatron's mixed precision and FSDP2's
 MixedPrecisionPolicy do, rather than with torch.autocast: the policy's forward is called by the learner, by the
 in-process samplers (which sample the policy object itself), by the forward tape and by our TransformerLM's own
 decoder, and a low-precision copy makes every one of them compute alike with no context to enter; the weights a
