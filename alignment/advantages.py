@@ -75,7 +75,7 @@ def estimate_advantages(
 def overlong_penalty(lengths: torch.Tensor, max_tokens: int, buffer: int, penalty: float) -> torch.Tensor:
     """DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13), scaled by `penalty`: 0 up to
     max_tokens - buffer tokens, then falling linearly to -penalty at max_tokens (a response cannot be longer):
-    -penalty * (|o| - (max_tokens - buffer)) / buffer. lengths (n,) -> (n,) float32, added to the rewards."""
+    ``-penalty * (|o| - (max_tokens - buffer)) / buffer``. lengths (n,) -> (n,) float32, added to the rewards."""
     if not 0 < buffer <= max_tokens:
         raise ValueError(f"the overlong buffer ({buffer}) must be in [1, max_tokens={max_tokens}]")
     excess = (lengths.float() - (max_tokens - buffer)).clamp(min=0, max=buffer)

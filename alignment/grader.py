@@ -1,10 +1,12 @@
 """Reward functions for math answers: the r1_zero format + answer reward and the question_only variant.
 
 Both return {"format_reward", "answer_reward", "reward"} in {0.0, 1.0} and grade in one of two modes:
+
 - `course` (the default): the verdicts of the course's `drgrpo_grader` in fast mode, the grader the handouts tell
-  students to use (alignment/grading/course.py), without the false positives it has (README, "The grader");
+  students to use (alignment/grading/course.py), without the false positives it has (docs/concepts/grader.md);
 - `lenient`: math equivalence: an answer is right when it matches a ground truth after normalization (see
   alignment/grading/answers.py), as an exact number, or symbolically per math-verify, named values by name.
+
 Pathological input scores 0 in both: overlong answers, huge numbers and steep powers before sympy sees them (see
 magnitude), anything else after at most `timeout_s` (its worker is then replaced by a warm fork).
 """

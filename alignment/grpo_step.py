@@ -23,7 +23,7 @@ def aggregate_token_loss(
     `response_mask` (batch, seq) bool, and `batch_rows` / `batch_tokens` the rows and response tokens of the
     whole step (every microbatch), so that the microbatches' shares add up to the step's loss:
 
-    - sequence_mean (the handouts, GRPO): sum_i (sum_t l_it / |o_i|) / batch_rows, a row of 0 tokens adding 0
+    - sequence_mean (the handouts, GRPO): ``sum_i (sum_t l_it / |o_i|) / batch_rows``, a row of 0 tokens adding 0
     - token_mean (DAPO, arXiv 2503.14476): sum_i sum_t l_it / batch_tokens, each token weighing the same
     - constant (Dr. GRPO, arXiv 2503.20783): sum_i sum_t l_it / constant / batch_rows
 

@@ -1,8 +1,10 @@
 """KL estimators between the policy and a reference, from log-probs of tokens the policy sampled.
 
-With r = log pi_ref(o_t) - log pi(o_t) for tokens o_t ~ pi:
+With r = log pi_ref(o_t) - log pi(o_t) for tokens o_t ~ pi::
+
   k1 = -r               (unbiased for KL(pi || pi_ref), high variance, can be negative per token)
   k3 = exp(r) - r - 1   (unbiased, always >= 0; Schulman, "Approximating KL divergence", 2020)
+
 Both are reported as means per response token; `k1_sum` is the UW handout's Eq. 8 (v2 problem 6, v1 problem 15):
 k1 summed over each response's tokens, then averaged over the N responses, (1/N) sum_i sum_t -r_it: the KL of
 whole responses, which grows with their length where the per-token means do not.

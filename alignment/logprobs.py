@@ -10,7 +10,7 @@ def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim.  (..., vocab) -> (...).
 
     H = -sum_v p_v log p_v with log p from log_softmax, which subtracts the max logit before the logsumexp:
-    the shortcut logsumexp(z) - sum_v p_v z_v cancels catastrophically in float32 once |z| is ~1e4.
+    the shortcut logsumexp(z) - sum_v p_v z_v cancels catastrophically in float32 once ``|z|`` is ~1e4.
     Tokens of probability 0 (logit -inf) contribute 0 rather than 0 * -inf = NaN.
     """
     log_probs = torch.log_softmax(logits, dim=-1)

@@ -57,7 +57,7 @@ def compute_grpo_no_clip_loss(
 def sequence_log_ratio(
     policy_log_probs: torch.Tensor, old_log_probs: torch.Tensor, response_mask: torch.Tensor
 ) -> torch.Tensor:
-    """GSPO's log s_i = (1 / |o_i|) sum_t (log pi - log pi_old) over response tokens: the MEAN token log-ratio.
+    """GSPO's ``log s_i = (1 / |o_i|) sum_t (log pi - log pi_old)`` over response tokens: the MEAN token log-ratio.
 
     (batch, seq) x3 -> (batch, 1). Masked positions never enter, neither the sum nor the count; a response
     of zero tokens has log s = 0 (s = 1).

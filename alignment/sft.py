@@ -14,7 +14,8 @@ def tokenize_prompt_and_output(
     """Tokenize each prompt and output separately, concatenate, and right-pad with the pad id.
 
     Prompts get the tokenizer's usual special tokens (a BOS where the model expects one); outputs get none,
-    so nothing is inserted between prompt and output. With L the longest prompt+output length:
+    so nothing is inserted between prompt and output. With L the longest prompt+output length::
+
       input_ids     (batch, L - 1): full[:, :-1]
       labels        (batch, L - 1): full[:, 1:]
       response_mask (batch, L - 1): True where the label is an output token (never on padding).

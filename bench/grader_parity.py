@@ -36,7 +36,7 @@ GRADER_PATHS = (
     "cse599o_alignment/drgrpo_grader.py",  # uw-syfi/assignment3-rl
     "hw3_posttrain/data/drgrpo_grader.py",  # linhaowei1/NLPDL-2025Fall
 )
-# Where the course's grader itself accepts a wrong answer (README, "The grader"); our default mode does not
+# Where the course's grader itself accepts a wrong answer (docs/concepts/grader.md); our default mode does not
 COURSE_BUGS = {
     "C1": "single letters deleted as units: t^2+1 = s^2+1, (a) = (c)",
     "C2": "a matrix row read as the sum of its cells",

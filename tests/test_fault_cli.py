@@ -2,7 +2,7 @@
 mid-rollout, mid-optimizer-step and mid-checkpoint write (ALIGNMENT_FAULT, see alignment/utils/faults.py), then
 --resume, must end with the metrics and weights of an uninterrupted run; the same for the Ray driver and for
 a Ray actor killed mid-rollout. Also: an output folder that cannot be written, and a disk that fills up during
-a checkpoint write. Minute-long tests are marked slow; their results are in docs/benchmarks.md."""
+a checkpoint write. Minute-long tests are marked slow; their results are in docs/benchmarks/grpo_cpu.md."""
 
 import json
 import os

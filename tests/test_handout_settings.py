@@ -86,7 +86,7 @@ UW_V2 = {
     "keyword_match": "substring",
     "task": "keywords",
 }
-STAND_IN_RATE = 3e-5  # SmolLM2's pretrained weights collapse at the handout's 5e-4 (docs/benchmarks.md)
+STAND_IN_RATE = 3e-5  # SmolLM2's pretrained weights collapse at the handout's 5e-4 (docs/benchmarks/handouts.md)
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,8 @@ def test_a_single_split_source_holds_out_a_seeded_disjoint_slice(hub_mirror, sou
 
 
 def evaluation_layouts(root, course) -> dict[str, tuple[str, list[int], bool]]:
-    """Every layout the README lists -> (source, the problems evaluating it means, whether a tenth is held out)."""
+    """Every layout docs/concepts/data_and_evaluation.md lists -> (source, the problems evaluating it means,
+    whether a tenth is held out)."""
     math500 = root / "HuggingFaceH4" / "MATH-500"
     return {
         "math500": ("math500", MATH500_IDS, False),

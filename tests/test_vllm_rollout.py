@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 )
 PROMPTS = ["Hello", "1 2 3 4"]
 # |vLLM - transformers| per sampled token, float32: 2.3x the largest gap measured (4.3e-5, SmolLM2-135M,
-# vLLM's CPU build; docs/benchmarks.md)
+# vLLM's CPU build; docs/benchmarks/vllm_cpu.md)
 LOGPROB_TOLERANCE = 1e-4
 
 

@@ -14,7 +14,7 @@ An answer matches when either of two normal forms agrees with the ground truth's
   answer, anything else must simplify to a zero difference under sympy, when it has at most 2 distinct letters
   and no `^{`, `^(` or two-digit exponent.
 
-Where the course's grader accepts a wrong answer, this one does not (README lists each case):
+Where the course's grader accepts a wrong answer, this one does not (docs/concepts/grader.md lists each case):
 - a unit word may be left out but not exchanged for another: "10 m" is not "10 cm", "5 more" is not "5 less",
   and single letters that the course deletes as units ("t", "a", "s", ...) are read the same way, so `t^2+1` is
   not `s^2+1` and `(a)` is not `(c)`;

