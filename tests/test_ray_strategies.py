@@ -119,6 +119,7 @@ def test_colocated_multistep_takes_k_steps_per_batch(cluster, tiny_model_dir, tm
     assert all("clip_fraction" in row and row["time_old_logprob_s"] > 0 for row in rows)  # old log-probs stored once
 
 
+@pytest.mark.slow  # 18 s; colocated multistep and colocated sync run end to end by default
 def test_colocated_k_batches_samples_a_round_with_one_version_and_steps_once_per_batch(
     cluster, tiny_model_dir, tmp_path
 ):
@@ -157,6 +158,7 @@ def test_a_divergence_in_the_learner_actor_is_recorded_in_the_run_folder(cluster
     assert logged(config)[-1] == {"grpo_step": 1, "diverged": 1}
 
 
+@pytest.mark.slow  # 45 s: a generator killed and the run resumed; the colocated strategies run end to end by default
 def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_model_dir, tmp_path):
     config = config_for(tiny_model_dir, tmp_path, strategy="disaggregated-one-behind")
     initial = weights_digest(load_model_and_tokenizer(str(tiny_model_dir))[0])

@@ -358,6 +358,7 @@ def test_tiny_preset_end_to_end_restart_skip_and_resume(tiny_model_dir, tmp_path
     assert "| clip | clip |  | finished | 2 |" in (root / "results.md").read_text()
 
 
+@pytest.mark.slow  # 22 s: three training subprocesses; run state, results table and best arm are tested by default
 def test_a_diverged_arm_is_reported_skipped_and_left_out_of_the_best(tiny_model_dir, tmp_path, monkeypatch):
     """Two training subprocesses: --arms clip with a loss bound every loss is past (it diverges at step 1), then
     --arms plain; the diverged run is skipped on reruns, and --from-best picks plain. (The tiny model earns no

@@ -40,6 +40,7 @@ def test_logits_match_tiny_random_llama(tiny_llama, tokenizer):
     assert compare(tiny_llama, tokenizer) <= 1e-4
 
 
+@pytest.mark.slow  # 20 s: the 135M model in float32 twice; the tiny random Llama's logits are matched by default
 def test_logits_match_smollm2_135m(tokenizer):
     reference = AutoModelForCausalLM.from_pretrained(resolve_model(SMOLLM2), dtype=torch.float32).eval()
     assert compare(reference, tokenizer) <= 1e-4

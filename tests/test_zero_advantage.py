@@ -82,9 +82,12 @@ def assert_same_steps(
     return rows
 
 
-# every loss with the forward tape; recomputing the forward for grpo_clip alone, the other losses under -m slow (the
-# skip happens after the forward either way)
-CASES = [pytest.param("on", loss, id=f"tape-{loss}") for loss in LOSSES] + [
+# grpo_clip (ratios) and no_baseline (raw rewards as weights) with the forward tape, grpo_clip recomputing the forward;
+# the other losses under -m slow (the skip happens after the forward either way)
+CASES = [
+    pytest.param("on", loss, id=f"tape-{loss}", marks=() if loss in ("grpo_clip", "no_baseline") else pytest.mark.slow)
+    for loss in LOSSES
+] + [
     pytest.param("off", loss, id=f"recompute-{loss}", marks=() if loss == "grpo_clip" else pytest.mark.slow)
     for loss in LOSSES
 ]
