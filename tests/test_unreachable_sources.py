@@ -24,7 +24,12 @@ from tests.test_preset_data import SETTINGS_FILES
 
 REPO = Path(__file__).resolve().parents[1]
 REMEDIES = ("--model PATH", "--dataset PATH", "ALIGNMENT_DATA_MIRROR")
-SCRIPT_OF = SETTINGS_FILES | {"pku/zero_shot": "eval_zero_shot", "pku/best_of_n": "best_of_n", "pku/grpo": "train_grpo"}
+SCRIPT_OF = SETTINGS_FILES | {
+    "pku/zero_shot": "eval_zero_shot",
+    "pku/best_of_n": "best_of_n",
+    "pku/grpo": "train_grpo",
+    "pku/kissing_grpo": "train_grpo",
+}
 
 
 def assert_one_remedy_line(output: str, names: str) -> None:
