@@ -31,6 +31,16 @@ QUESTIONS = [
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """A run with --torch-threads sets torch's thread count for the whole process: later tests get it back, so that
+    their float sums run in the order they were written against."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tokenizer() -> PreTrainedTokenizerBase:
     return load_tokenizer(SMOLLM2)

@@ -100,6 +100,16 @@ def stop_after(check):
     return stopped
 
 
+def check_warm_start_run(config) -> None:
+    """The warm start's own settings and, when it runs, the SFT run's it makes of them."""
+    from alignment.run.warm_start import check_warm_start, warm_start_config
+    from alignment.supervised.config import validate as validate_sft
+
+    check_warm_start(config)
+    if config.warm_start_sft_steps:
+        validate_sft(warm_start_config(config))
+
+
 def stop(*args, **kwargs):
     raise Checked()
 
@@ -131,8 +141,9 @@ def check_script(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, 
 
     module = importlib.import_module(f"scripts.{script}")
     args = with_default_settings(script, args, tmp_path)
-    if script == "train_grpo":
-        monkeypatch.setattr(module, "train_grpo", stop_after(validate_grpo))
+    if script == "train_grpo":  # the script validates, then warm-starts (SFT: models load), then trains
+        monkeypatch.setattr(module, "warm_start", stop_after(check_warm_start_run))
+        monkeypatch.setattr(module, "train_grpo", stop_after(validate_grpo))  # --resume skips the warm start
     elif script == "train_grpo_ray":
         monkeypatch.setattr(module, "train_grpo_ray", stop_after(validate_ray))
     elif script in ("train_sft", "expert_iteration"):  # their run functions validate first, then load

@@ -213,16 +213,28 @@ def test_replay_buffer_over_the_gloo_direct_transport_from_a_learner_of_two_acto
     assert all(row["time_weight_sync_s"] > 0 for row in rows)
 
 
-@pytest.mark.slow  # about a minute on 2 loaded cores
-def test_episodes_of_an_environment_train_on_colocated_sync(cluster, tiny_model_dir, tmp_path):
+@pytest.mark.slow  # about a minute each on 2 loaded cores
+@pytest.mark.parametrize(
+    ("strategy", "max_lag"), [("colocated-sync", 0), ("disaggregated-one-behind", 1), ("replay-buffer", 1)]
+)
+def test_episodes_of_an_environment_train_on_every_synchronous_strategy(
+    cluster, tiny_model_dir, tmp_path, strategy, max_lag
+):
     """--env on Ray: the generator plays the calculator's episodes (their rewards pass the scorer unchanged), the
-    learner trains on their ids and masks, validation plays episodes too."""
+    learner trains on their ids and masks, validation plays episodes too; one behind and from the replay buffer
+    as in lockstep."""
     config = config_for(
-        tiny_model_dir, tmp_path, env="calculator_arithmetic", n_train_prompts=8, env_max_tokens=400, n_grpo_steps=2
+        tiny_model_dir,
+        tmp_path,
+        env="calculator_arithmetic",
+        n_train_prompts=8,
+        env_max_tokens=400,
+        n_grpo_steps=2,
+        strategy=strategy,
     )
     train_grpo_ray(config)
     rows = [row for row in logged(config) if "loss" in row]
     assert [row["grpo_step"] for row in rows] == [1, 2]
-    check_rows(rows, max_lag=0)
+    check_rows(rows, max_lag=max_lag)
     evals = [row for row in logged(config) if "eval_reward" in row]
     assert [row["grpo_step"] for row in evals] == [0, 1, 2] and all("eval_tool_calls_rate" in row for row in evals)

@@ -185,7 +185,8 @@ def test_set_overrides_are_typed_like_the_setting_and_go_over_every_arm(tmp_path
     for item, message in [
         (
             "learning_rat=1e-5",
-            "--set learning_rat: not a setting of train_grpo (GRPOConfig); did you mean learning_rate?",
+            "--set learning_rat: not a setting of train_grpo (GRPOConfig); "
+            "did you mean learning_rate, warm_start_sft_learning_rate?",
         ),
         ("n_grpo_steps=2.5", "--set n_grpo_steps=2.5: expected an int"),
         ("learning_rate=fast", "--set learning_rate=fast: expected a float"),
@@ -477,7 +478,7 @@ def test_any_script_and_a_failed_run(tmp_path):
 def test_bad_flags_and_preset_are_reported(tmp_path):
     runner = CliRunner()
     for flags, message in [
-        (["--set", "learning_rat=1"], "did you mean learning_rate?"),
+        (["--set", "learning_rat=1"], "did you mean learning_rate, warm_start_sft_learning_rate?"),
         (["--arms", "no_baseline,nope"], "no arm nope in grpo_baselines_cpu.toml; its arms: no_baseline,"),
         (["--from-best", str(tmp_path)], "no sweep.json there"),
         (["--diverged", "ignore"], "ignore"),

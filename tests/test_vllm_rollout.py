@@ -10,6 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from typer.testing import CliRunner
 
+from alignment.envs.base import EnvStep
+from alignment.envs.runner import run_episodes
 from alignment.rollout.backends import resolve_backend, vllm_build, vllm_usable
 from alignment.rollout.interface import SamplingConfig
 
@@ -277,6 +279,32 @@ def test_streaming_loads_weights_between_engine_steps(engine, policy, tokenizer,
         # recompute: the running requests prefilled again under B (whose logits, of weights 25x the tiny model's
         # scale, round 1.5e-4 apart from transformers'); keep: B over A's cached keys and values, neither policy
         assert worst["v1 vs B"] < 1e-3 if kv == "recompute" else worst["v1 vs B"] > 1.0, worst
+
+
+def test_multi_turn_episodes_feed_token_ids_and_score_as_the_policy_does(engine, policy, tokenizer):
+    """Episodes on vLLM: each turn's prompt is the episode's ids so far (a TokensPrompt), and each sampled token's
+    log-prob is the policy's in the whole episode's context (observations included)."""
+
+    class TwoTurns:
+        name, max_turns = "two_turns", 2
+
+        def reset(self, task):
+            return task["question"]
+
+        def step(self, action: str) -> EnvStep:
+            return EnvStep("Go on.", 1.0, False)
+
+    sampling = SamplingConfig(max_tokens=4, min_tokens=4, stop=(), seed=1)
+    episodes = run_episodes(engine, tokenizer, TwoTurns, [{"question": "Hi"}], 2, sampling, 256)
+    assert episodes[0].token_ids != episodes[1].token_ids
+    for e in episodes:
+        assert e.turns == 2 and e.stopped_by == "max_turns" and sum(e.sampled_mask) == 8
+        ids = torch.tensor([e.prompt_ids + e.token_ids])
+        with torch.no_grad():
+            log_probs = torch.log_softmax(policy(ids).logits[0, :-1].float(), -1)
+        scored = log_probs.gather(-1, ids[0, 1:, None]).squeeze(-1)[len(e.prompt_ids) - 1 :]
+        sampled = torch.tensor(e.sampled_mask, dtype=torch.bool)
+        assert (scored[sampled] - torch.tensor(e.logprobs)[sampled]).abs().max() < LOGPROB_TOLERANCE
 
 
 def test_auto_picks_vllm_where_its_build_runs_and_a_wrong_device_is_refused():
@@ -639,31 +667,3 @@ def test_expert_iteration_with_lora_on_vllm(tiny_model_dir, tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["grpo_step"] for r in rows if "kept_fraction" in r] == [1, 2]
     assert (out / "policy" / "config.json").is_file() and (out / "policy" / "adapter" / "adapter_config.json").is_file()
-
-
-def test_multi_turn_episodes_feed_token_ids_and_score_as_the_policy_does(engine, policy, tokenizer):
-    """Episodes on vLLM: each turn's prompt is the episode's ids so far (a TokensPrompt), and each sampled token's
-    log-prob is the policy's in the whole episode's context (observations included)."""
-    from alignment.envs.base import EnvStep
-    from alignment.envs.runner import run_episodes
-
-    class TwoTurns:
-        name, max_turns = "two_turns", 2
-
-        def reset(self, task):
-            return task["question"]
-
-        def step(self, action: str) -> EnvStep:
-            return EnvStep("Go on.", 1.0, False)
-
-    sampling = SamplingConfig(max_tokens=4, min_tokens=4, stop=(), seed=1)
-    episodes = run_episodes(engine, tokenizer, TwoTurns, [{"question": "Hi"}], 2, sampling, 256)
-    assert episodes[0].token_ids != episodes[1].token_ids
-    for e in episodes:
-        assert e.turns == 2 and e.stopped_by == "max_turns" and sum(e.sampled_mask) == 8
-        ids = torch.tensor([e.prompt_ids + e.token_ids])
-        with torch.no_grad():
-            log_probs = torch.log_softmax(policy(ids).logits[0, :-1].float(), -1)
-        scored = log_probs.gather(-1, ids[0, 1:, None]).squeeze(-1)[len(e.prompt_ids) - 1 :]
-        sampled = torch.tensor(e.sampled_mask, dtype=torch.bool)
-        assert (scored[sampled] - torch.tensor(e.logprobs)[sampled]).abs().max() < LOGPROB_TOLERANCE
