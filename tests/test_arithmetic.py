@@ -16,6 +16,7 @@ from alignment.data.splits import run_data
 from alignment.experiments.plotting import read_rows
 from alignment.grader import reward_fn_for
 from alignment.grpo.config import GRPOConfig, validate
+from alignment.grpo.sampler import validation_sampling
 from alignment.prompts import load_prompt
 from alignment.run.setup import math_task
 from alignment.run.warm_start import warm_start_config
@@ -131,12 +132,16 @@ def test_preset_warm_start_evaluates_as_grpo_validates():
     sft = warm_start_config(config)
     assert (sft.dataset, sft.model, sft.prompt, sft.data_format) == (config.dataset, config.model, "r1_zero", "gsm8k")
     assert sft.n_examples == config.warm_start_sft_steps * config.warm_start_sft_batch_size
-    assert (sft.n_eval_examples, sft.eval_max_tokens, sft.eval_temperature, sft.seed) == (
+    grpo_validation = validation_sampling(config)
+    assert (sft.n_eval_examples, sft.eval_max_tokens, sft.eval_temperature, sft.eval_top_p, sft.seed) == (
         config.n_eval_examples,
-        config.eval_max_tokens,
-        config.sampling_temperature,
+        grpo_validation.max_tokens,
+        grpo_validation.temperature,
+        grpo_validation.top_p,
         config.seed,
     )
+    # the preset validates greedily while it samples rollouts at another temperature: the warm start follows the former
+    assert sft.eval_temperature == 0 != config.sampling_temperature
     assert sft.output_dir == config.output_dir / "warm_start"
     with pytest.raises(ValueError, match="--warm-start-sft-steps needs --task math"):
         validate(replace(config, task="keywords"))
@@ -161,5 +166,5 @@ def test_one_command_warm_starts_then_trains_grpo_from_that_policy(tiny_model_di
     warm_evals = [row for row in read_rows(out / "warm_start" / "metrics.jsonl") if "eval_reward" in row]
     assert [row["grpo_step"] for row in warm_evals] == [0, 1]
     assert json.loads((out / "settings.json").read_text())["model"] == str(out / "warm_start" / "policy")
-    assert "warm start (SFT, 1 steps of 2): held-out reward" in result.output
+    assert "warm start (SFT, 1 step of 2): held-out reward" in result.output
     assert re.search(r"held-out reward: [\d.]+ at step 0 \(4 questions\) -> [\d.]+ at step 1", result.output)

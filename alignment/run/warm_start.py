@@ -88,7 +88,8 @@ def warm_start(config: Any) -> tuple[Any, str | None]:
     evals = [row for row in read_rows(sft.output_dir / "metrics.jsonl") if "eval_reward" in row]
     first, last = evals[0], evals[-1]
     line = (
-        f"warm start (SFT, {config.warm_start_sft_steps} steps of {config.warm_start_sft_batch_size}): held-out "
+        f"warm start (SFT, {config.warm_start_sft_steps} step{'s' * (config.warm_start_sft_steps != 1)} of "
+        f"{config.warm_start_sft_batch_size}): held-out "
         f"reward {first['eval_reward']:.3f} -> {last['eval_reward']:.3f} "
         f"({100 * (last['eval_reward'] - first['eval_reward']):+.1f} points), format reward "
         f"{first.get('eval_format_reward', float('nan')):.3f} -> {last.get('eval_format_reward', float('nan')):.3f}, "
