@@ -1,4 +1,4 @@
-"""Fully asynchronous GRPO against the synchronous strategies, on a workload whose response lengths vary (issue 37).
+"""Fully asynchronous GRPO against the synchronous strategies, on a workload whose response lengths vary.
 
     uv run python bench/async_grpo.py                        # SmolLM2-135M, configs/keyword_async.toml's workload
     uv run python bench/async_grpo.py --tiny --steps 3       # a tiny random model: checks that the bench runs

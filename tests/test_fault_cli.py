@@ -77,7 +77,7 @@ def train(
 
 
 def resume(script: str, output_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    """Continue a stopped run: the run folder keeps its settings (issue 13), so `--resume DIR` alone does it."""
+    """Continue a stopped run: the run folder keeps its settings, so `--resume DIR` alone does it."""
     return run_script(script, "--resume", output_dir, *extra)
 
 

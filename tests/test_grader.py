@@ -284,7 +284,7 @@ def test_last_boxed_and_gsm8k_truth():
 
 
 ADVERSARIAL = [
-    "9^{9^{9^{9^{9}}}}",  # issue 14: once 5 s per call
+    "9^{9^{9^{9^{9}}}}",  # once 5 s per call
     "\\frac{" * 5000,
     "10^{10^{10}}",
     "9^{9^{9^{9}}}",

@@ -117,7 +117,7 @@ def test_a_step_with_nothing_to_learn_still_counts_for_adam(tiny_model_dir, tmp_
     assert math.isfinite(rows[1]["loss"]) and rows[1]["grad_norm"] > 0
 
 
-OBJECTIVES = {  # the settings of issue 27 under which the skip must stay exact (see --skip-zero-advantage's help)
+OBJECTIVES = {  # the objective settings under which the skip must stay exact (see --skip-zero-advantage's help)
     "gspo_sequence_tis": dict(loss_type="gspo", tis_cap=1.5, rollout_correction="sequence_tis"),
     "cispo_token_mean_token_mask_rows_out": dict(
         loss_type="cispo",
