@@ -85,27 +85,20 @@ def keyword_reward(prompts: list[str], completions: list[str], keywords: list[li
     return [keyword_inclusion_reward_fn(c, k)["reward"] for c, k in zip(completions, keywords)]
 
 
-def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallback) -> TRLTrainer:
-    """TRL's GRPOTrainer on the same prompts and settings (names from trl/trainer/grpo_config.py).
-
-    The policy is loaded as a TRL user loads it, by stock transformers (its sdpa attention), not by our loader.
-    """
-    path = resolve_model(config.model)
-    policy, tokenizer = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), load_tokenizer(path)
-    prompts = Dataset.from_dict(
-        {"prompt": [format_prompt(task.template, q) for q in task.questions], "keywords": list(task.truths)}
-    )
-    n = config.n_prompts_per_rollout_batch
-    args = TRLConfig(
+def trl_arguments(config: GRPOConfig, output_dir: Path, max_steps: int, optim: str) -> TRLConfig:
+    """TRL's settings for our run's, name by name (trl/trainer/grpo_config.py): the same batches and groups,
+    sampling, GRPO-Clip with a per-sequence mean (TRL's loss_type "grpo"), group-scaled advantages, no KL term and
+    AdamW, in float32 on the CPU. Our benches of TRL share it (bench/trl_time_to_accuracy.py)."""
+    return TRLConfig(
         output_dir=str(output_dir),
         use_cpu=True,
         bf16=False,
         fp16=False,
         seed=config.seed,
-        max_steps=config.n_grpo_steps,
+        max_steps=max_steps,
         per_device_train_batch_size=config.train_batch_size // config.gradient_accumulation_steps,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
-        generation_batch_size=n * config.group_size,
+        generation_batch_size=config.rollout_batch_size,
         num_generations=config.group_size,
         max_completion_length=config.sampling_max_tokens,
         generation_kwargs={"min_new_tokens": config.sampling_min_tokens},
@@ -113,14 +106,14 @@ def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallb
         top_p=config.sampling_top_p,
         top_k=0,
         beta=0.0,
-        num_iterations=1,
+        num_iterations=config.epochs_per_rollout_batch,
         epsilon=config.cliprange,
         loss_type="grpo",
         scale_rewards="group",
         learning_rate=config.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        optim="adamw_torch_fused",
+        optim=optim,
         adam_beta1=config.adam_beta1,
         adam_beta2=config.adam_beta2,
         weight_decay=config.weight_decay,
@@ -131,6 +124,19 @@ def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallb
         log_completions=False,
         dataloader_num_workers=0,
     )
+
+
+def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallback) -> TRLTrainer:
+    """TRL's GRPOTrainer on the same prompts and settings (names from trl/trainer/grpo_config.py).
+
+    The policy is loaded as a TRL user loads it, by stock transformers (its sdpa attention), not by our loader.
+    """
+    path = resolve_model(config.model)
+    policy, tokenizer = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), load_tokenizer(path)
+    prompts = Dataset.from_dict(
+        {"prompt": [format_prompt(task.template, q) for q in task.questions], "keywords": list(task.truths)}
+    )
+    args = trl_arguments(config, output_dir, config.n_grpo_steps, "adamw_torch_fused")
     return TRLTrainer(
         model=policy,
         reward_funcs=keyword_reward,

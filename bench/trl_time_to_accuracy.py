@@ -35,7 +35,6 @@ import torch  # noqa: E402
 import typer  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
-from trl import GRPOConfig as TRLConfig  # noqa: E402
 from trl import GRPOTrainer as TRLTrainer  # noqa: E402
 
 from alignment.config.cli import read_config_file  # noqa: E402
@@ -49,6 +48,7 @@ from alignment.prompts import format_prompt  # noqa: E402
 from alignment.rollout.hf_engine import HFRolloutEngine  # noqa: E402
 from alignment.run.setup import math_tasks  # noqa: E402
 from alignment.run.warm_start import WARM_START_DIR  # noqa: E402
+from bench.trl_side_by_side import trl_arguments  # noqa: E402
 
 STOP = "</answer>"
 
@@ -122,41 +122,7 @@ def trl_trainer(
     def reward(prompts: list[str], completions: list[str], truth: list[str], **_: object) -> list[float]:
         return [s["reward"] for s in grader([cut_at_stop(c) for c in completions], truth)]
 
-    args = TRLConfig(
-        output_dir=str(output_dir),
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        seed=config.seed,
-        max_steps=10_000,  # the callback stops it at the budget
-        per_device_train_batch_size=config.train_batch_size // config.gradient_accumulation_steps,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        generation_batch_size=config.rollout_batch_size,
-        num_generations=config.group_size,
-        max_completion_length=config.sampling_max_tokens,
-        generation_kwargs={"min_new_tokens": config.sampling_min_tokens},
-        temperature=config.sampling_temperature,
-        top_p=config.sampling_top_p,
-        top_k=0,
-        beta=0.0,
-        num_iterations=config.epochs_per_rollout_batch,
-        epsilon=config.cliprange,
-        loss_type="grpo",  # per-sequence mean, then the batch mean: our sequence_mean
-        scale_rewards="group",
-        learning_rate=config.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        optim="adamw_torch",
-        adam_beta1=config.adam_beta1,
-        adam_beta2=config.adam_beta2,
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        log_completions=False,
-        dataloader_num_workers=0,
-    )
+    args = trl_arguments(config, output_dir, 10_000, "adamw_torch")  # the callback stops it at the budget
     return TRLTrainer(
         model=policy,
         reward_funcs=reward,
