@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 from alignment.advantages import AdvantageEstimator
 from alignment.config.settings import check_choices, override, setting
 from alignment.data.keywords import KeywordMatch
-from alignment.envs.registry import env_spec
+from alignment.envs.registry import ENVIRONMENTS, env_spec
 from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
@@ -48,9 +48,8 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings):
     n_train_prompts: int = setting(1024, "keywords task: training prompts generated.")
     env: str | None = setting(
         None,
-        "Train on multi-turn episodes of this environment (alignment/envs/registry.py: calculator, "
-        "calculator_arithmetic, arithmetic_no_tool, ...) instead of one-turn answers to --task; rewards are the "
-        "environment's.",
+        f"Train on multi-turn episodes of this environment ({', '.join(sorted(ENVIRONMENTS))}; "
+        "alignment/envs/registry.py) instead of one-turn answers to --task; rewards are the environment's.",
     )
     env_max_turns: int | None = setting(None, "--env: model turns per episode (default: the environment's).")
     env_max_tokens: int = setting(
