@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from alignment.data.task import Task
 from alignment.envs.arithmetic import MAX_CHARS, CalculatorError, evaluate, format_value
-from alignment.envs.base import EnvStep
+from alignment.envs.base import EnvStep, context_messages
 from alignment.envs.calculator import CalculatorEnv, arithmetic_tasks, grade
+from alignment.envs.episode import ChatRendering
 from alignment.envs.registry import env_spec
 from alignment.envs.runner import run_episodes
 from alignment.envs.sampler import EpisodeSampler
@@ -231,6 +232,23 @@ def test_the_turn_limit_and_the_token_cap_end_episodes_and_say_so(tokenizer):
     for e in capped:
         assert e.stopped_by == "max_tokens" and len(e.prompt_ids) + len(e.token_ids) <= cap
         assert e.finish_reason == "length"
+
+
+def test_an_episode_near_the_cap_does_not_shorten_its_siblings_turns(tokenizer):
+    long = {"question": "Sam has 12 boxes with 34 pens in each. " + "The pens are blue. " * 40 + "How many?"}
+    rows = [PROBLEMS[0], long | {"answer": "408"}]
+    engine = ScriptedEngine(tokenizer)
+    prompt = len(
+        ChatRendering(tokenizer, context_messages(CalculatorEnv(4))).prompt_ids(CalculatorEnv(4).reset(rows[1]))
+    )
+    short, near = run_episodes(engine, tokenizer, lambda: CalculatorEnv(4), rows, 1, TURN, prompt + 5)
+    # the short episode's turns are whole (its call, then its answer), as with no sibling
+    assert short.stopped_by == "done" and short.reward == 1.0 and short.turns == 2
+    # the one near the cap got the first 5 tokens the engine drew for it, its environment the cut turn (no whole call:
+    # a final answer, wrong), and it ended there
+    assert near.token_ids == engine.returned[0][1][:5] and near.turns == 1 and near.reward == 0.0
+    assert len(near.prompt_ids) + len(near.token_ids) == prompt + 5 and len(near.logprobs) == 5
+    assert near.text == tokenizer.decode(near.token_ids) and len(engine.returned[0][1]) > 5
 
 
 def small_policy(tokenizer) -> LlamaForCausalLM:

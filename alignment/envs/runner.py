@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 
 from alignment.envs.base import Environment, context_messages
 from alignment.envs.episode import ChatRendering, Episode, StoppedBy
-from alignment.rollout.interface import RolloutEngine, SamplingConfig, prompt_seed
+from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig, prompt_seed
 
 
 @dataclass
@@ -57,6 +57,16 @@ class _Live:
         )
 
 
+def cut_turn(rollout: Rollout, length: int, tokenizer: PreTrainedTokenizerBase) -> Rollout:
+    """The turn's first `length` sampled tokens, as a call capped at `length` would have returned them."""
+    ids = rollout.token_ids[:length]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    versions = None if rollout.versions is None else rollout.versions[:length]
+    return replace(
+        rollout, text=text, token_ids=ids, logprobs=rollout.logprobs[:length], finish_reason="length", versions=versions
+    )
+
+
 def run_episodes(
     engine: RolloutEngine,
     tokenizer: PreTrainedTokenizerBase,
@@ -85,16 +95,20 @@ def run_episodes(
     live = list(episodes)
     turn = 0
     while live:
-        room = min(max_tokens - e.length() for e in live)
+        # One call samples for the episode with the most room; each turn is then cut at its own episode's room,
+        # which draws the same tokens as a call capped there would (the tokens before a cut do not depend on it).
+        rooms = [max_tokens - e.length() for e in live]
         call = replace(
             sampling,
-            max_tokens=min(sampling.max_tokens, room),
-            min_tokens=min(sampling.min_tokens, room),
+            max_tokens=min(sampling.max_tokens, max(rooms)),
+            min_tokens=min(sampling.min_tokens, max(rooms)),
             seed=None if sampling.seed is None else prompt_seed(sampling.seed, turn),
         )
         turns = engine.generate([e.prompt_ids + e.ids for e in live], 1, call)
         going = []
-        for e, rollout in zip(live, turns):
+        for e, room, rollout in zip(live, rooms, turns):
+            if len(rollout.token_ids) > room:
+                rollout = cut_turn(rollout, room, tokenizer)
             e.turn_starts.append(len(e.ids))
             e.ids += rollout.token_ids
             e.mask += [1] * len(rollout.token_ids)
