@@ -19,6 +19,7 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -147,6 +148,20 @@ def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallb
     )
 
 
+def time_generation(trainer: TRLTrainer, add: Callable[[float], None]) -> None:
+    """Wrap TRL's rollout phase (sampling, rewards, advantages) so that `add` receives the seconds of each call."""
+    generate = trainer._generate_and_score_completions
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            add(time.perf_counter() - start)
+
+    trainer._generate_and_score_completions = timed
+
+
 class Alternate(TrainerCallback):
     """Times each TRL optimizer step and the generation inside it, then runs one step of ours."""
 
@@ -154,18 +169,8 @@ class Alternate(TrainerCallback):
         self.ours, self.trl_s, self.trl_generate_s, self.our_rows = our_trainer, [], [], []
         self.started, self.generating = 0.0, 0.0
 
-    def time_generation(self, trainer: TRLTrainer) -> None:
-        """Wrap TRL's rollout phase (sampling, rewards, advantages) so that each step reports its share."""
-        generate = trainer._generate_and_score_completions
-
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return generate(*args, **kwargs)
-            finally:
-                self.generating += time.perf_counter() - start
-
-        trainer._generate_and_score_completions = timed
+    def add_generation(self, seconds: float) -> None:
+        self.generating += seconds
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.started, self.generating = time.perf_counter(), 0.0
@@ -201,7 +206,7 @@ def main(steps: int = 5, model: str = "smollm2-135m", backend: str = "hf", skip_
         task = our_trainer.task
         alternate = Alternate(our_trainer)
         theirs = trl(config, task, Path(tmp) / "trl", alternate)
-        alternate.time_generation(theirs)
+        time_generation(theirs, alternate.add_generation)
         theirs.train()
     trl_s = statistics.median(alternate.trl_s[1:])
     trl_generate_s = statistics.median(alternate.trl_generate_s[1:])

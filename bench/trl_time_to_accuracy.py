@@ -48,7 +48,7 @@ from alignment.prompts import format_prompt  # noqa: E402
 from alignment.rollout.hf_engine import HFRolloutEngine  # noqa: E402
 from alignment.run.setup import math_tasks  # noqa: E402
 from alignment.run.warm_start import WARM_START_DIR  # noqa: E402
-from bench.trl_side_by_side import trl_arguments  # noqa: E402
+from bench.trl_side_by_side import time_generation, trl_arguments  # noqa: E402
 
 STOP = "</answer>"
 
@@ -73,11 +73,16 @@ def cut_at_stop(completion: str) -> str:
 class Validate(TrainerCallback):
     """Validates TRL's policy every `every` steps with our evaluation, off the clock; stops past `budget_s`."""
 
-    def __init__(self, config: GRPOConfig, validation, grader: ParallelGrader, budget_s: float) -> None:
+    def __init__(self, config: GRPOConfig, validation, grader: ParallelGrader, budget_s: float, every: int) -> None:
         self.config, self.validation, self.grader, self.budget_s = config, validation, grader, budget_s
+        self.every = every
         self.curve: list[tuple[float, int, float, float]] = []  # (training s, step, accuracy, format reward)
-        self.started = time.perf_counter()
-        self.off_clock = 0.0
+        self.steps: list[tuple[float, float]] = []  # each step's (seconds, of which generation and rewards)
+        self.started = self.step_started = time.perf_counter()
+        self.off_clock = self.generating = 0.0
+
+    def add_generation(self, seconds: float) -> None:
+        self.generating += seconds
 
     def training_s(self) -> float:
         return time.perf_counter() - self.started - self.off_clock
@@ -102,9 +107,15 @@ class Validate(TrainerCallback):
         self.started, self.off_clock = time.perf_counter(), 0.0  # the clock starts with training
         self.validate(model, processing_class, 0)
 
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.step_started, self.generating = time.perf_counter(), 0.0
+
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        self.steps.append((time.perf_counter() - self.step_started, self.generating))
+        seconds, generating = self.steps[-1]
+        print(f"TRL step {state.global_step}: {seconds:.0f} s, generation {generating:.0f} s", flush=True)
         over = self.training_s() >= self.budget_s
-        if state.global_step % self.config.eval_every == 0 or over:
+        if state.global_step % self.every == 0 or over:
             self.validate(model, processing_class, state.global_step)
         if over:
             control.should_training_stop = True
@@ -138,29 +149,47 @@ def first_reaching(curve: list[tuple[float, ...]], target: float) -> float | Non
     return next((point[0] for point in curve if point[2] >= target - 1e-9), None)
 
 
-def main(
-    preset: Path = Path("configs/arithmetic_laptop.toml"),
-    start: Path | None = None,
-    out: Path = Path("docs/figures/laptop_math"),
-    budget_s: float | None = None,
-) -> None:
-    """--start: the policy both start from (default: the preset run's warm start policy/); --budget-s: TRL's
-    training seconds (default: what our run's training took, its validations left out)."""
-    config = GRPOConfig(**read_config_file(preset, GRPOConfig))
-    start = start or config.output_dir / WARM_START_DIR / "policy"
-    ours = our_curve(config.output_dir / "metrics.jsonl")
-    budget_s = budget_s or max(seconds for seconds, _, _ in ours)
+def train_trl(config: GRPOConfig, start: Path, budget_s: float, every: int) -> tuple[list, list]:
+    """TRL's held-out curve and its steps' (seconds, generation seconds), trained from `start` for `budget_s`."""
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
     task, validation = math_tasks(config, whole_validation=config.time_budget is not None)
     with ParallelGrader(validation.reward_fn, config.grader_workers) as grader:
-        callback = Validate(config, validation, grader, budget_s)
+        callback = Validate(config, validation, grader, budget_s, every)
         with tempfile.TemporaryDirectory() as scratch:  # TRL's output_dir: nothing is saved there
-            trl_trainer(config, start, task, grader, callback, Path(scratch)).train()
-    trl = callback.curve
+            trainer = trl_trainer(config, start, task, grader, callback, Path(scratch))
+            time_generation(trainer, callback.add_generation)
+            trainer.train()
+    return callback.curve, callback.steps
+
+
+def main(
+    preset: Path = Path("configs/arithmetic_laptop.toml"),
+    start: Path | None = None,
+    out: Path = Path("docs/figures/laptop_math"),
+    budget_s: float | None = None,
+    eval_every: int | None = None,
+    trl_curve: Path | None = None,
+) -> None:
+    """--start: the policy both start from (default: the preset run's warm start policy/); --budget-s: TRL's
+    training seconds (default: what our run's training took, its validations left out); --eval-every: TRL's
+    validations, every N steps (default: the preset's eval_every), off its clock; --trl-curve: TRL's curve from an
+    earlier run of this bench from the same start (its trl_curve.json), set beside this preset's run without
+    training TRL again."""
+    config = GRPOConfig(**read_config_file(preset, GRPOConfig))
+    start = start or config.output_dir / WARM_START_DIR / "policy"
+    ours = our_curve(config.output_dir / "metrics.jsonl")
+    budget_s = budget_s or max(seconds for seconds, _, _ in ours)
+    if trl_curve is None:
+        trl, steps = train_trl(config, start, budget_s, eval_every or config.eval_every)
+    else:
+        earlier = json.loads(trl_curve.read_text())
+        trl, steps, budget_s = earlier["points"], earlier["step_and_generation_s"], earlier["budget_s"]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "trl_curve.json").write_text(json.dumps({"budget_s": budget_s, "points": trl}, indent=1))
+    (out / "trl_curve.json").write_text(
+        json.dumps({"budget_s": budget_s, "points": trl, "step_and_generation_s": steps}, indent=1)
+    )
     (out / "ours_curve.json").write_text(json.dumps({"points": ours}, indent=1))
     target = trl[-1][2]
     ours_s, trl_s = first_reaching(ours, target), first_reaching(trl, target)
