@@ -122,7 +122,13 @@ class Validate(TrainerCallback):
 
 
 def trl_trainer(
-    config: GRPOConfig, start: Path, task, grader: ParallelGrader, callback: Validate, output_dir: Path
+    config: GRPOConfig,
+    start: Path,
+    task,
+    grader: ParallelGrader,
+    callback: Validate,
+    output_dir: Path,
+    gradient_checkpointing: bool,
 ) -> TRLTrainer:
     policy = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
     tokenizer = load_tokenizer(str(start))
@@ -134,6 +140,7 @@ def trl_trainer(
         return [s["reward"] for s in grader([cut_at_stop(c) for c in completions], truth)]
 
     args = trl_arguments(config, output_dir, 10_000, "adamw_torch")  # the callback stops it at the budget
+    args.gradient_checkpointing = gradient_checkpointing
     return TRLTrainer(
         model=policy,
         reward_funcs=reward,
@@ -149,7 +156,9 @@ def first_reaching(curve: list[tuple[float, ...]], target: float) -> float | Non
     return next((point[0] for point in curve if point[2] >= target - 1e-9), None)
 
 
-def train_trl(config: GRPOConfig, start: Path, budget_s: float, every: int) -> tuple[list, list]:
+def train_trl(
+    config: GRPOConfig, start: Path, budget_s: float, every: int, gradient_checkpointing: bool
+) -> tuple[list, list]:
     """TRL's held-out curve and its steps' (seconds, generation seconds), trained from `start` for `budget_s`."""
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
@@ -158,7 +167,7 @@ def train_trl(config: GRPOConfig, start: Path, budget_s: float, every: int) -> t
     with ParallelGrader(validation.reward_fn, config.grader_workers) as grader:
         callback = Validate(config, validation, grader, budget_s, every)
         with tempfile.TemporaryDirectory() as scratch:  # TRL's output_dir: nothing is saved there
-            trainer = trl_trainer(config, start, task, grader, callback, Path(scratch))
+            trainer = trl_trainer(config, start, task, grader, callback, Path(scratch), gradient_checkpointing)
             time_generation(trainer, callback.add_generation)
             trainer.train()
     return callback.curve, callback.steps
@@ -171,18 +180,20 @@ def main(
     budget_s: float | None = None,
     eval_every: int | None = None,
     trl_curve: Path | None = None,
+    gradient_checkpointing: bool = True,
 ) -> None:
     """--start: the policy both start from (default: the preset run's warm start policy/); --budget-s: TRL's
     training seconds (default: what our run's training took, its validations left out); --eval-every: TRL's
     validations, every N steps (default: the preset's eval_every), off its clock; --trl-curve: TRL's curve from an
     earlier run of this bench from the same start (its trl_curve.json), set beside this preset's run without
-    training TRL again."""
+    training TRL again; --no-gradient-checkpointing: TRL without its default gradient checkpointing (ours has
+    none)."""
     config = GRPOConfig(**read_config_file(preset, GRPOConfig))
     start = start or config.output_dir / WARM_START_DIR / "policy"
     ours = our_curve(config.output_dir / "metrics.jsonl")
     budget_s = budget_s or max(seconds for seconds, _, _ in ours)
     if trl_curve is None:
-        trl, steps = train_trl(config, start, budget_s, eval_every or config.eval_every)
+        trl, steps = train_trl(config, start, budget_s, eval_every or config.eval_every, gradient_checkpointing)
     else:
         earlier = json.loads(trl_curve.read_text())
         trl, steps, budget_s = earlier["points"], earlier["step_and_generation_s"], earlier["budget_s"]
