@@ -191,8 +191,8 @@ def main(
     config = GRPOConfig(**read_config_file(preset, GRPOConfig))
     start = start or config.output_dir / WARM_START_DIR / "policy"
     ours = our_curve(config.output_dir / "metrics.jsonl")
-    budget_s = budget_s or max(seconds for seconds, _, _ in ours)
     if trl_curve is None:
+        budget_s = budget_s or max(seconds for seconds, _, _ in ours)
         trl, steps = train_trl(config, start, budget_s, eval_every or config.eval_every, gradient_checkpointing)
     else:
         earlier = json.loads(trl_curve.read_text())
