@@ -32,6 +32,7 @@ DECODE_HELP = (
     "static path cannot serve (a forward tape recording, in-flight weight loads, a sharded policy, a model it does not "
     "cover) the eager one does (alignment/rollout/decode_choice.py)."
 )
+SYNC_EVERY = 16  # decode steps between two host syncs on the static path
 SYNC_EVERY_HELP = "Static decode path: decode steps between two host syncs that collect finished rows."
 
 

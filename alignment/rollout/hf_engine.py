@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from alignment.rollout.decode_choice import Decode, check_decode, decode_path, is_sharded
+from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path, is_sharded
 from alignment.rollout.decoding import (
     decode_rows,
     default_memory_budget,
@@ -25,7 +25,7 @@ from alignment.rollout.forward_tape import ForwardTape
 from alignment.rollout.hf_static import hf_step_logits, kv_spec, static_support
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig
 from alignment.rollout.reserved_cache import ReservedCache
-from alignment.rollout.static_decoding import SYNC_EVERY, Prefill, StaticDecoder
+from alignment.rollout.static_decoding import Prefill, StaticDecoder
 from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit, groups_of_rows
 
 

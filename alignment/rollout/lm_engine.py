@@ -10,12 +10,12 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from alignment.models.transformer_lm import TransformerLM
-from alignment.rollout.decode_choice import Decode, check_decode, decode_path, is_sharded
+from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path, is_sharded
 from alignment.rollout.decoding import default_memory_budget, generate_in_groups, load_unless_shared, prompt_token_ids
 from alignment.rollout.forward_tape import ForwardTape
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig
 from alignment.rollout.lm_sampler import sample, static_decoder
-from alignment.rollout.static_decoding import SYNC_EVERY, StaticDecoder
+from alignment.rollout.static_decoding import StaticDecoder
 
 
 def kv_cache_bytes_per_token(model: TransformerLM) -> int:

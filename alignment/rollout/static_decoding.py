@@ -36,7 +36,6 @@ from alignment.rollout.decoding import choose_tokens, finish_rollout, stop_hits,
 from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.utils.faults import fault_point
 
-SYNC_EVERY = 16  # decode steps between two host reads
 LENGTH_MULTIPLE = 64  # cache lengths are rounded up to this, so that later calls of a similar width reuse the graphs
 
 
