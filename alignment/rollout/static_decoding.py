@@ -138,6 +138,11 @@ class StaticDecoder:
         self.addresses: list[int] = []
         self.captures = 0  # graphs captured so far (tests check that later calls reuse them)
 
+    def release(self) -> None:
+        """Free the slot state and the graphs (the next batch allocates and captures anew)."""
+        self.state = None
+        self.graphs.clear()
+
     def decode_rows(
         self,
         prefill: Prefill,
