@@ -11,7 +11,7 @@ Default model: our TransformerLM of Qwen2.5-Math-1.5B's shape (hidden 1536, 28 l
 8960, vocab 151936, tied embeddings; it has no q/k/v biases), random weights (normal, std 0.02; bfloat16 on a GPU,
 float32 on the CPU), a synthetic word-level tokenizer. --model takes one of our folders, an HF Llama folder or
 smollm2-135m instead, prompted with a few sentences. Every row samples to the full length (min_tokens = max_tokens)
-at temperature 1, top_p 1, seed 0. Paths:
+at temperature 1, top_p 1, seed 0 (with --until-eos rows end at EOS instead, as rollouts do). Paths:
 - eager: the sampler with its KV cache, after a short warm-up call;
 - static: the static path; the first call of a shape captures the graphs (figure static_first_call_s), the second
   is timed;
@@ -82,6 +82,9 @@ def main(
     device: str | None = typer.Option(None, help="Device (default: cuda:0 when present, else cpu)."),
     layers: int | None = typer.Option(None, help="Layers of the random model (default: the shape's)."),
     sync_every: int = typer.Option(SYNC_EVERY, help="Static path: decode steps between host syncs."),
+    until_eos: bool = typer.Option(
+        False, help="Rows end at EOS (min_tokens 0; --model's chat template on the prompts) instead of at full length."
+    ),
     threads: int | None = typer.Option(None, help="torch threads on the CPU (default: torch's; --tiny: 1)."),
     tiny: bool = typer.Option(False, help="Toy sizes (2 layers, hidden 64, vocab 4096; 8 and 4 rows x 32 tokens)."),
     json_lines: bool = typer.Option(False, "--json", help="Print only JSON lines on stdout, one per figure."),
@@ -105,7 +108,15 @@ def main(
         lm, tokenizer = load_transformer_lm(model, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32)
 
         def prompts(count: int) -> list[list[int]]:
-            return tokenizer([SENTENCES[i % len(SENTENCES)] for i in range(count)])["input_ids"]
+            texts = [SENTENCES[i % len(SENTENCES)] for i in range(count)]
+            if until_eos:
+                texts = [
+                    tokenizer.apply_chat_template(
+                        [{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True
+                    )
+                    for t in texts
+                ]
+            return tokenizer(texts)["input_ids"]
 
     eos_ids = [tokenizer.eos_token_id]
     weight_bytes = sum(p.numel() * p.element_size() for p in lm.parameters())
@@ -121,7 +132,7 @@ def main(
         reference.load_state_dict(to_llama_state_dict(lm), strict=not lm.config.tie_embeddings)
 
     def ours(prompt_ids: list[list[int]], length: int, path: SamplerPath) -> int:
-        sampling = SamplingConfig(max_tokens=length, min_tokens=length, stop=(), seed=0)
+        sampling = SamplingConfig(max_tokens=length, min_tokens=0 if until_eos else length, stop=(), seed=0)
         generator = torch.Generator(device=dev).manual_seed(0)
         static = decoder if path is SamplerPath.static else None
         rollouts = sample(lm, tokenizer, prompt_ids, 1, sampling, eos_ids, generator, path is not SamplerPath.no_cache,
@@ -158,11 +169,11 @@ def main(
                     first, _ = timed(run, dev)  # captures this shape's graphs
                     figures.emit("static_first_call_s", first, "s", **path_context, captured=dev.type == "cuda")
                 seconds, tokens = min(timed(run, dev) for _ in range(repeats))
-                if tokens != count * length:
+                if tokens != count * length and not until_eos:
                     raise RuntimeError(f"{path.value} generated {tokens} tokens, expected {count * length}")
                 extra = {"captured": dev.type == "cuda"} if path is SamplerPath.static else {}
                 figures.emit("tokens_per_s", tokens / seconds, "tokens/s", **path_context, seconds=round(seconds, 3),
-                             **extra)  # fmt: skip
+                             tokens=tokens, **extra)  # fmt: skip
                 figures.emit("percent_of_bound", 100 * tokens / seconds / bound.tokens_per_s, "%", **path_context)
         if dev.type == "cuda":
             figures.note(f"peak memory {torch.cuda.max_memory_allocated(dev) / 2**30:.1f} GiB")
