@@ -112,20 +112,24 @@ def apps() -> dict[str, typer.Typer]:
 
 def click_entry(param: Any, ctx: typer.Context, program: str) -> Entry:
     """An option or argument that is no setting, as click documents it."""
-    signature, _ = param.get_help_record(ctx)
-    default = param.default if isinstance(param.default, (str, int, float, Path)) else None
-    names = (*param.opts, *getattr(param, "secondary_opts", ())) if param.opts[0].startswith("-") else (param.name,)
+    if param.opts[0].startswith("-"):
+        names, signature = (*param.opts, *param.secondary_opts), param.get_help_record(ctx)[0]
+    else:
+        names, signature = (param.name.upper(),), param.name.upper()
+    default = param.default
+    shows_default = isinstance(default, (str, int, float, Path)) and not isinstance(default, bool)
     return Entry(
-        names=names if names[0].startswith("-") else (names[0].upper(),),
-        signature=signature if names[0].startswith("-") else names[0].upper(),
+        names=names,
+        signature=signature,
         help=(getattr(param, "help", None) or "").strip(),
-        default=None if isinstance(param.default, bool) or default is None else shown(default),
+        default=shown(default) if shows_default else None,
         programs=(program,),
     )
 
 
 def read_reference() -> Reference:
-    scripts, declared = [], {}  # declared: (owner, field name) -> [(program, click param)]
+    """Every script's entries, and every settings class's, each setting under the class that declares it."""
+    scripts, declared = [], {}  # declared: (owner, field name) -> [(program, its click param, its context)]
     for program, app in apps().items():
         command = get_command(app)
         ctx = typer.Context(command, info_name=f"uv run scripts/{program}")
@@ -155,6 +159,7 @@ def read_reference() -> Reference:
             )
         )
     own = {s.settings: s.program for s in scripts if s.settings is not None}
+    settings_of = {s.program: s.settings for s in scripts}
     groups = []
     for owner in dict.fromkeys(o for o, _ in declared):
         hints = typing.get_type_hints(owner)
@@ -165,7 +170,6 @@ def read_reference() -> Reference:
             takers = declared[(owner, f.name)]
             _, param, ctx = takers[0]
             programs = tuple(p for p, _, _ in takers)
-            settings_of = {s.program: s.settings for s in scripts}
             entries.append(
                 Entry(
                     names=(*param.opts, *param.secondary_opts),
