@@ -114,6 +114,7 @@ def test_the_presets_table_lists_every_file_in_configs_with_its_script():
     assert baselines.models == ("Qwen/Qwen2.5-Math-1.5B",) and baselines.machine == "GPU"  # from its base file
     assert by_path["configs/keyword_async.toml"].script == "train_grpo_ray.py"  # Ray-only settings
     assert by_path["configs/pku/zero_shot.toml"].script == "eval_zero_shot.py"
+    assert not [r.path for r in rows if str(ROOT) in " ".join([*r.models, *r.data, r.summary])]
 
 
 def test_a_preset_with_a_setting_its_script_lacks_is_an_error(tmp_path, monkeypatch):

@@ -86,8 +86,8 @@ def shown(value: Any) -> str | None:
     to it, as a clone's user runs the scripts (a default such as data/keywords.txt is absolute in the code)."""
     if value is None:
         return None
-    if isinstance(value, Path) and value.is_relative_to(ROOT):
-        return str(value.relative_to(ROOT))
+    if isinstance(value, (str, Path)) and Path(value).is_absolute() and Path(value).is_relative_to(ROOT):
+        return str(Path(value).relative_to(ROOT))
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):

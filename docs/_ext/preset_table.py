@@ -16,6 +16,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from cli_reference import apps, shown
+
 from alignment.config.settings import default_of
 from alignment.experiments.sweep import PRESET_KEYS
 from alignment.run.memory_plan import PUBLISHED_SHAPES
@@ -71,8 +73,6 @@ def device_word(text: str, own_name: str) -> str | None:
 
 def script_settings() -> dict[str, type]:
     """scripts/<name>.py -> the settings dataclass its app is made of."""
-    from cli_reference import apps
-
     return {name: app.settings_class for name, app in apps().items() if getattr(app, "settings_class", None)}
 
 
@@ -90,19 +90,19 @@ def script_of(path: Path, text: str, values: dict[str, Any], settings: dict[str,
     return script
 
 
-def data_of(settings: dict[str, Any]) -> str:
-    """What a run trains or evaluates on, from its settings."""
+def data_of(settings: dict[str, Any], given: dict[str, Any]) -> str:
+    """What a run trains or evaluates on, from its settings (`given`: the ones the preset sets itself)."""
     if settings.get("env"):
-        return f"env {settings['env']}" + (f", {settings['dataset']}" if settings.get("dataset_set") else "")
+        return f"env {settings['env']}" + (f", {shown(given['dataset'])}" if "dataset" in given else "")
     if settings.get("task") == "keywords":
         source = settings.get("keywords_dataset") or settings.get("keywords_file")
-        return "keywords" + (f", {source}" if source else "")
-    return str(settings["dataset"]) if settings.get("dataset") else "-"
+        return "keywords" + (f", {shown(source)}" if source else "")
+    return shown(settings["dataset"]) if settings.get("dataset") else "-"
 
 
 def resolved(values: dict[str, Any], cls: type) -> dict[str, Any]:
-    """`values` over the script's defaults; `dataset_set`: whether the preset gives a dataset itself."""
-    return {f.name: default_of(f) for f in fields(cls)} | values | {"dataset_set": "dataset" in values}
+    """`values` over the script's defaults."""
+    return {f.name: default_of(f) for f in fields(cls)} | values
 
 
 def machine_of(path: Path, data: dict[str, Any], models: tuple[str, ...]) -> str:
@@ -136,13 +136,13 @@ def read_row(path: Path, settings: dict[str, type]) -> PresetRow:
                 raise ValueError(
                     f"{path.relative_to(ROOT)}: arm {arm}: {', '.join(unknown)} are not settings of {script}"
                 )
-        runs = [resolved(shared | arm, settings[script]) for arm in data["arms"].values()]
+        runs = [(resolved(shared | arm, settings[script]), shared | arm) for arm in data["arms"].values()]
         summary = data.get("description") or first_sentence(header(text))
     else:
         script = script_of(path, text, data, settings)
-        runs = [resolved(data, settings[script])]
+        runs = [(resolved(data, settings[script]), data)]
         summary = first_sentence(header(text))
-    models = tuple(dict.fromkeys(str(run["model"]) for run in runs if run.get("model")))
+    models = tuple(dict.fromkeys(shown(run["model"]) for run, _ in runs if run.get("model")))
     return PresetRow(
         path=str(path.relative_to(ROOT)),
         script=script,
@@ -150,7 +150,7 @@ def read_row(path: Path, settings: dict[str, type]) -> PresetRow:
         summary=summary,
         arms=tuple(data.get("arms", {})),
         models=models,
-        data=tuple(dict.fromkeys(data_of(run) for run in runs)),
+        data=tuple(dict.fromkeys(data_of(run, given) for run, given in runs)),
         machine=machine_of(path, data, models),
     )
 
