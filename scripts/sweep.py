@@ -297,6 +297,7 @@ app = typer_app(
     ]
     + option_parameters(SweepConfig),
     "Run every arm of an experiment preset, then plot and tabulate them (see the module docstring).",
+    SweepConfig,
 )
 
 if __name__ == "__main__":

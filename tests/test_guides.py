@@ -1,7 +1,7 @@
 """The commands the documentation's guides show, run by the suite so that a renamed flag, preset or file fails it.
 
-Every ```bash fence of docs/guides/*.md, docs/quickstart.md and README.md follows an HTML comment that says how
-it is tested:
+Every ```bash fence of docs/guides/*.md, the pages a new user starts from (docs/quickstart.md, docs/installation.md,
+docs/gpu_setup.md, docs/troubleshooting.md) and README.md follows an HTML comment that says how it is tested:
 
     <!-- guide-test: small: FLAGS -->   runs on a CPU; `-m slow` runs each command with FLAGS appended
     <!-- guide-test: gpu: REASON -->    needs a GPU; `-m slow` skips it, giving REASON
@@ -13,7 +13,8 @@ flags go through its own typer app (click's parsing: unknown flags, wrong types 
 are built as the script builds them (--config files included) and checked by the script's own validation, and the
 script is stopped where it would start loading. `--plan-memory` runs whole (it reads only a config.json). A sweep
 writes its arms' command lines into a temporary folder and each of them is checked the same way. Other programs:
-a bench script's flags must be its own, a `pytest -k NAME` must select a test, and files named must exist.
+a bench script's flags must be its own, a `pytest -k NAME` must select a test, and files named must exist;
+`uv sync` may name only the project's extras and groups, and `python -c CODE` must compile.
 """
 
 import importlib
@@ -21,6 +22,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +30,10 @@ import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md")) + [ROOT / "docs" / "quickstart.md", ROOT / "README.md"]
+STARTING_PAGES = ["quickstart.md", "installation.md", "gpu_setup.md", "troubleshooting.md"]
+GUIDES = (
+    sorted((ROOT / "docs" / "guides").glob("*.md")) + [ROOT / "docs" / p for p in STARTING_PAGES] + [ROOT / "README.md"]
+)
 MARKER = re.compile(r"<!--\s*guide-test:\s*(small|gpu|skip):(.*?)-->\s*\n```bash\n(.*?)```", re.S)
 FENCE = re.compile(r"```bash\n")
 
@@ -186,10 +191,33 @@ def check_script(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, 
             check_script(arm_script, command[2:], monkeypatch, tmp_path)
 
 
+# Programs of the system or of an installed package whose flags are not ours to check
+EXTERNAL = ("ray", "hf", "nvidia-smi", "lscpu")
+
+
+def check_uv_sync(words: list[str]) -> None:
+    """`uv sync [--extra NAME] [--group NAME]`: only the extras and dependency groups pyproject.toml declares."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    known = {
+        "--extra": set(project["project"]["optional-dependencies"]),
+        "--group": set(project["dependency-groups"]),
+    }
+    rest = words[2:]
+    for option, name in zip(rest[::2], rest[1::2]):
+        assert option in known and name in known[option], f"uv sync {option} {name}: not in pyproject.toml"
+    assert len(rest) % 2 == 0, f"uv sync {' '.join(rest)}: expected --extra NAME / --group NAME pairs"
+
+
 def check_other(words: list[str]) -> None:
     """Bench scripts, the kissing evaluator, pytest, jupyter: the files exist and the flags are the program's."""
+    if words[:2] == ["uv", "sync"]:
+        check_uv_sync(words)
+        return
     if words[0] == "python":
         words = words[1:]
+    if words[0] == "-c":  # the code compiles
+        compile(words[1], "<python -c>", "exec")
+        return
     program = words[0]
     if program == "pytest":
         rest = words[1:]
@@ -206,7 +234,7 @@ def check_other(words: list[str]) -> None:
     if program == "jupyter":
         assert (ROOT / words[-1]).exists(), words[-1]
         return
-    if program == "ray":  # Ray's own command line
+    if program in EXTERNAL:
         return
     if program in ("sphinx-build", "sphinx-autobuild"):  # the source folder and its configuration
         assert (ROOT / "docs" / "conf.py").exists() and "docs" in words
@@ -276,6 +304,7 @@ def test_each_guide_command_runs_at_a_small_size(command: Command, tmp_path):
         "uv run scripts/sweep.py configs/experiments/grpo_baselines.toml --set n_grpo_stepz=1",
         "uv run --extra vllm-cpu pytest -k test_no_such_thing",
         "uv run python bench/ray_strategies.py --no-such-flag",
+        "uv sync --extra vlm",  # a misspelt extra
     ],
 )
 def test_the_check_fails_on_a_renamed_flag_preset_or_test(line, monkeypatch, tmp_path):
