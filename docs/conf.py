@@ -26,6 +26,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "sphinxcontrib.typer",
+    "docs.import_graph",  # the map of the package drawn from its imports (docs/concepts/architecture.md)
 ]
 
 exclude_patterns = ["_build", "**/.ipynb_checkpoints", "screenshots"]
