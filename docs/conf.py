@@ -25,6 +25,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "site_directives",
+    "import_graph",  # the map of the package drawn from its imports (docs/concepts/architecture.md)
 ]
 
 exclude_patterns = ["_build", "**/.ipynb_checkpoints", "screenshots", "_ext"]

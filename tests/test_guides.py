@@ -107,7 +107,8 @@ def stop_after(check):
 
 def check_warm_start_run(config) -> None:
     """The warm start's own settings and, when it runs, the SFT run's it makes of them."""
-    from alignment.run.warm_start import check_warm_start, warm_start_config
+    from alignment.run.warm_start import check_warm_start
+    from alignment.sft_run import warm_start_config
     from alignment.supervised.config import validate as validate_sft
 
     check_warm_start(config)

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from alignment.config.settings import choices_of, upgraded
-from alignment.experiments.run_table import final_rewards, read_metrics_jsonl
+from alignment.experiments.run_table import final_rewards
 from alignment.rollout.backends import vllm_build
 from alignment.run.checkpoint import complete_step
 from alignment.run.divergence import read_marker
+from alignment.run.metrics_log import read_metrics_jsonl
 from alignment.utils.atomic import atomic_write_json, atomic_write_text
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts"
