@@ -24,6 +24,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +89,37 @@ def words_of(line: str) -> tuple[list[str], list[str]]:
         while words and words[0].startswith("--"):
             words = words[2:] if "=" not in words[0] else words[1:]
     return env, words
+
+
+VLLM_SCRIPTS = {"train_grpo", "train_grpo_ray", "train_sft", "expert_iteration", "eval_zero_shot", "best_of_n", "sweep"}
+
+
+def samples_with_vllm_on_a_gpu(words: list[str]) -> bool:
+    """Whether a script's command line leaves generation to vLLM on a GPU: its engine (--backend, else its --config
+    file's or preset arms' `backend`) is `auto` or `vllm`; a memory plan generates nothing."""
+    script = Path(words[0]).stem
+    if script not in VLLM_SCRIPTS or "--plan-memory" in words:
+        return False
+    if script == "sweep":
+        from alignment.experiments.sweep import load_preset
+
+        return any(run.settings.get("backend", "auto") in ("auto", "vllm") for run in load_preset(ROOT / words[1]).runs)
+    settings = tomllib.loads((ROOT / words[words.index("--config") + 1]).read_text()) if "--config" in words else {}
+    backend = words[words.index("--backend") + 1] if "--backend" in words else settings.get("backend", "auto")
+    return backend in ("auto", "vllm")
+
+
+def test_gpu_commands_of_the_handout_guides_name_the_vllm_extra():
+    """`uv run` without `--extra vllm` leaves vLLM out of the environment, and `auto` then samples with transformers."""
+    missing = [
+        str(command)
+        for command in COMMANDS
+        if command.kind == "gpu"
+        and (ROOT / "docs" / "guides" / command.page).is_file()
+        and samples_with_vllm_on_a_gpu(words_of(command.line)[1])
+        and "--extra vllm " not in command.line
+    ]
+    assert not missing, "\n".join(missing)
 
 
 def test_every_fence_of_every_guide_says_how_it_is_tested():
