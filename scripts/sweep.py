@@ -91,9 +91,9 @@ class SweepConfig:
     arms: str | None = setting(None, "Comma-separated arms to run (default: all); results.md still lists every run.")
     from_best: Path | None = setting(
         None,
-        "The output folder of an earlier sweep, the one holding its sweep.json (e.g. outputs/grpo_learning_rate "
-        "after configs/experiments/grpo_learning_rate.toml): its best arm's settings, by final validation reward, "
-        "replace the preset's base and its [placeholder] settings.",
+        "The output folder of an earlier sweep, the one holding its sweep.json (e.g. outputs/grpo_learning_rate, "
+        "written by the grpo_learning_rate preset): its best arm's settings, by final validation reward, replace "
+        "the preset's base and its [placeholder] settings.",
     )
     diverged: Literal["skip", "resume", "restart"] = setting(
         "skip",
