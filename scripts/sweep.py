@@ -44,6 +44,7 @@ from alignment.experiments.sweep import (
     base_left_out,
     best_arm,
     changed_settings,
+    folder_before_course_folders,
     gpus_needed,
     launch,
     load_preset,
@@ -265,6 +266,13 @@ def main(preset: Path, **flags: Any) -> None:
             param_hint="'--arms'",
         )
     root = config.output_root / loaded.folder
+    before = folder_before_course_folders(config.output_root, preset, loaded)
+    if before is not None:
+        raise typer.BadParameter(
+            f"this preset's runs so far are in {before}, its folder before each course's presets had their own; "
+            f"move it to {root} to continue them (or away, to start over)",
+            param_hint="'PRESET'",
+        )
     record = {
         "set": overrides,
         "arms": None if config.arms is None else arms,

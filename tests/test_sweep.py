@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from alignment.experiments.sweep import (
     best_arm,
+    folder_before_course_folders,
     load_preset,
     parse_overrides,
     preset_folder,
@@ -119,6 +120,19 @@ def test_presets_of_the_same_name_for_different_handouts_keep_their_runs_apart(t
     record = json.loads((tmp_path / "o" / "pku" / "grpo_baselines" / "sweep.json").read_text())
     assert [run["label"] for run in record["runs"]] == ["no_baseline", "reinforce_with_baseline"]
     assert not (tmp_path / "o" / "grpo_baselines").exists()
+
+
+def test_runs_of_a_preset_from_before_course_folders_are_not_started_over(tmp_path):
+    pku = ROOT / "configs" / "pku" / "grpo_baselines.toml"
+    cs336 = ROOT / "configs" / "experiments" / "grpo_baselines.toml"
+    before = tmp_path / "o" / "grpo_baselines"  # where PKU's runs went when every preset's folder was its name
+    write_sweep_record(before, pku, load_preset(pku), {"set": {}, "arms": None, "from_best": None})
+    result = CliRunner().invoke(script.app, [str(pku), "--output-root", str(tmp_path / "o")])
+    assert result.exit_code == 2 and f"move it to {tmp_path / 'o' / 'pku' / 'grpo_baselines'}" in result.output
+    assert not (tmp_path / "o" / "pku").exists()  # nothing started
+    assert folder_before_course_folders(tmp_path / "o", cs336, load_preset(cs336)) is None  # CS336's stay put
+    write_sweep_record(before, cs336, load_preset(cs336), {"set": {}, "arms": None, "from_best": None})
+    assert folder_before_course_folders(tmp_path / "o", pku, load_preset(pku)) is None  # another preset's runs
 
 
 def test_placeholder_settings_stand_in_until_from_best_replaces_them(tmp_path):

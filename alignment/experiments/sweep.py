@@ -253,6 +253,16 @@ def load_preset(path: Path, overrides: dict[str, Any] | None = None, base: BestA
     return Preset(path.stem, script, steps_setting, runs, preset_folder(path), tuple(placeholder))
 
 
+def folder_before_course_folders(output_root: Path, preset_path: Path, preset: Preset) -> Path | None:
+    """Where this preset's runs went before each course's presets had a folder of their own (<output-root>/<name>),
+    when they are there and its folder now is elsewhere and not yet started: a rerun would start them all over."""
+    before, now = output_root / preset.name, output_root / preset.folder
+    record = before / SWEEP_FILE
+    if before == now or now.exists() or not record.is_file():
+        return None
+    return before if Path(json.loads(record.read_text())["preset"]).resolve() == preset_path.resolve() else None
+
+
 def base_left_out(script: str, base: BestArm) -> list[str]:
     """The best arm's settings that `script` has no field for (an arm of a GRPO-on-Ray sweep as the base of a
     single-process one: its strategy)."""
