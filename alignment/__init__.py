@@ -18,11 +18,12 @@ the handouts' `run_*` names):
     generation_log.py     `log_generations`
     pass_at_k.py          pass@k and Best@k estimators
     prompts.py            the prompt templates in prompts/
+    distillation.py       on-policy distillation's per-token advantage (a frozen teacher's log-probs)
 
 and the three training runs, each read top to bottom: `grpo_run.py` (`train_grpo`), `sft_run.py` (`train_sft`)
 and `expert_iteration.py` (`expert_iteration`). Everything else lives in a folder per subsystem, each described
-in its own `__init__.py`: grpo/, supervised/, rollout/, grading/, data/, models/, distributed/, ray/, kissing/,
-run/, experiments/, config/, utils/.
+in its own `__init__.py`: grpo/, supervised/, rollout/, envs/, grading/, data/, models/, distributed/, ray/,
+kissing/, run/, experiments/, config/, utils/. Imports run down only, never back up (docs/concepts/architecture.md).
 
 Submodules are imported where used (torch is heavy; the grader's worker process imports none of it); the
 handouts' functions that a student calls from their own script are also here, imported on first use:

@@ -21,10 +21,10 @@ from tqdm.auto import tqdm
 from alignment.config.settings import write_run_settings
 from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup
-from alignment.envs.registry import env_spec
-from alignment.envs.sampler import EpisodeSampler
 from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.config import GRPOConfig, validate
+from alignment.grpo.environments import env_spec
+from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner, rollout_forward_tape
 from alignment.grpo.sampler import GRPOSampler, validation_sampling
 from alignment.models.policy_folder import push_weights

@@ -4,9 +4,12 @@ The training examples are loaded (and with --filter-correct, graded), checked ag
 then trained on in seeded order, one optimizer step per batch (alignment/supervised/trainer.py), with held-out
 evaluations, checkpoints and resume from the shared scaffolding (alignment/supervised/session.py). Under torchrun,
 one policy sharded over the processes.
+
+`warm_start` is the same run before GRPO, in GRPO's command (its settings: alignment/run/warm_start.py).
 """
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +23,10 @@ from alignment.distributed.sharding import ShardGroup
 from alignment.grader import RewardFn, reward_fn_for
 from alignment.grading.parallel import ParallelGrader
 from alignment.prompts import load_prompt, prompt_kind, prompt_question
+from alignment.run.metrics_log import read_metrics_jsonl
 from alignment.run.setup import learner_group, math_task
 from alignment.run.training_settings import check_output_dir
+from alignment.run.warm_start import WARM_START_DIR, check_warm_start
 from alignment.supervised.config import SFTConfig, validate
 from alignment.supervised.session import n_optimizer_steps, open_run, sft_steps
 
@@ -153,3 +158,58 @@ def _train_sft(config: SFTConfig, resume: bool, group: ShardGroup | None) -> lis
     finally:
         run.close()
     return rows
+
+
+def warm_start_config(config: Any) -> SFTConfig:
+    """The SFT run the warm start is: --model on warm_start_sft_steps batches of --dataset's training split,
+    validated on the GRPO run's held-out questions at its evaluation settings, at the start and the end."""
+    steps, batch = config.warm_start_sft_steps, config.warm_start_sft_batch_size
+    return SFTConfig(
+        model=config.model,
+        dataset=config.dataset,
+        dataset_split=config.dataset_split,
+        validation_dataset=config.validation_dataset,
+        data_format="gsm8k",
+        n_examples=steps * batch,
+        prompt=config.prompt,
+        grader=config.grader,
+        seed=config.seed,
+        learning_rate=config.warm_start_sft_learning_rate,
+        batch_size=batch,
+        gradient_accumulation_steps=1,
+        max_seq_length=512,
+        epochs=1,
+        eval_every=steps + 1,  # at the start and after the last step only
+        checkpoint_every=steps,
+        n_eval_examples=config.n_eval_examples,
+        eval_max_tokens=config.eval_max_tokens or config.sampling_max_tokens,
+        eval_temperature=config.sampling_temperature if config.eval_temperature is None else config.eval_temperature,
+        eval_top_p=config.sampling_top_p,
+        backend=config.backend,
+        grader_workers=config.grader_workers,
+        torch_threads=config.torch_threads,
+        allow_validation_overlap=config.allow_validation_overlap,
+        output_dir=config.output_dir / WARM_START_DIR,
+        overwrite=config.overwrite,
+    )
+
+
+def warm_start(config: Any) -> tuple[Any, str | None]:
+    """Run the warm start when asked for: (the GRPO config now starting from its policy, a line with its gain).
+    Without one: (config, None)."""
+    check_warm_start(config)
+    if config.warm_start_sft_steps == 0:
+        return config, None
+    sft = warm_start_config(config)
+    train_sft(sft)
+    evals = [row for row in read_metrics_jsonl(sft.output_dir / "metrics.jsonl") if "eval_reward" in row]
+    first, last = evals[0], evals[-1]
+    line = (
+        f"warm start (SFT, {config.warm_start_sft_steps} step{'s' * (config.warm_start_sft_steps != 1)} of "
+        f"{config.warm_start_sft_batch_size}): held-out "
+        f"reward {first['eval_reward']:.3f} -> {last['eval_reward']:.3f} "
+        f"({100 * (last['eval_reward'] - first['eval_reward']):+.1f} points), format reward "
+        f"{first.get('eval_format_reward', float('nan')):.3f} -> {last.get('eval_format_reward', float('nan')):.3f}, "
+        f"{last['time_elapsed_s']:.0f} s"
+    )
+    return replace(config, model=str(Path(sft.output_dir) / "policy")), line

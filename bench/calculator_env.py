@@ -19,9 +19,9 @@ import torch
 import typer
 
 from alignment.config.cli import read_config_file
-from alignment.envs.registry import env_spec
-from alignment.envs.sampler import EpisodeSampler
 from alignment.grpo.config import GRPOConfig
+from alignment.grpo.environments import env_spec
+from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.sampler import validation_sampling
 from alignment.grpo_run import train_grpo
 from alignment.models.loading import load_model_and_tokenizer

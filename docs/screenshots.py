@@ -1,5 +1,6 @@
 """Build the documentation site and look at it in a real browser: headless Chromium (Debian's `chromium` package)
-opens the home page and a guide, served over HTTP, and saves a screenshot of each under docs/screenshots/. Fails
+opens the home page, a guide, the installation, GPU set-up and troubleshooting pages and the two generated reference
+pages, served over HTTP, and saves a screenshot of each under docs/screenshots/. Fails
 (exit status 1) on a request the site answers with 404 or any other error, and on any message a page writes to the
 browser's console (Sphinx and Furo write none); skips (exit status 0, saying why) where Chromium is not installed.
 
@@ -23,7 +24,15 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 SITE = DOCS / "_build" / "html"
 SHOTS = DOCS / "screenshots"
-PAGES = {"home": "index.html", "guide_cs336_a5": "guides/cs336_a5.html"}
+PAGES = {
+    "home": "index.html",
+    "guide_cs336_a5": "guides/cs336_a5.html",
+    "installation": "installation.html",
+    "gpu_setup": "gpu_setup.html",
+    "troubleshooting": "troubleshooting.html",
+    "reference_cli": "reference/cli.html",
+    "reference_presets": "reference/presets.html",
+}
 CONSOLE = re.compile(r":CONSOLE[:(]")  # how Chromium's --enable-logging=stderr reports a page's console message
 
 

@@ -33,8 +33,8 @@ import typer
 
 from alignment.config import cli
 from alignment.config.settings import OutputSettings, override, setting, to_json, write_run_settings
-from alignment.envs.kissing import KissingSettings
 from alignment.kissing.discovery import BEST_JSON, BEST_PROGRAM, LOG_FILE, Discovery, DiscoverySettings
+from alignment.kissing.environment import KissingSettings
 from alignment.kissing.llm_client import ChatError, ChatModel, LocalChatModel, OpenAIChatClient
 from alignment.kissing.report import PLOT, REPORT, write_report
 from alignment.kissing.sandbox import SandboxLimits

@@ -4,20 +4,23 @@
     uv run scripts/sweep.py configs/experiments/grpo_learning_rate.toml --launcher ray
     uv run scripts/sweep.py configs/experiments/grpo_baselines.toml --set n_grpo_steps=50 --arms no_baseline
     uv run scripts/sweep.py configs/experiments/grpo_length_normalization.toml --from-best outputs/grpo_learning_rate
+    uv run scripts/sweep.py configs/pku/grpo_baselines.toml            # runs in outputs/pku/grpo_baselines/
 
 Each run (an arm, at each of the preset's seeds) trains in its own folder <output-root>/<preset>/<run>/ as a
 subprocess of the preset's script (scripts/train_grpo.py unless it names another, e.g. train_grpo_ray), with its
-settings written to <output-root>/<preset>/configs/<run>.toml and its output to logs/<run>.log; its wandb run (with
---set wandb_mode=online) is named after the run and grouped by the preset. --set KEY=VALUE overrides a setting for
-every arm (typed like the setting), --arms runs only the arms named, and --from-best DIR starts every arm from the
-settings of the best arm of the earlier sweep in DIR (by the final validation reward, as its results.md says) in
-place of the preset's base. Finished runs are skipped and runs with an earlier checkpoint resume, so re-running
-the command after an interruption picks up where it stopped; a run that diverged (a NaN, or a loss past
---set divergence_loss_bound=...) is reported as such and left alone unless --diverged says otherwise. With several
-GPUs (or a Ray cluster) runs go side by side through Ray, each on the GPUs it needs (2 when its rollouts use vLLM:
-a policy GPU and a rollout GPU, as the handouts run; for GRPO on Ray one per actor holding a model; else 1;
---gpus-per-arm sets a number); on a CPU they run one after another. At the end: plots/ (one line per run:
-validation reward vs step and vs wall time, entropy, response length, gradient norm, clip fraction, KL, the time
+settings written to <output-root>/<preset>/configs/<run>.toml and its output to logs/<run>.log; <preset> is the
+preset's name under the folder it sits in below configs/experiments/ or configs/ (configs/pku/x.toml: pku/x), so that
+the handouts' presets of the same name keep their runs apart. Its wandb run (with --set wandb_mode=online) is named
+after the run and grouped by <preset>. --set KEY=VALUE overrides a setting for every arm (typed like the setting),
+--arms runs only the arms named, and --from-best DIR starts every arm from the settings of the best arm of the earlier
+sweep whose output folder is DIR (the folder holding its sweep.json; by the final validation reward, as its results.md
+says) in place of the preset's base and its [placeholder] settings. Finished runs are skipped and runs with an earlier
+checkpoint resume, so re-running the command after an interruption picks up where it stopped; a run that diverged (a
+NaN, or a loss past --set divergence_loss_bound=...) is reported as such and left alone unless --diverged says
+otherwise. With several GPUs (or a Ray cluster) runs go side by side through Ray, each on the GPUs it needs (2 when
+its rollouts use vLLM: a policy GPU and a rollout GPU, as the handouts run; for GRPO on Ray one per actor holding a
+model; else 1; --gpus-per-arm sets a number); on a CPU they run one after another. At the end: plots/ (one line per
+run: validation reward vs step and vs wall time, entropy, response length, gradient norm, clip fraction, KL, the time
 per phase), results.md (how the sweep was run, each run's status and validation rewards, loop throughput and
 device-hours for GRPO on Ray, the best arm) and sweep.json (what --from-best reads).
 """
@@ -41,6 +44,7 @@ from alignment.experiments.sweep import (
     base_left_out,
     best_arm,
     changed_settings,
+    folder_before_course_folders,
     gpus_needed,
     launch,
     load_preset,
@@ -63,7 +67,11 @@ from alignment.utils.atomic import atomic_write_text
 
 @dataclass
 class SweepConfig:
-    output_root: Path = setting(Path("outputs"), "Runs go to <output-root>/<preset name>/<run>/.")
+    output_root: Path = setting(
+        Path("outputs"),
+        "Runs go to <output-root>/<preset>/<run>/, <preset> being the preset's name under the folder it sits in "
+        "below configs/experiments/ or configs/ (configs/pku/grpo_baselines.toml: pku/grpo_baselines).",
+    )
     launcher: Literal["auto", "local", "ray"] = setting(
         "auto",
         "local: one run after another; ray: side by side on a Ray cluster; auto: ray when at least two "
@@ -84,8 +92,9 @@ class SweepConfig:
     arms: str | None = setting(None, "Comma-separated arms to run (default: all); results.md still lists every run.")
     from_best: Path | None = setting(
         None,
-        "An earlier sweep's folder (e.g. outputs/grpo_learning_rate): its best arm's settings, by final validation "
-        "reward, replace the preset's base.",
+        "The output folder of an earlier sweep, the one holding its sweep.json (e.g. outputs/grpo_learning_rate, "
+        "written by the grpo_learning_rate preset): its best arm's settings, by final validation reward, replace "
+        "the preset's base and its [placeholder] settings.",
     )
     diverged: Literal["skip", "resume", "restart"] = setting(
         "skip",
@@ -176,7 +185,7 @@ def settings_of(preset: Preset, run: ArmRun, root: Path) -> dict[str, Any]:
     """Every setting the run's script gets: the arm's, its folder, and its wandb group (the preset)."""
     known = script_settings(preset.script)
     group = (
-        {"wandb_group": preset.name}
+        {"wandb_group": preset.folder.as_posix()}
         if known is not None and "wandb_group" in known[0].__dataclass_fields__ and "wandb_group" not in run.settings
         else {}
     )
@@ -209,7 +218,7 @@ def compare(preset: Preset, root: Path, runs: list[ArmRun], record: dict[str, An
         phases=preset.script == "train_grpo_ray",  # UW v2 problem 7's time series of each strategy's phases
         xlabel=step_label(root / label for label, run_rows in rows.items() if run_rows),
     )
-    text = f"# {preset.name}\n\n" + "\n".join(how_it_ran(record)) + "\n\n" + results_table(preset, root)
+    text = f"# {preset.folder.as_posix()}\n\n" + "\n".join(how_it_ran(record)) + "\n\n" + results_table(preset, root)
     atomic_write_text(root / "results.md", text)
     return written + [root / "results.md"]
 
@@ -241,6 +250,14 @@ def main(preset: Path, **flags: Any) -> None:
         loaded = load_preset(preset, overrides, base)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="'PRESET'") from None
+    if loaded.placeholder:
+        held = ", ".join(loaded.placeholder)
+        typer.echo(
+            f"placeholder settings ({held}) replaced by the base above"
+            if base is not None
+            else f"placeholder settings ({held}): the preset's stand-ins; --from-best DIR takes them from the best "
+            "arm of the earlier sweep whose output folder is DIR"
+        )
     arms = loaded.arms if config.arms is None else [a.strip() for a in config.arms.split(",") if a.strip()]
     unknown = [a for a in arms if a not in loaded.arms]
     if unknown or not arms:
@@ -248,7 +265,14 @@ def main(preset: Path, **flags: Any) -> None:
             f"no arm {', '.join(unknown) or '(none given)'} in {preset.name}; its arms: {', '.join(loaded.arms)}",
             param_hint="'--arms'",
         )
-    root = config.output_root / loaded.name
+    root = config.output_root / loaded.folder
+    before = folder_before_course_folders(config.output_root, preset, loaded)
+    if before is not None:
+        raise typer.BadParameter(
+            f"this preset's runs so far are in {before}, its folder before each course's presets had their own; "
+            f"move it to {root} to continue them (or away, to start over)",
+            param_hint="'PRESET'",
+        )
     record = {
         "set": overrides,
         "arms": None if config.arms is None else arms,
@@ -297,6 +321,7 @@ app = typer_app(
     ]
     + option_parameters(SweepConfig),
     "Run every arm of an experiment preset, then plot and tabulate them (see the module docstring).",
+    SweepConfig,
 )
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ Every field of alignment.grpo.config.GRPOConfig is a flag (`--n-grpo-steps`, `--
 metrics.jsonl, rollouts.jsonl, checkpoint/, plots/ and, at the end, policy/: the trained model as a standard
 model folder that every script's --model accepts. Under torchrun the processes share one policy, sharded with
 FSDP2 (alignment/distributed/sharding.py); rank 0 writes the run folder and prints. With --warm-start-sft-steps N,
-N SFT steps on --dataset's worked solutions run first and GRPO starts from their policy (alignment/run/warm_start.py).
+N SFT steps on --dataset's worked solutions run first and GRPO starts from their policy (alignment/sft_run.py's
+`warm_start`).
 """
 
 import inspect
@@ -30,7 +31,7 @@ from alignment.grpo_run import train_grpo
 from alignment.run.memory_plan import Machine, grpo_workload, model_shape
 from alignment.run.memory_plan import report as memory_report
 from alignment.run.setup import check_sharded
-from alignment.run.warm_start import warm_start
+from alignment.sft_run import warm_start
 
 
 def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None, plan_processes: int = 1) -> None:

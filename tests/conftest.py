@@ -88,6 +88,26 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="session")
+def _ray_down_at_exit():
+    yield
+    from alignment.ray.env import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def cluster(_ray_down_at_exit):
+    """Ray on 2 CPUs, started by the first test that asks for it and shared by the rest of the session: a start takes
+    about 10 s on 2 quiet cores. A module that needs other settings shuts it down and starts its own."""
+    from alignment.ray.env import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
+    return ray
+
+
+@pytest.fixture(scope="session")
 def hub_mirror_root(tmp_path_factory) -> Path:
     from tests.hub_copies import write_hub_mirror  # pyarrow: here, so that the GPU checks need only torch
 

@@ -19,7 +19,7 @@ from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo.sampler import validation_sampling
 from alignment.prompts import load_prompt
 from alignment.run.setup import math_task
-from alignment.run.warm_start import warm_start_config
+from alignment.sft_run import warm_start_config
 from scripts import train_grpo as train_grpo_script
 
 SOURCE = "arithmetic?ops=1-3&max=30&train=400&test=60"

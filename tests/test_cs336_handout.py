@@ -11,6 +11,7 @@ from alignment.masked import masked_mean, masked_normalize
 
 PRESETS = Path(__file__).resolve().parents[1] / "configs" / "experiments"
 CS336_PRESETS = sorted(PRESETS.glob("grpo_*.toml")) + [
+    PRESETS / "sft_tuning.toml",
     PRESETS / "sft_dataset_size.toml",
     PRESETS / "expert_iteration.toml",
 ]

@@ -186,20 +186,15 @@ def test_the_ray_learner_actor_class_loads_and_uses_the_teacher(tiny_model_dir, 
 
 
 @pytest.mark.slow  # Ray's start and two actors' model loads: about half a minute
-def test_a_ray_learner_actor_holds_the_teacher(tiny_model_dir, tmp_path):
+def test_a_ray_learner_actor_holds_the_teacher(cluster, tiny_model_dir, tmp_path):
     """colocated-sync on Ray, taught by the policy's own weights: the worker's learner scores the teacher, so every
     step's advantage, loss and KL are exactly 0 (GRPO's would not be: the rewards vary within groups)."""
     from alignment.ray.driver import train_grpo_ray
-    from alignment.ray.env import ray
     from tests.test_ray_strategies import TASK as RAY_TASK
     from tests.test_ray_strategies import config_for, logged
 
     config = config_for(tiny_model_dir, tmp_path, n_grpo_steps=2, teacher=str(tiny_model_dir))
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
-    try:
-        train_grpo_ray(config, RAY_TASK, RAY_TASK)
-    finally:
-        ray.shutdown()
+    train_grpo_ray(config, RAY_TASK, RAY_TASK)
     rows = [row for row in logged(config) if "loss" in row]
     assert [row["grpo_step"] for row in rows] == [1, 2]
     assert all(row["teacher_kl_k1"] == 0.0 and row["loss"] == 0.0 and row["grad_norm"] == 0.0 for row in rows)

@@ -17,10 +17,10 @@ from alignment.envs.arithmetic import MAX_CHARS, CalculatorError, evaluate, form
 from alignment.envs.base import EnvStep, context_messages
 from alignment.envs.calculator import CalculatorEnv, arithmetic_tasks, grade
 from alignment.envs.episode import ChatRendering
-from alignment.envs.registry import env_spec
 from alignment.envs.runner import run_episodes
-from alignment.envs.sampler import EpisodeSampler
 from alignment.grpo.config import GRPOConfig, validate
+from alignment.grpo.environments import env_spec
+from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo_run import grpo_step
 from alignment.models.lm_checkpoint import load_transformer_lm

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from alignment.models.policy_folder import read_weights
 from alignment.utils.faults import ENV_VAR
@@ -164,12 +165,16 @@ def test_a_lora_run_killed_mid_step_then_resumed_matches_an_uninterrupted_one(ti
 
 
 def test_an_output_folder_that_cannot_be_written_is_refused_before_training(tiny_model_dir, tmp_path):
+    """The script's own command line, run in this process: it stops before anything loads, so a process of its own
+    (10 s of imports) would check nothing more; the slow tests above run it as its own process."""
+    from scripts import train_grpo
+
     config = write_config(tiny_model_dir, tmp_path)
     blocker = tmp_path / "a_file"
     blocker.write_text("kept")
-    result = train("train_grpo.py", config, blocker / "run")
-    message = " ".join(result.stderr.replace("│", " ").split())  # typer wraps the message inside a panel
-    assert result.returncode != 0 and f"--output-dir {blocker / 'run'} cannot be written" in message, message
+    result = CliRunner().invoke(train_grpo.app, ["--config", str(config), "--output-dir", str(blocker / "run")])
+    message = " ".join(result.output.replace("│", " ").split())  # typer wraps the message inside a panel
+    assert result.exit_code != 0 and f"--output-dir {blocker / 'run'} cannot be written" in message, message
     assert blocker.read_text() == "kept"
 
 

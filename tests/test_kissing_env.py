@@ -10,7 +10,12 @@ import torch
 from transformers import LlamaForCausalLM
 
 from alignment.envs.base import Environment
-from alignment.envs.kissing import (
+from alignment.grpo.config import GRPOConfig, validate
+from alignment.grpo.environments import env_spec
+from alignment.grpo.episode_sampler import EpisodeSampler
+from alignment.grpo.learner import GRPOLearner
+from alignment.grpo_run import grpo_step
+from alignment.kissing.environment import (
     FAILED_PROMPT,
     HANDOUT_PROMPT,
     NO_PROGRAM_PROMPT,
@@ -19,11 +24,6 @@ from alignment.envs.kissing import (
     extract_program,
     kissing_environment,
 )
-from alignment.envs.registry import env_spec
-from alignment.envs.sampler import EpisodeSampler
-from alignment.grpo.config import GRPOConfig, validate
-from alignment.grpo.learner import GRPOLearner
-from alignment.grpo_run import grpo_step
 from alignment.kissing.sandbox import SandboxLimits
 from alignment.rollout.interface import Rollout
 from tests.conftest import tiny_config

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from alignment.data.splits import run_data
-from alignment.envs.registry import env_spec
 from alignment.experiments.sweep import load_preset
 from alignment.grpo.config import GRPOConfig
+from alignment.grpo.environments import env_spec
 from alignment.prompts import load_prompt
 from alignment.ray.config import RayGRPOConfig
 from alignment.run.setup import keyword_run_tasks

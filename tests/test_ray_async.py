@@ -23,6 +23,8 @@ def cluster():
     and each disaggregated actor then all run torch with one thread. With two, the colocated worker's two threads
     sum in another order than the learner actor's one: measured here, the same tokens and weights 1e-7 apart after
     one step (loss 0.0 against -4.5e-8); with one each, bit for bit."""
+    if ray.is_initialized():  # the session's shared cluster (conftest.py), started by a module run before this one
+        ray.shutdown()
     ray.init(num_cpus=1, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
     yield
     ray.shutdown()

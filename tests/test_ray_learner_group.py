@@ -30,13 +30,6 @@ from tests.test_ray_strategies import TASK, check_rows, config_for, logged
 QUESTIONS = [0, 1, 2, 3]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def fixed_batch(config) -> tuple[list, list]:
     """Rollouts sampled once by an unsharded copy of the model, half marked stopped by EOS; and their scores."""
     model, tokenizer = load_model_and_tokenizer(config.model)

@@ -33,13 +33,6 @@ def make_task() -> Task:
 TASK = make_task()
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def config_for(model_dir, tmp_path, **overrides) -> RayGRPOConfig:
     base = RayGRPOConfig(
         model=str(model_dir),
@@ -109,7 +102,12 @@ def test_colocated_sync_a_light_scorer_and_a_dead_learner(cluster, tiny_model_di
     assert [row["grpo_step"] for row in logged(config) if "eval_reward" in row] == [0, 1, 2]
 
 
+@pytest.mark.slow  # 15 s on 2 quiet cores, most of it the worker actor's start
 def test_colocated_multistep_takes_k_steps_per_batch(cluster, tiny_model_dir, tmp_path):
+    """Its parts run by default: test_colocated_sync_a_light_scorer_and_a_dead_learner (the colocated worker end to
+    end), tests/test_ray_config.py::test_multistep_runs_k_passes_and_resuming_may_change_transport_and_timeout (k
+    passes make the learner off-policy) and tests/test_grpo_loop.py::test_one_step_for_every_loss (the off-policy
+    learner's epochs over one rollout batch)."""
     config = config_for(
         tiny_model_dir, tmp_path, strategy="colocated-multistep", multistep_k=2, loss_type="grpo_clip", n_grpo_steps=2
     )
@@ -119,7 +117,7 @@ def test_colocated_multistep_takes_k_steps_per_batch(cluster, tiny_model_dir, tm
     assert all("clip_fraction" in row and row["time_old_logprob_s"] > 0 for row in rows)  # old log-probs stored once
 
 
-@pytest.mark.slow  # 18 s; colocated multistep and colocated sync run end to end by default
+@pytest.mark.slow  # 18 s; colocated sync runs end to end by default
 def test_colocated_k_batches_samples_a_round_with_one_version_and_steps_once_per_batch(
     cluster, tiny_model_dir, tmp_path
 ):
@@ -158,7 +156,7 @@ def test_a_divergence_in_the_learner_actor_is_recorded_in_the_run_folder(cluster
     assert logged(config)[-1] == {"grpo_step": 1, "diverged": 1}
 
 
-@pytest.mark.slow  # 45 s: a generator killed and the run resumed; the colocated strategies run end to end by default
+@pytest.mark.slow  # 45 s: a generator killed and the run resumed; colocated sync runs end to end by default
 def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_model_dir, tmp_path):
     config = config_for(tiny_model_dir, tmp_path, strategy="disaggregated-one-behind")
     initial = weights_digest(load_model_and_tokenizer(str(tiny_model_dir))[0])

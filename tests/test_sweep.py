@@ -10,8 +10,10 @@ from typer.testing import CliRunner
 
 from alignment.experiments.sweep import (
     best_arm,
+    folder_before_course_folders,
     load_preset,
     parse_overrides,
+    preset_folder,
     results_table,
     run_state,
     toml_value,
@@ -26,6 +28,7 @@ from tests.test_console import LIBRARY_LINE
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs" / "experiments").rglob("*.toml"))
+SWEEP_PRESETS = PRESETS + sorted((ROOT / "configs" / "pku").glob("grpo_*.toml"))
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
@@ -68,6 +71,7 @@ def write(path: Path, text: str) -> Path:
         ("seeds = []\n[arms.a]\nn_grpo_steps = 2\n", "seeds must be a non-empty list of integers"),
         ('script = "train_nothing"\n[arms.a]\nn_grpo_steps = 2\n', "no scripts/train_nothing.py"),
         ('base = "missing.toml"\n[arms.a]\nn_grpo_steps = 2\n', "no such base settings file"),
+        ("placeholder = 2\n[arms.a]\nn_grpo_steps = 2\n", "placeholder must be a table of settings"),
         ("[arms.a\n", "not valid TOML"),
     ],
 )
@@ -94,6 +98,67 @@ def test_seeds_and_base_expand_into_labelled_runs(tmp_path):
     ]
     assert preset.runs[0].settings == {"n_grpo_steps": 3, "learning_rate": 2e-4, "loss_type": "no_baseline", "seed": 3}
     assert [preset.total_steps(r) for r in preset.runs] == [3, 3, 5, 5]
+
+
+def test_presets_of_the_same_name_for_different_handouts_keep_their_runs_apart(tmp_path, monkeypatch):
+    folders = {path: preset_folder(path) for path in SWEEP_PRESETS}
+    experiments, pku = ROOT / "configs" / "experiments", ROOT / "configs" / "pku"
+    assert folders[experiments / "grpo_baselines.toml"] == Path("grpo_baselines")  # CS336 A5's, at the top
+    assert folders[pku / "grpo_baselines.toml"] == Path("pku/grpo_baselines")
+    assert folders[experiments / "uw_v1" / "p13_colocated.toml"] == Path("uw_v1/p13_colocated")
+    assert folders[experiments / "cpu" / "grpo_baselines_cpu.toml"] == Path("cpu/grpo_baselines_cpu")
+    assert len(set(folders.values())) == len(folders)  # no two shipped presets share a folder
+    assert preset_folder(write(tmp_path / "mine.toml", "")) == Path("mine")  # a preset outside configs/
+    assert load_preset(pku / "grpo_baselines.toml").folder == Path("pku/grpo_baselines")
+
+    def stop(*args, **kwargs):
+        raise SystemExit(3)
+
+    monkeypatch.setattr(script, "prepare", stop)  # after the sweep's record is written, before any run
+    result = CliRunner().invoke(script.app, [str(pku / "grpo_baselines.toml"), "--output-root", str(tmp_path / "o")])
+    assert result.exit_code == 3, result.output
+    record = json.loads((tmp_path / "o" / "pku" / "grpo_baselines" / "sweep.json").read_text())
+    assert [run["label"] for run in record["runs"]] == ["no_baseline", "reinforce_with_baseline"]
+    assert not (tmp_path / "o" / "grpo_baselines").exists()
+
+
+def test_runs_of_a_preset_from_before_course_folders_are_not_started_over(tmp_path):
+    pku = ROOT / "configs" / "pku" / "grpo_baselines.toml"
+    cs336 = ROOT / "configs" / "experiments" / "grpo_baselines.toml"
+    before = tmp_path / "o" / "grpo_baselines"  # where PKU's runs went when every preset's folder was its name
+    write_sweep_record(before, pku, load_preset(pku), {"set": {}, "arms": None, "from_best": None})
+    result = CliRunner().invoke(script.app, [str(pku), "--output-root", str(tmp_path / "o")])
+    assert result.exit_code == 2 and f"move it to {tmp_path / 'o' / 'pku' / 'grpo_baselines'}" in result.output
+    assert not (tmp_path / "o" / "pku").exists()  # nothing started
+    assert folder_before_course_folders(tmp_path / "o", cs336, load_preset(cs336)) is None  # CS336's stay put
+    write_sweep_record(before, cs336, load_preset(cs336), {"set": {}, "arms": None, "from_best": None})
+    assert folder_before_course_folders(tmp_path / "o", pku, load_preset(pku)) is None  # another preset's runs
+
+
+def test_placeholder_settings_stand_in_until_from_best_replaces_them(tmp_path):
+    """The focused off-policy sweep's second arm: the preset's guess alone, the broad sweep's best arm with
+    --from-best; the on-policy reference arm is the same either way."""
+    focused = ROOT / "configs" / "experiments" / "grpo_off_policy_sweep_focused.toml"
+    reference, guess = load_preset(focused).runs
+    held = ("epochs_per_rollout_batch", "train_batch_size", "gradient_accumulation_steps")
+    assert load_preset(focused).placeholder == held
+    assert (guess.settings["epochs_per_rollout_batch"], guess.settings["train_batch_size"]) == (2, 128)
+    assert (reference.settings["epochs_per_rollout_batch"], reference.settings["train_batch_size"]) == (1, 256)
+
+    broad_path = ROOT / "configs" / "experiments" / "grpo_off_policy_sweep.toml"
+    broad, root = load_preset(broad_path), tmp_path / "grpo_off_policy_sweep"
+    for run in broad.runs:  # e4_b64 ends best
+        fake_run(root / run.label, [0.1, 0.5 if run.arm == "e4_b64" else 0.3], 40, run.settings)
+    write_sweep_record(root, broad_path, broad, {"set": {}, "arms": None, "from_best": None})
+    chained = {run.arm: run.settings for run in load_preset(focused, base=best_arm(root)).runs}
+    best = chained["best_broad"]
+    assert (best["epochs_per_rollout_batch"], best["train_batch_size"], best["gradient_accumulation_steps"]) == (
+        4,
+        64,
+        32,
+    )
+    assert best["n_grpo_steps"] == 200 and best["loss_type"] == "grpo_clip"  # [shared] still goes over the base
+    assert chained["e1_b256"] == reference.settings | {"eval_every": 5}  # the broad sweep validated every 5 steps
 
 
 def checkpoint_at(run_dir: Path, step: int) -> None:

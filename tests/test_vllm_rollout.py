@@ -320,7 +320,12 @@ def test_auto_picks_vllm_where_its_build_runs_and_a_wrong_device_is_refused():
         VLLMRolloutEngine("unused", "cuda:0")
 
 
+@pytest.mark.slow  # 16 s on 2 quiet cores: a vLLM engine for the run, one for its resume, one for the evaluation
 def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    """The whole command on vLLM: train, resume, evaluate the trained folder. Its parts run by default:
+    test_lora_grpo_on_vllm_samples_the_merged_adapters (the loop on vLLM, the engine's log-probs the trainer's after
+    an update), test_weight_updates_change_generations_and_restore_them, tests/test_scripts.py's evaluation and
+    tests/test_grpo_loop.py::test_resume_reproduces_an_uninterrupted_run."""
     from alignment.grpo_run import train_grpo
     from scripts import train_grpo as script
     from tests.test_grpo_loop import TASK
@@ -407,7 +412,11 @@ def test_train_grpo_script_with_vllm_updates_policy_and_engine_and_resumes(tiny_
     assert json.loads((tmp_path / "eval" / "summary.json").read_text())["backend"] == "vllm"
 
 
+@pytest.mark.slow  # 9 s on 2 quiet cores: two scripts, an engine each
 def test_eval_and_best_of_n_scripts_with_vllm(tiny_model_dir, tmp_path):
+    """Both scripts on vLLM. Their parts run by default: tests/test_scripts.py's runs of both scripts (on
+    transformers) and this module's engine tests, test_evaluate_vllm_takes_the_handouts_llm_and_sampling_params
+    (an evaluation on vLLM) and test_n_samples_per_prompt_come_back_prompt_major (best-of-n's n samples)."""
     from scripts import best_of_n, eval_zero_shot
     from tests.test_scripts import PROBLEMS
 
@@ -428,15 +437,6 @@ def test_eval_and_best_of_n_scripts_with_vllm(tiny_model_dir, tmp_path):
     summary = json.loads((tmp_path / "bon" / "summary.json").read_text())
     assert summary["best_at"]["1"] == pytest.approx(summary["pass_at"]["1"])
     assert len((tmp_path / "bon" / "generations.jsonl").read_text().splitlines()) == 12
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    from alignment.ray.env import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024**2, log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 @pytest.mark.slow  # two GRPO runs as subprocesses, each building a vLLM engine: about two minutes
@@ -617,8 +617,11 @@ def test_a_vllm_engine_serving_lora_samples_the_adapted_policy(tiny_model_dir, t
         torch.testing.assert_close(torch.tensor(rollout.logprobs), expected, atol=LOGPROB_TOLERANCE, rtol=0)
 
 
+@pytest.mark.slow  # 6 s on 2 quiet cores
 def test_expert_iteration_with_lora_on_vllm(tiny_model_dir, tmp_path):
-    """Two EI steps (sampling on vLLM, SFT on the adapters): the run ends with the merged policy/ and its adapter/."""
+    """Two EI steps (sampling on vLLM, SFT on the adapters): the run ends with the merged policy/ and its adapter/.
+    Its parts run by default: test_a_vllm_engine_serving_lora_samples_the_adapted_policy and
+    tests/test_sft_scripts.py::test_sft_then_expert_iteration_with_lora."""
     from scripts import expert_iteration
     from tests.test_scripts import PROBLEMS
 

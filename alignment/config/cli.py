@@ -78,9 +78,12 @@ VERBOSE = inspect.Parameter(
 )
 
 
-def typer_app(main: Callable[..., Any], parameters: list[inspect.Parameter], summary: str) -> typer.Typer:
+def typer_app(
+    main: Callable[..., Any], parameters: list[inspect.Parameter], summary: str, settings: type | None = None
+) -> typer.Typer:
     """A one-command app with these parameters and --verbose, laid out by click itself (it wraps help; rich would cut
-    it). The console is set up (alignment/utils/console.py) before `main` runs.
+    it). The console is set up (alignment/utils/console.py) before `main` runs. `settings`, the dataclass whose fields
+    are among the parameters, is kept as the app's `settings_class`: the documentation's settings reference reads it.
 
     A model or dataset the hub cannot give (alignment/utils/hub.py) ends the command with its one line on stderr and
     exit status 2, as a bad flag does, with no traceback."""
@@ -96,6 +99,7 @@ def typer_app(main: Callable[..., Any], parameters: list[inspect.Parameter], sum
     command.__signature__ = inspect.Signature([*parameters, VERBOSE])  # type: ignore[attr-defined]
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
     app.command(help=summary, context_settings={"max_content_width": WIDTH})(command)
+    app.settings_class = settings  # type: ignore[attr-defined]
     return app
 
 
@@ -115,7 +119,7 @@ def config_command(config_cls: type, run: Callable[[Any], Any], summary: str) ->
     def main(ctx: typer.Context, config: Path | None = None, **flags: Any) -> None:
         run(config_cls(**run_settings(ctx, config_cls, config, None, flags)))
 
-    return typer_app(main, [CONTEXT, CONFIG_FILE, *option_parameters(config_cls)], summary)
+    return typer_app(main, [CONTEXT, CONFIG_FILE, *option_parameters(config_cls)], summary, config_cls)
 
 
 def read_config_file(path: Path, config_cls: type) -> dict[str, Any]:
@@ -194,4 +198,4 @@ def run_command(
             ),
         ),
     ]
-    return typer_app(main, parameters + list(options) + option_parameters(config_cls), summary)
+    return typer_app(main, parameters + list(options) + option_parameters(config_cls), summary, config_cls)

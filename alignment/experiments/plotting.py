@@ -21,7 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from alignment.config.settings import SETTINGS_FILE  # noqa: E402
-from alignment.experiments.run_table import read_metrics_jsonl, read_wandb_export  # noqa: E402
+from alignment.experiments.run_table import read_wandb_export  # noqa: E402
+from alignment.run.metrics_log import read_metrics_jsonl  # noqa: E402
 
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
 CURVES = {  # file name -> (y label, metric keys)

@@ -8,8 +8,9 @@ with `grpo_step`, like the lines of metrics.jsonl; wandb's `_runtime` stands in 
 
 import csv
 import glob
-import json
 from pathlib import Path
+
+from alignment.run.metrics_log import read_metrics_jsonl
 
 STEP_COLUMNS = ("_step", "Step", "grpo_step")
 PANEL_SEPARATOR = " - "
@@ -74,19 +75,6 @@ def matching(patterns: list[str], root: Path) -> list[Path]:
             continue
         paths += sorted(Path(p) for p in glob.glob(str(base)))
     return paths
-
-
-def read_metrics_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise ValueError(f"no such file: {path}")
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}, line {number}: not JSON ({err.msg})") from None
-    return rows
 
 
 def _merge_by_step(earlier: list[dict], later: list[dict]) -> list[dict]:

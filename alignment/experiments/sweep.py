@@ -5,10 +5,15 @@ arm, which a later sweep may take as its base (--from-best); --set values typed 
     script = "train_grpo"            # scripts/<script>.py; it takes --config FILE and --resume DIR
     base = "../grpo_handout_starter.toml"  # optional: a settings file under [shared], relative to the preset
     seeds = [0, 1]                   # optional: every arm once per seed (run folders <arm>_seed<k>)
+    [placeholder]                    # optional: over the base, standing in for an earlier sweep's best arm until
+    epochs_per_rollout_batch = 2     #   --from-best DIR gives it (the base and these are then replaced together)
     [shared]                         # the script's settings, common to every arm (over the base's)
     n_grpo_steps = 200
     [arms.no_baseline]               # one table per arm: settings that differ from [shared]
     loss_type = "no_baseline"
+
+A preset's runs go to <output-root>/<its folder>/<run>/, its folder being its name under the course folder it sits
+in (preset_folder): presets of the same name for different handouts keep their runs apart.
 """
 
 import difflib
@@ -26,13 +31,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from alignment.config.settings import choices_of, upgraded
-from alignment.experiments.run_table import final_rewards, read_metrics_jsonl
+from alignment.experiments.run_table import final_rewards
 from alignment.rollout.backends import vllm_build
 from alignment.run.checkpoint import complete_step
 from alignment.run.divergence import read_marker
+from alignment.run.metrics_log import read_metrics_jsonl
 from alignment.utils.atomic import atomic_write_json, atomic_write_text
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts"
+CONFIGS_DIR = SCRIPTS_DIR.parent / "configs"
+# configs/experiments/ holds CS336 A5's presets at its top (their runs in <output-root>/<name>/) and the other
+# handouts' and CPU twins in folders of their own; configs/pku/ PKU HW3's
+PRESETS_DIR = CONFIGS_DIR / "experiments"
 # The setting that holds a script's total step count, to tell a finished run from an interrupted one; a script
 # without one (train_sft: its steps follow from data size, batch and epochs) has finished once it wrote policy/.
 STEPS_SETTING = {"train_grpo": "n_grpo_steps", "train_grpo_ray": "n_grpo_steps", "expert_iteration": "n_ei_steps"}
@@ -44,7 +54,7 @@ SCRIPT_SETTINGS = {
     "train_sft": ("alignment.supervised.config", "SFTConfig", "validate"),
     "expert_iteration": ("alignment.supervised.config", "EIConfig", "validate"),
 }
-PRESET_KEYS = {"description", "script", "base", "seeds", "steps_setting", "shared", "arms"}
+PRESET_KEYS = {"description", "script", "base", "placeholder", "seeds", "steps_setting", "shared", "arms"}
 # Settings that belong to one run, not to an arm: left out when an arm's settings become another sweep's base
 RUN_ONLY = ("output_dir", "overwrite", "seed", "wandb_group")
 SWEEP_FILE = "sweep.json"  # what a sweep was run with, and its runs: --from-best reads it
@@ -92,6 +102,8 @@ class Preset:
     script: str
     steps_setting: str | None
     runs: list[ArmRun]
+    folder: Path  # where its runs go under --output-root (preset_folder)
+    placeholder: tuple[str, ...] = ()  # the settings of its [placeholder] table
 
     def total_steps(self, run: ArmRun) -> int | None:
         return None if self.steps_setting is None else int(run.settings[self.steps_setting])
@@ -185,9 +197,22 @@ def preset_script(path: Path) -> str:
     return read_toml(path, "preset file").get("script", "train_grpo")
 
 
+def preset_folder(path: Path) -> Path:
+    """The folder a preset's runs go to under --output-root: its file name without .toml, under the folder it sits
+    in below configs/experiments/ or configs/ (configs/experiments/grpo_baselines.toml -> grpo_baselines,
+    configs/pku/grpo_baselines.toml -> pku/grpo_baselines, configs/experiments/uw_v1/p13_colocated.toml ->
+    uw_v1/p13_colocated); a preset kept anywhere else -> its name alone."""
+    resolved = path.resolve()
+    for top in (PRESETS_DIR, CONFIGS_DIR):
+        if resolved.is_relative_to(top):
+            return resolved.relative_to(top).with_suffix("")
+    return Path(path.stem)
+
+
 def load_preset(path: Path, overrides: dict[str, Any] | None = None, base: BestArm | None = None) -> Preset:
     """Read and check a preset; errors name the file, the arm and the setting. `overrides` (--set) go over every
-    arm's settings; `base` (--from-best) stands in for the preset's own base settings file."""
+    arm's settings; `base` (--from-best) stands in for the preset's own base settings file and its [placeholder]
+    settings."""
     data = read_toml(path, "preset file")
     unknown = sorted(set(data) - PRESET_KEYS)
     if unknown:
@@ -197,14 +222,19 @@ def load_preset(path: Path, overrides: dict[str, Any] | None = None, base: BestA
         _fail(path, f"script = {script!r}: no scripts/{script}.py")
     steps_setting = data.get("steps_setting", STEPS_SETTING.get(script))
     known = script_settings(script)
+    placeholder = data.get("placeholder", {})
+    if not isinstance(placeholder, dict):
+        _fail(path, "placeholder must be a table of settings ([placeholder])")
     defaults: dict[str, Any] = {}
     if base is not None:  # settings another script has and this one has not stay behind (see base_left_out)
         defaults = {k: v for k, v in base.settings.items() if k not in base_left_out(script, base)}
-    elif "base" in data:
-        try:
-            defaults = read_toml(path.parent / data["base"], "base settings file")
-        except ValueError as err:
-            _fail(path, f"base = {data['base']!r}: {err}")
+    else:
+        if "base" in data:
+            try:
+                defaults = read_toml(path.parent / data["base"], "base settings file")
+            except ValueError as err:
+                _fail(path, f"base = {data['base']!r}: {err}")
+        defaults |= placeholder
     shared, arms = defaults | data.get("shared", {}), data.get("arms", {})
     if not arms or not all(isinstance(a, dict) for a in arms.values()):
         _fail(path, "needs at least one [arms.<name>] table")
@@ -221,7 +251,17 @@ def load_preset(path: Path, overrides: dict[str, Any] | None = None, base: BestA
             if known is not None:
                 _check_settings(path, arm, settings, *known)
             runs.append(ArmRun(label, arm, seed, settings))
-    return Preset(path.stem, script, steps_setting, runs)
+    return Preset(path.stem, script, steps_setting, runs, preset_folder(path), tuple(placeholder))
+
+
+def folder_before_course_folders(output_root: Path, preset_path: Path, preset: Preset) -> Path | None:
+    """Where this preset's runs went before each course's presets had a folder of their own (<output-root>/<name>),
+    when they are there and its folder now is elsewhere and not yet started: a rerun would start them all over."""
+    before, now = output_root / preset.name, output_root / preset.folder
+    record = before / SWEEP_FILE
+    if before == now or now.exists() or not record.is_file():
+        return None
+    return before if Path(json.loads(record.read_text())["preset"]).resolve() == preset_path.resolve() else None
 
 
 def base_left_out(script: str, base: BestArm) -> list[str]:

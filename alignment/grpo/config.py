@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 from alignment.advantages import AdvantageEstimator
 from alignment.config.settings import check_choices, override, setting
 from alignment.data.keywords import KeywordMatch
-from alignment.envs.registry import ENVIRONMENTS, env_spec
+from alignment.grpo.environments import ENVIRONMENTS, env_spec
 from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
@@ -50,7 +50,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings):
     env: str | None = setting(
         None,
         f"Train on multi-turn episodes of this environment ({', '.join(sorted(ENVIRONMENTS))}; "
-        "alignment/envs/registry.py) instead of one-turn answers to --task; rewards are the environment's.",
+        "alignment/grpo/environments.py) instead of one-turn answers to --task; rewards are the environment's.",
     )
     env_max_turns: int | None = setting(None, "--env: model turns per episode (default: the environment's).")
     env_max_tokens: int = setting(

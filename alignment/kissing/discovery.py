@@ -1,5 +1,6 @@
 """Kissing-number discovery (PKU NLPDL HW3 §7) with a language model, run as conversations with the refinement
-environment (alignment.envs.kissing): the model writes a program, the sandboxed evaluator answers, the model refines.
+environment (alignment/kissing/environment.py): the model writes a program, the sandboxed evaluator answers, the
+model refines.
 
 Modes, the handout's approaches (§7.4):
 - baseline: the handout's simple prompt, one turn.
@@ -32,7 +33,7 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
-from alignment.envs.kissing import KissingEnvironment, KissingSettings
+from alignment.kissing.environment import KissingEnvironment, KissingSettings
 from alignment.kissing.llm_client import ChatModel, ChatReply, Message
 from alignment.kissing.verifier import DIMENSION, KissingMetrics
 from alignment.rollout.interface import SamplingConfig

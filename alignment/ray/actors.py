@@ -27,9 +27,9 @@ import torch.distributed as dist
 
 from alignment.data.task import Task
 from alignment.distributed.sharding import full_tensors
-from alignment.envs.sampler import EpisodeSampler
 from alignment.evaluation import evaluate_task
 from alignment.grading.parallel import ParallelGrader
+from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import rollout_sampling
 from alignment.models.loading import load_tokenizer

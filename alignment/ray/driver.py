@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from alignment.config.settings import write_run_settings
 from alignment.data.task import Task
-from alignment.envs.registry import env_spec
+from alignment.grpo.environments import env_spec
 from alignment.grpo.sampler import rollout_stats, validation_sampling
 from alignment.models.loading import check_model_source, load_tokenizer
 from alignment.prompts import chat_template

@@ -35,6 +35,20 @@ WANDB_FILE = "wandb.json"  # {"id": ..., "project": ...} of the run's wandb run
 AXES = ("grpo_step", "optimizer_step", "time_elapsed_s")  # x axes in wandb; wall time is in both kinds of rows
 
 
+def read_metrics_jsonl(path: Path) -> list[dict]:
+    """The rows of a metrics.jsonl, in the order they were logged; a line that is not JSON names its number."""
+    if not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}, line {number}: not JSON ({err.msg})") from None
+    return rows
+
+
 def is_optimizer_step(row: dict[str, Any]) -> bool:
     return "grad_norm" in row
 

@@ -67,7 +67,8 @@ class TrainingSettings(OutputSettings, LoRASettings):
     wandb_mode: WandbMode = setting("disabled", "wandb logging: online, offline (no network needed) or disabled.")
     wandb_group: str | None = setting(
         None,
-        "wandb group of the run (scripts/sweep.py sets it to the preset's name); the run is named after its folder.",
+        "wandb group of the run (scripts/sweep.py sets it to the preset's folder, e.g. pku/grpo_baselines); the run is "
+        "named after its folder.",
     )
 
     # Settings a resumed run may change without changing what it computes: cadence, logging, placement.

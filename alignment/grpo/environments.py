@@ -10,7 +10,7 @@ from typing import Any
 from alignment.data.task import Task
 from alignment.envs.base import Environment
 from alignment.envs.calculator import CalculatorEnv, arithmetic_tasks
-from alignment.envs.kissing import HANDOUT_PROMPT, grade_reply, kissing_environment
+from alignment.kissing.environment import HANDOUT_PROMPT, grade_reply, kissing_environment
 from alignment.run.setup import math_tasks
 
 

@@ -16,9 +16,9 @@ from transformers import PreTrainedTokenizerBase
 from alignment.data.task import Task
 from alignment.envs.base import stop_strings
 from alignment.envs.episode import Episode
-from alignment.envs.registry import env_spec
 from alignment.envs.runner import run_episodes
 from alignment.grpo.config import GRPOConfig
+from alignment.grpo.environments import env_spec
 from alignment.grpo.sampler import Drawn, rollout_sampling
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
 from alignment.run.setup import PhaseTimer, PromptOrder
