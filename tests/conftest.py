@@ -17,7 +17,6 @@ from transformers import (
 from alignment.data.math_datasets import MIRROR_ENV
 from alignment.models.loading import SMOLLM2, load_tokenizer
 from alignment.prompts import format_prompt, load_prompt
-from tests.hub_copies import write_hub_mirror
 
 QUESTIONS = [
     ("What is 2 + 3?", "5"),
@@ -110,6 +109,8 @@ def cluster(_ray_down_at_exit):
 
 @pytest.fixture(scope="session")
 def hub_mirror_root(tmp_path_factory) -> Path:
+    from tests.hub_copies import write_hub_mirror  # pyarrow: here, so that the GPU checks need only torch
+
     return write_hub_mirror(tmp_path_factory.mktemp("hub-mirror"))
 
 

@@ -14,6 +14,7 @@ from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
 from alignment.models.teacher import check_teacher_tokenizer
 from alignment.prompts import check_prompt, stop_strings
+from alignment.rollout.decode_choice import DECODE_HELP, SYNC_EVERY, SYNC_EVERY_HELP, Decode
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
 from alignment.run.time_budget import parse_duration
@@ -214,6 +215,8 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings):
         "Rollout backend; transformer_lm: the policy is our own TransformerLM (--model: one of its folders, an HF "
         "Llama folder or smollm2-135m), sampled by its own decoder.",
     )
+    decode: Decode = setting("auto", DECODE_HELP)
+    decode_sync_every: int = setting(SYNC_EVERY, SYNC_EVERY_HELP)
     output_dir: Path = override(TrainingSettings, "output_dir", Path("outputs/grpo"))
 
     # Settings a resumed run may change without changing what it computes: length, cadence, logging, placement.
@@ -225,6 +228,8 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings):
         "eval_temperature",
         "gpu_memory_utilization",
         "reuse_rollout_forward",
+        "decode",
+        "decode_sync_every",
         "skip_zero_advantage",
         "ignore_memory_plan",
     }
@@ -290,6 +295,7 @@ def validate(config: GRPOConfig) -> None:
         "eval_every",
         "n_eval_examples",
         "checkpoint_every",
+        "decode_sync_every",
     ):
         if getattr(c, name) < 1:
             _fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(c, name)}")

@@ -5,15 +5,19 @@ SwiGLU feed-forward, then a final RMSNorm and the LM head (optionally tied to th
 matches the Llama architecture, so Llama-family checkpoints (SmolLM2 among them) load into it.
 
 `forward_with_cache` also returns a `KVCache` that a later call continues from (decoding, or responses run
-against a prompt prefilled once); `forward` takes such a cache too and returns logits only.
+against a prompt prefilled once); `forward` takes such a cache too and returns logits only. `decode_into` decodes
+one token per row against fixed-length caches it writes in place (the static decode path).
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from alignment.models.decode_attention import one_token_attention
 
 
 @dataclass(frozen=True)
@@ -115,15 +119,39 @@ class Attention(nn.Module):
         keys and values of past + seq."""
         b, s, _ = x.shape
         c = self.c
-        q = self.q(x).view(b, s, c.n_heads, c.head_dim).transpose(1, 2)
-        k = self.k(x).view(b, s, c.n_kv_heads, c.head_dim).transpose(1, 2)
-        v = self.v(x).view(b, s, c.n_kv_heads, c.head_dim).transpose(1, 2)
-        q, k = rotary(q, positions, c.rope_theta), rotary(k, positions, c.rope_theta)
+        q, k, v = self._project(x, positions)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
         # each key/value head serves n_heads / n_kv_heads query heads (GQA), without copying the cache
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / math.sqrt(c.head_dim), enable_gqa=True)
         return self.out(y.transpose(1, 2).reshape(b, s, c.n_heads * c.head_dim)), k, v
+
+    def decode_into(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        slots: tuple[torch.Tensor, torch.Tensor],
+        column: torch.Tensor,
+    ) -> torch.Tensor:
+        """One new token per row against a fixed-length cache. x: (batch, 1, d_model); positions: (batch, 1); mask:
+        (batch, 1, 1, length) bool; slots: (keys, values), each (batch, n_kv_heads, length, head_dim), into which this
+        token's key and value are written at `column` ((1,) int64) before attending over all `length` columns."""
+        b = x.shape[0]
+        q, k, v = self._project(x, positions)
+        slots[0].index_copy_(2, column, k)
+        slots[1].index_copy_(2, column, v)
+        y = one_token_attention(q, slots[0], slots[1], mask, 1 / math.sqrt(self.c.head_dim))
+        return self.out(y.transpose(1, 2).reshape(b, 1, self.c.n_heads * self.c.head_dim))
+
+    def _project(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries (batch, n_heads, seq, head_dim), rotated keys and values (batch, n_kv_heads, seq, head_dim)."""
+        b, s, _ = x.shape
+        c = self.c
+        q = self.q(x).view(b, s, c.n_heads, c.head_dim).transpose(1, 2)
+        k = self.k(x).view(b, s, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        v = self.v(x).view(b, s, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        return rotary(q, positions, c.rope_theta), rotary(k, positions, c.rope_theta), v
 
 
 class SwiGLU(nn.Module):
@@ -153,6 +181,18 @@ class Block(nn.Module):
         attended, k, v = self.attn(self.attn_norm(x), positions, mask, past)
         x = x + attended
         return x + self.ffn(self.ffn_norm(x)), k, v
+
+    def decode_into(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        slots: tuple[torch.Tensor, torch.Tensor],
+        column: torch.Tensor,
+    ) -> torch.Tensor:
+        """Attention.decode_into's arguments; the block's output (batch, 1, d_model)."""
+        x = x + self.attn.decode_into(self.attn_norm(x), positions, mask, slots, column)
+        return x + self.ffn(self.ffn_norm(x))
 
 
 class TransformerLM(nn.Module):
@@ -212,6 +252,26 @@ class TransformerLM(nn.Module):
         # causal over real keys; a padded query also attends to itself, so no row is empty (which gives NaN)
         mask = ((key_at <= query_at) & key_mask[:, None, None, :]) | (key_at == query_at)
         return self._run_blocks(input_ids, positions, mask, cache, key_mask)
+
+    def decode_into(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        slots: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        column: torch.Tensor,
+    ) -> torch.Tensor:
+        """Hidden states after the final norm (batch, 1, d_model) of one new token per row, decoded against fixed-length
+        caches rather than a KVCache (the static decode path, alignment/rollout/static_decoding.py).
+
+        input_ids, positions: (batch, 1); mask: (batch, 1, 1, length) bool, True where a key may be attended to;
+        slots: per layer (keys, values), each (batch, n_kv_heads, length, head_dim), written at `column` ((1,) int64)
+        in place. Fixed shapes and no host reads, so a CUDA graph can capture it.
+        """
+        x = self.embed(input_ids)
+        for block, layer_slots in zip(self.blocks, slots, strict=True):
+            x = block.decode_into(x, positions, mask, layer_slots, column)
+        return self.norm(x)
 
     def _run_blocks(
         self,

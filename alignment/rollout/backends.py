@@ -11,6 +11,7 @@ from typing import Literal
 import torch
 
 from alignment.models.lora import LoRASettings
+from alignment.rollout.decode_choice import SYNC_EVERY, Decode
 from alignment.rollout.interface import Backend, RolloutEngine
 
 VLLMBuild = Literal["cuda", "cpu"]
@@ -67,6 +68,8 @@ def make_rollout_engine(
     seed: int = 0,
     sleep: bool = False,
     lora: LoRASettings | None = None,
+    decode: Decode = "auto",
+    sync_every: int = SYNC_EVERY,
 ) -> RolloutEngine:
     """Build an engine for `model` (a local folder, hub id, or `smollm2-135m`) on `device`.
 
@@ -76,7 +79,8 @@ def make_rollout_engine(
     device defaults to cuda:0 when present, else cpu; dtype to bfloat16 on GPU and float32 on CPU.
     transformer_lm takes one of our TransformerLM folders, an HF Llama folder or `smollm2-135m`
     (alignment.models.lm_checkpoint.load_transformer_lm). `sleep`: a vLLM engine sharing its GPU with the policy sleeps
-    between rollouts (alignment.rollout.vllm_engine.SleepCycle).
+    between rollouts (alignment.rollout.vllm_engine.SleepCycle). `decode`, `sync_every`: the decode path of the hf and
+    transformer_lm engines (alignment.rollout.decode_choice).
     """
     from alignment.models.loading import resolve_model
 
@@ -88,7 +92,7 @@ def make_rollout_engine(
         from alignment.rollout.lm_engine import TransformerLMRolloutEngine
 
         lm, lm_tokenizer = load_transformer_lm(model, device, dtype)
-        return TransformerLMRolloutEngine(lm, lm_tokenizer)
+        return TransformerLMRolloutEngine(lm, lm_tokenizer, decode=decode, sync_every=sync_every)
     if resolved == "vllm":
         from alignment.rollout.vllm_engine import VLLMRolloutEngine
 
@@ -99,4 +103,4 @@ def make_rollout_engine(
     from alignment.rollout.hf_engine import HFRolloutEngine
 
     policy, tokenizer = load_model_and_tokenizer(model, device=device, dtype=dtype)
-    return HFRolloutEngine(policy.eval(), tokenizer)
+    return HFRolloutEngine(policy.eval(), tokenizer, decode=decode, sync_every=sync_every)

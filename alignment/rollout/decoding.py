@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerBase
 
 from alignment.rollout.forward_tape import ForwardTape, module_forwards
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig, prompt_seed
+from alignment.rollout.row_streams import row_keys, row_uniforms
 from alignment.utils.faults import fault_point
 
 STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
@@ -81,21 +82,28 @@ def sampling_log_probs(logits: torch.Tensor, temperature: float, top_p: float) -
 
 
 def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None, block: int = 128) -> torch.Tensor:
-    """One draw per row of (batch, vocab) probabilities, by inverting the CDF at a uniform point.
+    """One draw per row of (batch, vocab) probabilities, at uniform points drawn from `generator` (see
+    sample_tokens_at). (batch, vocab) -> (batch,)"""
+    uniforms = torch.rand((probs.shape[0],), generator=generator, device=probs.device, dtype=torch.float64)
+    return sample_tokens_at(probs, uniforms, block)
+
+
+def sample_tokens_at(probs: torch.Tensor, uniforms: torch.Tensor, block: int = 128) -> torch.Tensor:
+    """One draw per row of (batch, vocab) probabilities, by inverting the CDF at each row's uniform point in [0, 1).
 
     Equivalent in distribution to torch.multinomial(probs, 1), which on CPU draws a random number for every
     vocabulary entry (26 ms per step for 32 rows of 49k); this draws one per row. The CDF is kept in float64 so
     that rounding cannot shift mass across a 150k-entry vocabulary, and found in two levels: running totals of
     `block`-entry blocks pick the block, a running sum inside that block alone picks the token. A running sum
     over the whole vocabulary is a sequential float64 pass (6.2 ms for 32 x 49k; the two levels take 1.05 ms).
-    Zero-probability tokens are never drawn. (batch, vocab) -> (batch,)
+    Zero-probability tokens are never drawn. probs: (batch, vocab); uniforms: (batch,) float64 -> (batch,)
     """
     rows, vocab = probs.shape
     padded = probs if vocab % block == 0 else F.pad(probs, (0, (-vocab) % block))  # zero padding is never drawn
     blocks = padded.view(rows, -1, block)
     totals = blocks.sum(dim=-1, dtype=torch.float64)  # (rows, n_blocks)
     ends = totals.cumsum(dim=-1)
-    point = torch.rand((rows, 1), generator=generator, device=probs.device, dtype=torch.float64) * ends[:, -1:]
+    point = uniforms[:, None] * ends[:, -1:]
     which = torch.searchsorted(ends, point, right=True).clamp(max=ends.shape[1] - 1)  # (rows, 1)
     chosen = blocks.gather(1, which[:, :, None].expand(-1, -1, block)).squeeze(1)  # (rows, block)
     inside = chosen.double().cumsum(dim=-1) + (ends.gather(1, which) - totals.gather(1, which))
@@ -105,9 +113,38 @@ def sample_tokens(probs: torch.Tensor, generator: torch.Generator | None, block:
     return token.squeeze(-1)
 
 
+def stream_keys(
+    rows: int, sampling: SamplingConfig, generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
+    """(rows,) keys of the rows' random streams, drawn from `generator` (None: torch's global one); greedy decoding
+    draws nothing and gets zeros, leaving the generator as it was."""
+    if sampling.temperature == 0:
+        return torch.zeros(rows, dtype=torch.long, device=device)
+    return row_keys(rows, generator, device)
+
+
+def choose_tokens(
+    logits: torch.Tensor, sampling: SamplingConfig, keys: torch.Tensor, step: int | torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's next token and its log-prob under the distribution it is drawn from: the argmax at temperature 0,
+    else a draw at the row's step-th uniform (alignment/rollout/row_streams.py). logits: (rows, vocab); keys: (rows,)
+    the rows' stream keys -> (rows,) int64 tokens, (rows,) float32 log-probs."""
+    log_probs = sampling_log_probs(logits, sampling.temperature, sampling.top_p)
+    if sampling.temperature == 0:
+        chosen = log_probs.argmax(dim=-1)
+    else:
+        chosen = sample_tokens_at(log_probs.exp(), row_uniforms(keys, step))
+    return chosen, log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+
+
+def stop_tail(stop: tuple[str, ...]) -> int:
+    """How many of a sequence's last tokens stop_hits decodes: enough to hold any of the stop strings."""
+    return max(len(s) for s in stop) + STOP_TAIL_TOKENS
+
+
 def stop_hits(tokenizer: PreTrainedTokenizerBase, sequences: list[list[int]], stop: tuple[str, ...]) -> list[bool]:
-    """Whether each token sequence's decoded tail contains one of the stop strings."""
-    tail = max(len(s) for s in stop) + STOP_TAIL_TOKENS
+    """Whether each token sequence's decoded tail (its last stop_tail(stop) tokens) contains one of the stop strings."""
+    tail = stop_tail(stop)
     texts = tokenizer.batch_decode([seq[-tail:] for seq in sequences], skip_special_tokens=True)
     return [any(s in text for s in stop) for text in texts]
 
@@ -169,7 +206,8 @@ def decode_rows(
     it drops the others from the model state and returns the running rows' next logits, (live, vocab), a
     tensor of its own (decode masks EOS in it in place).
     A row stops at an EOS token, a stop string or max_tokens; neither EOS nor a stop string counts before
-    min_tokens, and EOS gets no probability there. `bar` counts finished sequences. `version()`, when given, is
+    min_tokens, and EOS gets no probability there. Each row draws from its own stream, keyed from `generator` before
+    the first step (stream_keys). `bar` counts finished sequences. `version()`, when given, is
     the policy version of the weights that produced the current logits (advance may load new weights), recorded
     for each token in Rollout.versions.
     """
@@ -181,12 +219,11 @@ def decode_rows(
     logprobs: list[list[float]] = [[] for _ in range(rows)]
     versions: list[list[int]] | None = None if version is None else [[] for _ in range(rows)]
     finish = ["length"] * rows
+    keys = stream_keys(rows, sampling, generator, logits.device)  # of the rows still running, in `live` order
     for step in range(sampling.max_tokens):
         if step < sampling.min_tokens:
             logits = logits.index_fill_(-1, eos, float("-inf"))
-        log_probs = sampling_log_probs(logits, sampling.temperature, sampling.top_p)
-        chosen = log_probs.argmax(dim=-1) if sampling.temperature == 0 else sample_tokens(log_probs.exp(), generator)
-        chosen_lp = log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+        chosen, chosen_lp = choose_tokens(logits, sampling, keys, step)
         done = torch.isin(chosen, eos).tolist()
         step_version = None if version is None else version()
         for row, token, lp in zip(live, chosen.tolist(), chosen_lp.tolist()):
@@ -218,7 +255,7 @@ def decode_rows(
         kept = None
         if len(keep) < len(live):
             kept = torch.tensor(keep, device=chosen.device)
-            chosen, live = chosen[kept], [live[position] for position in keep]
+            chosen, keys, live = chosen[kept], keys[kept], [live[position] for position in keep]
         logits = advance(chosen, kept)
 
 
@@ -252,7 +289,8 @@ def group_batches(
 
     A seeded batch draws from a generator of its first prompt's seed (prompt_seed of its position in the call:
     `positions`, default 0, 1, ...), so neither two batches nor two parts of a call handed out in several streamed
-    Units share random numbers; the rows of a batch draw their own numbers from its generator, one after another.
+    Units share random numbers; each row of a batch draws the key of its own stream from that generator, one after
+    another, before the first step (alignment/rollout/row_streams.py).
     """
     if n < 1:
         raise ValueError(f"n (samples per prompt) must be >= 1, got {n}")

@@ -1,7 +1,9 @@
 """Rollouts with a transformers model: batched sampling over a KV cache, written out so it is exact.
 
-Prompts are left-padded so every row's next token sits in the last column; finished rows leave the batch
-(and the cache) at once, so a batch costs as much as its live rows.
+Prompts are left-padded so every row's next token sits in the last column, and prefilled once per prompt. Then a
+batch decodes along one of two paths (alignment/rollout/decode_choice.py): eagerly, finished rows leaving the batch
+(and the cache) at once, so a batch costs as much as its live rows; or on the static path, a fixed-shape step over
+a static cache captured as a CUDA graph (alignment/rollout/static_decoding.py, alignment/rollout/hf_static.py).
 """
 
 from collections.abc import Callable, Iterator, Sequence
@@ -10,6 +12,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path, is_sharded
 from alignment.rollout.decoding import (
     decode_rows,
     default_memory_budget,
@@ -19,8 +22,10 @@ from alignment.rollout.decoding import (
     sampling_linears,
 )
 from alignment.rollout.forward_tape import ForwardTape
+from alignment.rollout.hf_static import hf_step_logits, kv_spec, static_support
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig
 from alignment.rollout.reserved_cache import ReservedCache
+from alignment.rollout.static_decoding import Prefill, StaticDecoder
 from alignment.rollout.streaming import Barrier, FinishedGroup, KVAfterLoad, StreamFeed, Unit, groups_of_rows
 
 
@@ -33,7 +38,8 @@ def kv_cache_bytes_per_token(model: PreTrainedModel) -> int:
 
 
 class HFRolloutEngine:
-    """The rollout interface over a transformers causal LM (shared with the policy when colocated)."""
+    """The rollout interface over a transformers causal LM (shared with the policy when colocated). `decode` and
+    `sync_every`: the decode path and, on the static one, the steps between host syncs (decode_choice.py)."""
 
     def __init__(
         self,
@@ -41,11 +47,18 @@ class HFRolloutEngine:
         tokenizer: PreTrainedTokenizerBase,
         memory_budget_bytes: int | None = None,
         progress: bool = True,
+        decode: Decode = "auto",
+        sync_every: int = SYNC_EVERY,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.memory_budget_bytes = memory_budget_bytes
         self.progress = progress
+        self.decode = check_decode(decode)
+        if sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        self.sync_every = sync_every
+        self._static: StaticDecoder | None = None  # built at the first static batch, kept with its graphs
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer.eos_token_id is not None:
@@ -105,6 +118,14 @@ class HFRolloutEngine:
     def _load(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         load_unless_shared(self.model, state_dict)
 
+    def static_decoder(self) -> StaticDecoder:
+        """The static path's decoder of this engine's model, with the slot state and graphs of earlier calls."""
+        if self._static is None:
+            model = self.model
+            weights = lambda: [*model.parameters(), *model.buffers()]  # noqa: E731
+            self._static = StaticDecoder(hf_step_logits(model), kv_spec(model), weights, self.sync_every)
+        return self._static
+
     def _generate_batch(
         self, prompts: list[list[int]], n: int, sampling: SamplingConfig, generator: torch.Generator | None, bar: tqdm
     ) -> list[Rollout]:
@@ -134,9 +155,21 @@ class HFRolloutEngine:
             attention[row, width - len(ids) :] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache, tape = ReservedCache(sampling.max_tokens), self.tape  # room for every new token: no per-step copy
+        tape = self.tape
         if tape is not None and inflight is not None:
             raise ValueError("in-flight weight loads would invalidate the forward tape the learner replays")
+        path = decode_path(
+            self.decode,
+            device,
+            recording=tape is not None,
+            inflight=inflight is not None,
+            sharded=is_sharded(self.model),
+            unsupported=static_support(self.model),
+        )
+        if path == "static":
+            yield from self._static_rows(input_ids, attention, positions, n, sampling, generator, bar, feed)
+            return
+        cache = ReservedCache(sampling.max_tokens)  # room for every new token: no per-step copy
         fed = input_ids.repeat_interleave(n, dim=0) if inflight is not None and inflight.recompute else None
 
         def advance(chosen: torch.Tensor, kept: torch.Tensor | None) -> torch.Tensor:
@@ -191,6 +224,47 @@ class HFRolloutEngine:
                 advance,
                 self.tokenizer,
                 prompt_indices,
+                self.eos_ids.tolist(),
+                sampling,
+                generator,
+                bar,
+                None if feed is None else lambda: feed.version,
+            )
+
+    def _static_rows(
+        self,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        positions: torch.Tensor,
+        n: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        bar: tqdm | None,
+        feed: StreamFeed | None,
+    ) -> Iterator[tuple[int, Rollout]]:
+        """_batch_rows on the static path: the same prefill (a cache without reserve: the slots hold the rest)."""
+        cache = ReservedCache(0)
+        with sampling_linears(self.model, None):
+            logits = self.model(
+                input_ids=input_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1]
+            prefill = Prefill(
+                logits,
+                [layer.keys for layer in cache.layers],
+                [layer.values for layer in cache.layers],
+                attention.bool(),
+                positions[:, -1] + 1,
+            )
+            yield from self.static_decoder().decode_rows(
+                prefill,
+                n,
+                self.tokenizer,
+                [i for i in range(len(input_ids)) for _ in range(n)],
                 self.eos_ids.tolist(),
                 sampling,
                 generator,

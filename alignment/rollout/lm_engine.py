@@ -10,10 +10,12 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from alignment.models.transformer_lm import TransformerLM
+from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path, is_sharded
 from alignment.rollout.decoding import default_memory_budget, generate_in_groups, load_unless_shared, prompt_token_ids
 from alignment.rollout.forward_tape import ForwardTape
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig
-from alignment.rollout.lm_sampler import sample
+from alignment.rollout.lm_sampler import sample, static_decoder
+from alignment.rollout.static_decoding import StaticDecoder
 
 
 def kv_cache_bytes_per_token(model: TransformerLM) -> int:
@@ -23,7 +25,8 @@ def kv_cache_bytes_per_token(model: TransformerLM) -> int:
 
 
 class TransformerLMRolloutEngine:
-    """Rollouts from a TransformerLM; EOS is the tokenizer's EOS token unless eos_ids says otherwise."""
+    """Rollouts from a TransformerLM; EOS is the tokenizer's EOS token unless eos_ids says otherwise. `decode` and
+    `sync_every`: the decode path and, on the static one, the steps between host syncs (decode_choice.py)."""
 
     def __init__(
         self,
@@ -33,6 +36,8 @@ class TransformerLMRolloutEngine:
         progress: bool = True,
         use_cache: bool = True,
         eos_ids: Sequence[int] | None = None,
+        decode: Decode = "auto",
+        sync_every: int = SYNC_EVERY,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -43,6 +48,17 @@ class TransformerLMRolloutEngine:
             raise ValueError("the tokenizer defines no EOS token; pass eos_ids")
         self.eos_ids = list(eos_ids) if eos_ids is not None else [tokenizer.eos_token_id]
         self.tape: ForwardTape | None = None  # set by ForwardTape.recording: the sampler says which tokens it feeds
+        self.decode = check_decode(decode)
+        if sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        self.sync_every = sync_every
+        self._static: StaticDecoder | None = None  # built at the first static batch, kept with its graphs
+
+    def static_decoder(self) -> StaticDecoder:
+        """The static path's decoder of this engine's model, with the slot state and graphs of earlier calls."""
+        if self._static is None:
+            self._static = static_decoder(self.model, self.sync_every)
+        return self._static
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         load_unless_shared(self.model, state_dict)
@@ -63,6 +79,13 @@ class TransformerLMRolloutEngine:
                     f"a prompt of {longest} tokens plus {sampling.max_tokens} new ones exceeds the model's context "
                     f"length, {context} (its context_length); shorten the prompt or the maximum new tokens"
                 )
+        path = decode_path(
+            self.decode,
+            self.model.device,
+            recording=self.tape is not None,
+            sharded=is_sharded(self.model),
+            unsupported=None if self.use_cache else "decoding without a cache",
+        )
         return generate_in_groups(
             self.tokenizer,
             prompts,
@@ -81,6 +104,7 @@ class TransformerLMRolloutEngine:
                 self.use_cache,
                 bar,
                 self.tape,
+                self.static_decoder() if path == "static" else None,
             ),
             self.progress,
         )

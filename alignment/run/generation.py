@@ -13,6 +13,7 @@ from alignment.data.splits import evaluation_examples
 from alignment.grader import GraderMode, RewardFn, reward_fn_for
 from alignment.prompts import PROMPT_HELP, Prompt, check_prompt, load_prompt, prompt_kind, stop_strings
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
+from alignment.rollout.decode_choice import DECODE_HELP, SYNC_EVERY, SYNC_EVERY_HELP, Decode
 from alignment.rollout.interface import Backend, RolloutEngine, SamplingConfig
 
 RESULT_FILES = ("generations.jsonl", "summary.json")
@@ -56,6 +57,8 @@ class GenerationConfig(OutputSettings):
         "Generation backend; auto: vllm where its installed build runs on the device, else hf; transformer_lm: our "
         "own model and sampler.",
     )
+    decode: Decode = setting("auto", DECODE_HELP)
+    decode_sync_every: int = setting(SYNC_EVERY, SYNC_EVERY_HELP)
     device: str | None = setting(None, "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")
     gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of GPU memory to use.")
     grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8).")
@@ -116,6 +119,8 @@ def set_up(config: GenerationConfig) -> RunSetup:
             seed=config.seed,
         )
         backend = resolve_backend(config.backend)  # type: ignore[arg-type]
+        if config.decode_sync_every < 1:
+            raise ValueError(f"--decode-sync-every must be >= 1, got {config.decode_sync_every}")
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     output_dir = prepare_output_dir(config.output_dir, config.overwrite)
@@ -125,5 +130,7 @@ def set_up(config: GenerationConfig) -> RunSetup:
         **({"device": config.device} if config.device else {}),
         gpu_memory_utilization=config.gpu_memory_utilization,
         seed=config.seed,
+        decode=config.decode,
+        sync_every=config.decode_sync_every,
     )
     return RunSetup(examples, template, reward_fn, sampling, backend, output_dir, engine)

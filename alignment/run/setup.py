@@ -237,13 +237,14 @@ def build_engine(
     vLLM on the policy's own GPU takes `vllm_share` of it (the memory plan's) and sleeps while the policy trains.
     A sharded policy's ranks each sample their share of the prompts with the hf backend (alignment/rollout/sharded.py).
     """
+    decode = {"decode": config.decode, "sync_every": config.decode_sync_every}  # the in-process engines' decode path
     if group is not None:
-        return ShardedRollouts(HFRolloutEngine(policy, tokenizer, progress=group.main), group)  # type: ignore[return-value]
+        return ShardedRollouts(HFRolloutEngine(policy, tokenizer, progress=group.main, **decode), group)  # type: ignore[return-value]
     backend = resolve_backend(config.backend)
     if backend == "transformer_lm" and rollout_device == policy_device:
-        return TransformerLMRolloutEngine(policy, tokenizer)
+        return TransformerLMRolloutEngine(policy, tokenizer, **decode)
     if backend == "hf" and rollout_device == policy_device:
-        return HFRolloutEngine(policy, tokenizer)
+        return HFRolloutEngine(policy, tokenizer, **decode)
     shared_gpu = rollout_device == policy_device and torch.device(policy_device).type == "cuda"
     share = vllm_share or config.gpu_memory_utilization or OWN_GPU_SHARE
     return make_rollout_engine(
@@ -254,6 +255,7 @@ def build_engine(
         gpu_memory_utilization=share,
         seed=config.seed,
         sleep=shared_gpu,
+        **decode,
     )
 
 

@@ -1,0 +1,371 @@
+"""The static decode path: a decode step of fixed shapes over a static KV cache, captured as a CUDA graph.
+
+The eager loop (alignment/rollout/decoding.py) waits on the host at every token: it reads each row's token back,
+checks stop strings, drops finished rows from the cache, and launches every kernel of the model from Python. On an
+H100 the hf backend decoded the 1.5B model that way at 2.5% of the bandwidth bound bench/hf_generation_throughput.py
+computes (256 rows x 512 new tokens). Here:
+
+- Slots. A batch's rows sit in `capacity` slots of fixed-address buffers (SlotState): each layer's keys and values
+  (capacity, kv_heads, length, head_dim), where length is the prompt width plus max_tokens rounded up to a multiple
+  of 64, and the rows' next tokens, positions, stream keys and logits. Prompts occupy columns [0, width) as prefilled
+  (left-padded); the token sampled at step t is written at column width + t. A step attends over all columns, masked
+  by position: a key counts where it is a real prompt token or a response column already written.
+- One step = sample every slot's token from its logits (temperature, top-p, min_tokens' EOS ban, its own random stream:
+  alignment/rollout/row_streams.py), write it and its log-prob into the row's output buffers, note the row's first EOS,
+  then run the model on those tokens (the backend's `step_logits`). No host reads: on CUDA the whole step is captured
+  as a CUDA graph, one per batch-size bucket (powers of two up to the capacity) and sampling setting, replayed every
+  later step and call while the weights stay at the same addresses (weight loads copy in place; a moved parameter
+  recaptures). On the CPU the same step runs without capture.
+- The host syncs every `sync_every` steps. It launches the next window before reading the last one, so the GPU never
+  waits on it: it copies the window's tokens and log-probs, ends rows at their first EOS, at a stop string (checked
+  with the tokenizer exactly as the eager loop checks it, step by step) or at max_tokens, and discards whatever a row
+  sampled after its end. When the rows still running fit a smaller bucket, they move to the front slots.
+
+Each row's tokens, log-probs and finish reason are those of the eager loop (the same prefill, the same draws); the log-
+probs agree to rounding, since a fixed-length masked attention and other batch sizes sum in another order.
+"""
+
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from alignment.rollout.decoding import choose_tokens, finish_rollout, stop_hits, stop_tail, stream_keys
+from alignment.rollout.interface import Rollout, SamplingConfig
+from alignment.utils.faults import fault_point
+
+LENGTH_MULTIPLE = 64  # cache lengths are rounded up to this, so that later calls of a similar width reuse the graphs
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """What one layer's cache holds: (rows, kv_heads, length, head_dim) keys and values of `dtype`, `layers` times."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+
+@dataclass
+class Prefill:
+    """A batch's prompts after their prefill: what the static loop starts from."""
+
+    logits: torch.Tensor  # (prompts, vocab) each prompt's next-token logits
+    keys: Sequence[torch.Tensor]  # per layer (prompts, kv_heads, width, head_dim)
+    values: Sequence[torch.Tensor]
+    prompt_mask: torch.Tensor  # (prompts, width) bool: the real (not padding) prompt tokens
+    positions: torch.Tensor  # (prompts,) the rotary position of each prompt's first new token
+
+
+class SlotState:
+    """The fixed-address tensors a step reads and writes, for `capacity` slots and caches of `length` columns."""
+
+    def __init__(self, capacity: int, length: int, kv: KVSpec, vocab: int, logits_dtype: torch.dtype, device):
+        self.capacity, self.length, self.vocab = capacity, length, vocab
+
+        def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        self.keys = [zeros(capacity, kv.kv_heads, length, kv.head_dim, dtype=kv.dtype) for _ in range(kv.layers)]
+        self.values = [zeros(capacity, kv.kv_heads, length, kv.head_dim, dtype=kv.dtype) for _ in range(kv.layers)]
+        self.key_valid = zeros(capacity, length, dtype=torch.bool)  # real prompt tokens and every response column
+        self.columns = torch.arange(length, device=device)
+        self.column = zeros(1)  # where this step's token goes
+        self.step = zeros()  # the step being sampled
+        self.min_tokens = zeros()
+        self.eos = zeros(vocab, dtype=torch.bool)  # the EOS tokens
+        # per slot
+        self.tokens = zeros(capacity)  # the token the step feeds
+        self.positions = zeros(capacity)
+        self.stream_keys = zeros(capacity)
+        self.logits = zeros(capacity, vocab, dtype=logits_dtype)
+        self.row_of_slot = zeros(capacity)  # the row whose outputs a slot writes; `capacity` for an empty slot
+        # per row, the last one a sink for empty slots
+        self.out_tokens = zeros(capacity + 1, length)
+        self.out_logprobs = zeros(capacity + 1, length, dtype=torch.float32)
+        self.first_eos = zeros(capacity + 1)  # the step of the row's first EOS, `length` if none yet
+
+    def slots(self, rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (keys, values) of the first `rows` slots: (rows, kv_heads, length, head_dim) views."""
+        return [(k[:rows], v[:rows]) for k, v in zip(self.keys, self.values)]
+
+    def attention_mask(self, rows: int) -> torch.Tensor:
+        """(rows, 1, 1, length) bool: the keys this step's tokens attend to."""
+        return (self.key_valid[:rows] & (self.columns <= self.column))[:, None, None, :]
+
+
+StepLogits = Callable[[SlotState, int], torch.Tensor]
+
+
+def bucket_for(rows: int, capacity: int) -> int:
+    """The slots a step runs for `rows` live rows: the next power of two, at most the capacity."""
+    return min(capacity, 1 << max(rows - 1, 0).bit_length())
+
+
+@dataclass
+class _Window:
+    """Steps [start, end) launched; their outputs copied to the host once `ready` has passed."""
+
+    start: int
+    end: int
+    tokens: torch.Tensor
+    logprobs: torch.Tensor
+    first_eos: torch.Tensor
+    ready: torch.cuda.Event | None
+
+
+class StaticDecoder:
+    """Decodes batches along the static path for one model: its slot state and CUDA graphs, kept across calls.
+
+    step_logits(state, rows) runs the model on state.tokens[:rows] at state.positions[:rows], writing each layer's new
+    key and value at state.column of state.slots(rows) and attending under state.attention_mask(rows); it returns the
+    next-token logits (rows, vocab). It must read nothing back to the host. `weights()` lists the tensors a captured
+    step reads from the model (its parameters and buffers); when one moves, the graphs are captured again.
+    """
+
+    def __init__(
+        self, step_logits: StepLogits, kv: KVSpec, weights: Callable[[], list[torch.Tensor]], sync_every: int
+    ) -> None:
+        if sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        self.step_logits, self.kv, self.weights, self.sync_every = step_logits, kv, weights, sync_every
+        self.state: SlotState | None = None
+        self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self.pool = None
+        self.addresses: list[int] = []
+        self.captures = 0  # graphs captured so far (tests check that later calls reuse them)
+
+    def release(self) -> None:
+        """Free the slot state and the graphs (the next batch allocates and captures anew)."""
+        self.state = None
+        self.graphs.clear()
+
+    def decode_rows(
+        self,
+        prefill: Prefill,
+        n: int,
+        tokenizer: PreTrainedTokenizerBase,
+        prompt_indices: Sequence[int],
+        eos_ids: Sequence[int],
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        bar: tqdm | None = None,
+        version: Callable[[], int] | None = None,
+    ) -> Iterator[tuple[int, Rollout]]:
+        """decoding.decode_rows's contract (same tokens, log-probs to rounding, finish reasons), rows yielded at the
+        sync after they end; n rows continue each prefilled prompt (prompt-major)."""
+        prompts, width = prefill.prompt_mask.shape
+        rows, device = prompts * n, prefill.logits.device
+        state = self._state_for(rows, width + sampling.max_tokens, prefill.logits)
+        self._start(state, prefill, n, eos_ids, sampling, generator)
+        slot_rows = list(range(rows))  # the row in each occupied slot, front slots first
+        bucket = bucket_for(rows, state.capacity)
+        if bucket > rows:  # empty slots compute a copy of slot 0 into the sink row
+            self._move(state, slot_rows, bucket)
+        tokens: list[list[int]] = [[] for _ in range(rows)]
+        logprobs: list[list[float]] = [[] for _ in range(rows)]
+        running = set(range(rows))
+        tail = stop_tail(sampling.stop) if sampling.stop else 0
+        windows: deque[_Window] = deque()
+        launched = 0
+
+        def launch() -> None:
+            nonlocal launched
+            end = min(launched + self.sync_every, sampling.max_tokens)
+            for _ in range(launched, end):
+                self._run_step(state, bucket, sampling)
+            windows.append(self._read_back(state, rows, launched, end, device))
+            launched = end
+
+        launch()
+        while windows:
+            window = windows.popleft()
+            if launched < sampling.max_tokens:
+                launch()  # the device works on the next window while the host reads this one
+            if window.ready is not None:
+                window.ready.synchronize()
+            ended = self._end_rows(window, tokens, logprobs, running, tokenizer, sampling, tail)
+            if window.start == 0:
+                fault_point("rollout")
+            if bar is not None:
+                bar.set_postfix(step=window.end, live=len(running), refresh=False)
+                bar.update(len(ended))
+            for row, length, finish in ended:
+                rollout = finish_rollout(
+                    tokenizer, eos_ids, prompt_indices[row], tokens[row][:length], logprobs[row][:length], finish,
+                    sampling,
+                )  # fmt: skip
+                yield row, rollout if version is None else replace(rollout, versions=[version()] * length)
+            if not running:
+                break
+            smaller = bucket_for(len(running), state.capacity)
+            if smaller < bucket:  # enqueued after the window already launched, which runs on the larger bucket
+                order = [slot for slot, row in enumerate(slot_rows) if row in running]
+                slot_rows = [slot_rows[slot] for slot in order]
+                self._move(state, order, smaller)
+                bucket = smaller
+
+    # --- the device side ----------------------------------------------------------------------------------------
+
+    def _state_for(self, rows: int, needed: int, logits: torch.Tensor) -> SlotState:
+        """The slot state, reused when it holds `rows` rows of `needed` columns, else allocated anew (no graphs)."""
+        state = self.state
+        if (
+            state is None
+            or state.capacity < rows
+            or state.length < needed
+            or (state.vocab, state.logits.dtype, state.logits.device) != (logits.shape[-1], logits.dtype, logits.device)
+        ):
+            self.release()
+            state = None  # the old buffers go before the new ones are allocated
+            length = -(-needed // LENGTH_MULTIPLE) * LENGTH_MULTIPLE
+            state = SlotState(rows, length, self.kv, logits.shape[-1], logits.dtype, logits.device)
+            self.state = state
+        addresses = [t.data_ptr() for t in self.weights()]
+        if addresses != self.addresses:
+            self.graphs.clear()
+            self.addresses = addresses
+        return state
+
+    def _start(
+        self,
+        state: SlotState,
+        prefill: Prefill,
+        n: int,
+        eos_ids: Sequence[int],
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+    ) -> None:
+        """The prefilled prompts into slots 0 .. rows - 1 (row = prompt * n + sample), the step counters at 0."""
+        prompts, width = prefill.prompt_mask.shape
+        rows = prompts * n
+        for buffers, prompt in zip((*state.keys, *state.values), (*prefill.keys, *prefill.values), strict=True):
+            grouped = buffers[:rows].view(prompts, n, *buffers.shape[1:])
+            grouped[:, :, :, :width] = prompt[:, None]
+        state.key_valid[:rows, :width] = prefill.prompt_mask.repeat_interleave(n, dim=0)
+        state.key_valid[:rows, width:] = True
+        state.logits[:rows] = prefill.logits.repeat_interleave(n, dim=0)
+        state.positions[:rows] = prefill.positions.repeat_interleave(n)
+        state.stream_keys[:rows] = stream_keys(rows, sampling, generator, state.stream_keys.device)
+        state.row_of_slot[:rows] = torch.arange(rows, device=state.row_of_slot.device)
+        state.first_eos[:rows] = state.length
+        state.eos.zero_()
+        state.eos[torch.tensor(list(eos_ids), dtype=torch.long, device=state.eos.device)] = True
+        state.min_tokens.fill_(sampling.min_tokens)
+        state.step.zero_()
+        state.column.fill_(width)
+
+    def _step(self, state: SlotState, bucket: int, sampling: SamplingConfig) -> None:
+        """One decode step for the first `bucket` slots; fixed shapes, no host reads."""
+        logits = state.logits[:bucket]
+        if sampling.min_tokens > 0:  # no EOS before min_tokens
+            logits.masked_fill_(state.eos & (state.step < state.min_tokens), float("-inf"))
+        chosen, chosen_lp = choose_tokens(logits, sampling, state.stream_keys[:bucket], state.step)
+        rows = state.row_of_slot[:bucket]
+        at = rows * state.length + state.step
+        state.out_tokens.view(-1).index_copy_(0, at, chosen)
+        state.out_logprobs.view(-1).index_copy_(0, at, chosen_lp.float())
+        eos_step = torch.where(state.eos[chosen], state.step, state.length)
+        state.first_eos.scatter_reduce_(0, rows, eos_step, "amin")
+        state.tokens[:bucket] = chosen
+        state.logits[:bucket] = self.step_logits(state, bucket)
+        state.positions[:bucket] += 1
+        state.column += 1
+        state.step += 1
+
+    def _run_step(self, state: SlotState, bucket: int, sampling: SamplingConfig) -> None:
+        """A step, from its CUDA graph on CUDA: the first step of a bucket and setting runs as it is (the warm-up a
+        capture needs) and is then captured for the steps after it."""
+        if state.logits.device.type != "cuda":
+            self._step(state, bucket, sampling)
+            return
+        key = (bucket, sampling.temperature, sampling.top_p, sampling.min_tokens > 0)
+        graph = self.graphs.get(key)
+        if graph is not None:
+            graph.replay()
+            return
+        self._step(state, bucket, sampling)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            self._step(state, bucket, sampling)  # recorded, not run
+        self.graphs[key] = graph
+        self.captures += 1
+
+    @staticmethod
+    def _read_back(state: SlotState, rows: int, start: int, end: int, device: torch.device) -> _Window:
+        """Copy steps [start, end) of the rows' outputs to the host, asynchronously on CUDA."""
+        pinned = device.type == "cuda"
+
+        def host(t: torch.Tensor) -> torch.Tensor:
+            out = torch.empty(t.shape, dtype=t.dtype, pin_memory=pinned)
+            out.copy_(t, non_blocking=pinned)
+            return out
+
+        tokens = host(state.out_tokens[:rows, start:end])
+        logprobs = host(state.out_logprobs[:rows, start:end])
+        first_eos = host(state.first_eos[:rows])
+        ready = None
+        if pinned:
+            ready = torch.cuda.Event()
+            ready.record()
+        return _Window(start, end, tokens, logprobs, first_eos, ready)
+
+    @staticmethod
+    def _move(state: SlotState, order: list[int], bucket: int) -> None:
+        """Slot i takes slot order[i]'s contents for i < len(order); the rest of the first `bucket` copy slot
+        order[0] and write to the sink row."""
+        device = state.tokens.device
+        source = torch.tensor(order + [order[0]] * (bucket - len(order)))
+        if device.type == "cuda":  # from pinned memory, so that the host does not wait for the steps queued before
+            source = source.pin_memory()
+        source = source.to(device, non_blocking=True)
+        for buffers in (*state.keys, *state.values, state.key_valid, state.tokens, state.positions, state.logits):
+            buffers[:bucket] = buffers[source]
+        state.stream_keys[:bucket] = state.stream_keys[source]
+        rows = state.row_of_slot[source]
+        rows[len(order) :] = state.capacity
+        state.row_of_slot[:bucket] = rows
+
+    # --- the host side ------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _end_rows(
+        window: _Window,
+        tokens: list[list[int]],
+        logprobs: list[list[float]],
+        running: set[int],
+        tokenizer: PreTrainedTokenizerBase,
+        sampling: SamplingConfig,
+        tail: int,
+    ) -> list[tuple[int, int, str]]:
+        """Append the window's tokens to the running rows and end those that ended in it, as the eager loop would
+        have, step by step: (row, length, finish reason) of each, removed from `running`."""
+        live = sorted(running)
+        window_tokens, window_logprobs = window.tokens[live].tolist(), window.logprobs[live].tolist()
+        first_eos = window.first_eos[live].tolist()
+        for row, new_tokens, new_logprobs in zip(live, window_tokens, window_logprobs):
+            tokens[row] += new_tokens
+            logprobs[row] += new_logprobs
+        ended = []
+        eos_at = dict(zip(live, first_eos))
+        for step in range(window.start, window.end):
+            live = sorted(running)
+            hits = [False] * len(live)
+            if sampling.stop and step + 1 >= sampling.min_tokens:
+                tails = [tokens[row][max(0, step + 1 - tail) : step + 1] for row in live]
+                hits = stop_hits(tokenizer, tails, sampling.stop)
+            for row, hit in zip(live, hits):
+                if hit or eos_at[row] == step:
+                    ended.append((row, step + 1, "stop"))
+                elif step + 1 == sampling.max_tokens:
+                    ended.append((row, step + 1, "length"))
+                else:
+                    continue
+                running.discard(row)
+        return ended
