@@ -27,6 +27,7 @@ from alignment.grpo.environments import env_spec
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner, rollout_forward_tape
 from alignment.grpo.sampler import GRPOSampler, validation_sampling
+from alignment.models.loading import check_model_source
 from alignment.models.policy_folder import push_weights
 from alignment.prompts import chat_template, format_prompt
 from alignment.rollout.interface import RolloutEngine
@@ -97,6 +98,7 @@ def _train(
             task, validation = math_tasks(config, whole_validation=config.time_budget is not None)
         else:
             keyword_run_tasks(config, "{question}")  # checked now, built once the chat template is known
+    check_model_source(config.model)  # a model folder not there, or one the hub cannot give: before the run folder
     if group is not None:
         group.barrier()  # every rank has looked at the folder before rank 0 writes to it
     if not resume and main:  # before any model loads: an output folder that cannot be written fails here

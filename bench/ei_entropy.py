@@ -3,7 +3,7 @@ demo's shape: SmolLM2-135M scoring Db x G = 32 x 4 rollouts of about 116 tokens 
 microbatches of 4 (configs/ei_gsm8k_demo.toml), where the -log p estimate it replaced was free (the sampler's own
 log-probs).
 
-    uv run python bench/ei_entropy.py [--data ../shared/data/gsm8k/train.jsonl] [--repeats 3]
+    uv run python bench/ei_entropy.py [--data data/gsm8k/train.jsonl] [--repeats 3]
 """
 
 import statistics
@@ -21,7 +21,7 @@ from alignment.rollout.interface import Rollout
 
 
 def main(
-    data: Path = typer.Option(Path("../shared/data/gsm8k/train.jsonl"), help="GSM8K train.jsonl (the prompts)."),
+    data: Path = typer.Option(Path("data/gsm8k/train.jsonl"), help="GSM8K train.jsonl (the prompts)."),
     questions: int = typer.Option(32, help="Db"),
     rollouts_per_question: int = typer.Option(4, help="G"),
     response_tokens: int = typer.Option(116, help="Tokens per rollout (the demo's mean)."),

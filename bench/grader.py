@@ -1,6 +1,6 @@
 """Grader accuracy on GSM8K gold answers, its time on 1,000 responses, and on adversarial answers.
 
-    uv run python bench/grader.py [--data ../shared/data/gsm8k/test.jsonl]
+    uv run python bench/grader.py [--data data/gsm8k/test.jsonl]
 
 Two workloads of 1,000 r1_zero responses each: GSM8K gold answers fed back as <answer>N</answer> (the string
 fast path), and a mix in which a third need the symbolic checker (LaTeX forms of the answer), a third are
@@ -88,7 +88,7 @@ def mixed_responses(examples: list, n: int) -> list[tuple[str, str]]:
     return pairs
 
 
-def main(data: Path = Path("../shared/data/gsm8k/test.jsonl"), n: int = 1000, workers: int = 2) -> None:
+def main(data: Path = Path("data/gsm8k/test.jsonl"), n: int = 1000, workers: int = 2) -> None:
     examples = load_math_examples(str(data), kind="gsm8k")
     raw_finals = [e.solution.rsplit("####", 1)[1].strip() for e in examples]
     start = time.perf_counter()

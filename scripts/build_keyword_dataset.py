@@ -22,7 +22,7 @@ from alignment.data.keyword_dataset import (
     existing_dataset_files,
     write_keyword_dataset,
 )
-from alignment.data.keywords import DEFAULT_KEYWORDS, load_keywords
+from alignment.data.keywords import UW_KEYWORDS, load_keywords
 from alignment.models.loading import load_tokenizer
 from alignment.prompts import chat_template
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
@@ -38,7 +38,11 @@ class KeywordDatasetConfig(OutputSettings):
         "hub id, or `smollm2-135m`.",
     )
     output_dir: Path = override(OutputSettings, "output_dir", Path("outputs/keyword_dataset"))
-    keywords_file: Path = setting(DEFAULT_KEYWORDS, "One keyword per line (letters only).")
+    keywords_file: Path | None = setting(
+        None,
+        "One keyword per line (letters only); default: data/keywords/uw_cse599o.txt, the UW handout's 6,262 nouns "
+        "from TinyStories (data/keywords/stand_in.txt: the project's 98).",
+    )
     keyword_counts: list[int] = setting(
         [1, 2, 3], "Keywords per prompt (repeatable): 1 for single-word prompts, more for several."
     )
@@ -60,7 +64,7 @@ class KeywordDatasetConfig(OutputSettings):
 def run(config: KeywordDatasetConfig) -> dict:
     """Check every flag, then load the model, sample, filter, split and write."""
     try:
-        words = load_keywords(config.keywords_file)
+        words = load_keywords(config.keywords_file or UW_KEYWORDS)
     except (OSError, ValueError) as err:
         raise cli.bad_flag("--keywords-file", str(err)) from None
     bad_counts = [k for k in config.keyword_counts if not 1 <= k <= len(words)]

@@ -1,6 +1,6 @@
 """Zero-shot evaluation of a model on MATH / GSM8K with serialized generations.
 
-    uv run scripts/eval_zero_shot.py --dataset ../shared/data/gsm8k/test.jsonl --model smollm2-135m --limit 16
+    uv run scripts/eval_zero_shot.py --dataset data/gsm8k/test.jsonl --model smollm2-135m --limit 16
 
 Writes OUTPUT_DIR/generations.jsonl (one line per example) and OUTPUT_DIR/summary.json, each atomically.
 """

@@ -24,6 +24,7 @@ from alignment.config.settings import OutputSettings, override, setting
 from alignment.models.a1_checkpoint import A1Shape, from_a1_state_dict, read_a1_weights
 from alignment.models.bpe_tokenizer import DEFAULT_SPECIAL_TOKENS, load_bpe_tokenizer
 from alignment.models.lm_checkpoint import save_transformer_lm
+from alignment.models.loading import A1_IMPORT_DIRS
 
 
 @dataclass
@@ -44,7 +45,7 @@ class ImportA1Config(OutputSettings):
     num_heads: int | None = setting(None, "Shape: attention heads.")
     d_ff: int | None = setting(None, "Shape: SwiGLU hidden width.")
     rope_theta: float = setting(10000.0, "Shape: RoPE's theta.")
-    output_dir: Path = override(OutputSettings, "output_dir", Path("outputs/a1_model"))
+    output_dir: Path = override(OutputSettings, "output_dir", Path(A1_IMPORT_DIRS[0]))
 
 
 def shape_of(config: ImportA1Config) -> A1Shape:

@@ -1,4 +1,4 @@
-"""Shared fixtures: SmolLM2's real tokenizer, tiny random Llama / Qwen2 models on it, and ../shared/data."""
+"""Shared fixtures: SmolLM2's real tokenizer, tiny random Llama / Qwen2 models on it, and local copies of hub repos."""
 
 import json
 from pathlib import Path
@@ -26,8 +26,7 @@ QUESTIONS = [
     ("What is 6 / 2?", "3"),
     ("What is 7 + 0?", "7"),
 ]
-
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+GSM8K = Path(__file__).resolve().parents[1] / "data" / "gsm8k"  # the copy the repository ships
 
 
 @pytest.fixture(autouse=True)
@@ -68,13 +67,6 @@ def tiny_model(request, tokenizer):
     config = tiny_config(request.param, len(tokenizer), tokenizer.pad_token_id)
     model = (LlamaForCausalLM if request.param == "llama" else Qwen2ForCausalLM)(config)
     return model.eval()
-
-
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not (SHARED_DATA / "gsm8k" / "test.jsonl").is_file():
-        pytest.skip(f"shared data not found at {SHARED_DATA} (a fresh clone has no ../shared)")
-    return SHARED_DATA
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import pytest
 from alignment.data.math_datasets import load_math_examples
 from alignment.grader import question_only_reward_fn, r1_zero_reward_fn
 from alignment.prompts import format_prompt, load_prompt
+from tests.conftest import GSM8K
 
 MATH_ROWS = [
     {
@@ -86,9 +87,9 @@ def test_prompts():
         load_prompt("r2")
 
 
-def test_gsm8k_gold_answers_all_graded_correct(shared_data):
+def test_gsm8k_gold_answers_all_graded_correct():
     for split, size in (("train", 7473), ("test", 1319)):
-        path = shared_data / "gsm8k" / f"{split}.jsonl"
+        path = GSM8K / f"{split}.jsonl"
         examples = load_math_examples(str(path), kind="gsm8k")
         assert len(examples) == size
         raw_finals = [e.solution.rsplit("####", 1)[1].strip() for e in examples]  # commas and all

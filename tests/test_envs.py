@@ -27,7 +27,7 @@ from alignment.models.lm_checkpoint import load_transformer_lm
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.rollout.lm_engine import TransformerLMRolloutEngine
-from tests.conftest import tiny_config
+from tests.conftest import GSM8K, tiny_config
 
 # --- the parser -------------------------------------------------------------------------------------------------
 
@@ -83,10 +83,10 @@ def test_the_parser_refuses_what_is_not_arithmetic(expression, message):
         evaluate(expression)
 
 
-def test_the_parser_agrees_with_gsm8k_s_own_calculator_annotations(shared_data):
+def test_the_parser_agrees_with_gsm8k_s_own_calculator_annotations():
     """GSM8K's solutions carry <<expression=value>> annotations: the parser gets each value (GSM8K rounds some)."""
     checked = 0
-    for line in (shared_data / "gsm8k" / "test.jsonl").read_text().splitlines()[:200]:
+    for line in (GSM8K / "test.jsonl").read_text().splitlines()[:200]:
         for expression, value in re.findall(r"<<([^=<>]+)=([^<>]+)>>", json.loads(line)["answer"]):
             want = Fraction(value.replace(",", ""))
             assert abs(evaluate(expression) - want) <= abs(want) / 100, expression
@@ -94,10 +94,9 @@ def test_the_parser_agrees_with_gsm8k_s_own_calculator_annotations(shared_data):
     assert checked > 500
 
 
-def test_the_calculator_env_reads_gsm8k_through_the_registry(shared_data, tmp_path):
-    gsm8k = shared_data / "gsm8k"
+def test_the_calculator_env_reads_gsm8k_through_the_registry(tmp_path):
     config = env_config(
-        tmp_path, env="calculator", dataset=str(gsm8k / "train.jsonl"), validation_dataset=str(gsm8k / "test.jsonl")
+        tmp_path, env="calculator", dataset=str(GSM8K / "train.jsonl"), validation_dataset=str(GSM8K / "test.jsonl")
     )
     train, validation = env_spec("calculator").tasks(config)
     assert len(train.questions) > 7000 and len(validation.questions) == config.n_eval_examples

@@ -3,7 +3,8 @@
 Every ```bash fence of docs/guides/*.md, the pages a new user starts from (docs/quickstart.md, docs/installation.md,
 docs/gpu_setup.md, docs/troubleshooting.md) and README.md follows an HTML comment that says how it is tested:
 
-    <!-- guide-test: small: FLAGS -->   runs on a CPU; `-m slow` runs each command with FLAGS appended
+    <!-- guide-test: small: FLAGS -->   runs on a CPU; `-m slow` runs each command with FLAGS appended (flags that
+                                        shrink it; never --backend: it runs on the engine `auto` picks)
     <!-- guide-test: gpu: REASON -->    needs a GPU; `-m slow` skips it, giving REASON
     <!-- guide-test: skip: REASON -->   runs on a CPU but not on its own (another command's output, a course
                                         checkout); `-m slow` skips it, giving REASON
@@ -134,6 +135,18 @@ def test_every_fence_of_every_guide_says_how_it_is_tested():
         assert fences == marked, f"{page.name}: {fences - marked} bash fences without a guide-test comment"
     assert {c.kind for c in COMMANDS} == {"small", "gpu", "skip"}
     assert len({c.page for c in COMMANDS}) == len(GUIDES)
+
+
+ENGINE_FLAGS = ("--backend", "--rollout-backend")  # a guide's command runs on the engine `auto` picks, as a user's
+
+
+def test_no_small_size_changes_the_engine():
+    """The flags a `small:` marker appends shrink a command, never change its engine: a command that cannot run on a
+    CPU as written is marked `gpu:`, not patched onto one."""
+    for command in COMMANDS:
+        if command.kind == "small":
+            flags = [word.split("=")[0] for word in shlex.split(command.note)]
+            assert not set(flags) & set(ENGINE_FLAGS), f"{command}: its small flags {command.note!r} set the engine"
 
 
 class Checked(Exception):

@@ -159,6 +159,35 @@ def test_auto_takes_vllm_where_its_build_runs(monkeypatch):
         resolve_backend("vllm", "cpu")
 
 
+@pytest.fixture
+def said_afresh():
+    """say_gpu_without_vllm speaks once per process: each test starts from a process that has not said it."""
+    rollout_backends.say_gpu_without_vllm.cache_clear()
+    yield
+    rollout_backends.say_gpu_without_vllm.cache_clear()
+
+
+@pytest.mark.parametrize("build", [None, "cpu"])
+def test_auto_on_a_gpu_without_cuda_vllm_says_so_once_naming_the_extra(monkeypatch, capsys, said_afresh, build):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # only the two answers auto asks are faked
+    monkeypatch.setattr(rollout_backends, "vllm_build", lambda: build)
+    assert resolve_backend("auto") == "hf" and resolve_backend("auto", "cuda:1") == "hf"
+    [line] = capsys.readouterr().out.splitlines()  # once, however often auto is resolved
+    assert line.startswith("--backend auto: ") and line.endswith("uv run --extra vllm ...")
+    assert ("vLLM is not installed" if build is None else "the installed vLLM is its CPU build") in line
+    assert "transformers (hf)" in line
+
+
+def test_auto_says_nothing_where_it_takes_vllm_or_runs_on_the_cpu(monkeypatch, capsys, said_afresh):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(rollout_backends, "vllm_build", lambda: "cuda")
+    assert resolve_backend("auto") == "vllm"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(rollout_backends, "vllm_build", lambda: None)
+    assert resolve_backend("auto") == "hf" and resolve_backend("hf", "cuda:0") == "hf"
+    assert capsys.readouterr().out == ""
+
+
 def test_sampling_config_validation():
     with pytest.raises(ValueError, match="top_p"):
         SamplingConfig(top_p=0.0)

@@ -1,19 +1,33 @@
 """The two keyword rules: the UW handouts' (keyword_inclusion_reward_fn: every keyword appears, case-insensitive) and
 the stricter one's edge cases (keyword_word_reward_fn: whole words, case-insensitive, optional plural s/es); the word
-list: the handout's file, a course checkout's folder, the shipped fallback."""
+lists: the handout's, shipped and named by the UW presets, a course checkout's folder, the stand-in read by default,
+and run folders that named the stand-in at its old path resuming."""
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from alignment.config.settings import read_run_settings, upgraded
 from alignment.data.keywords import (
     DEFAULT_KEYWORDS,
     KEYWORD_REWARD_FNS,
+    UW_KEYWORDS,
     keyword_inclusion_reward_fn,
     keyword_word_reward_fn,
     load_keywords,
 )
+from alignment.experiments.sweep import load_preset
 from alignment.grpo.config import GRPOConfig
+from alignment.grpo_run import train_grpo
+from alignment.run.checkpoint import fingerprint
 from alignment.run.setup import keyword_run_tasks
-from tests.conftest import SHARED_DATA
+from tests.test_grpo_loop import tiny_config
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def reward(response: str, keywords: list[str]) -> float:
@@ -144,21 +158,97 @@ def test_the_word_list_is_the_handouts_file_or_a_course_checkouts_or_the_shipped
         load_keywords(tmp_path / "missing.txt")
 
 
-def test_the_handouts_list_loads_whole():
-    path = SHARED_DATA / "keywords.txt"
-    if not path.is_file():
-        pytest.skip(f"the UW handout's word list is not at {path} (a fresh clone has no ../shared)")
-    words = load_keywords(path)
+def test_the_handouts_list_is_shipped_whole():
+    """data/keywords/uw_cse599o.txt is the course repo's cse599o_alignment/prompts/keywords.txt byte for byte (its
+    SHA-256 as checked against uw-syfi/assignment3-rl when it was shipped)."""
+    digest = hashlib.sha256(UW_KEYWORDS.read_bytes()).hexdigest()
+    assert digest == "ba0b05018f3213bba3c14e41cc51eaae46215cc538efd1edbb08f348d10f8f3d"
+    words = load_keywords(UW_KEYWORDS)
     assert len(words) == len(set(words)) == 6262
+    assert DEFAULT_KEYWORDS.name == "stand_in.txt" and len(load_keywords(DEFAULT_KEYWORDS)) == 98
 
 
-def test_keyword_runs_saved_before_the_setting_resume_with_whole_words(tmp_path):
-    import json
+# The UW handout presets that draw keywords; a CPU twin whose recorded results used the stand-in keeps it
+UW_PRESETS = [
+    ("keyword_uw_handout.toml", "uw_cse599o"),
+    ("keyword_transformer_lm.toml", "uw_cse599o"),
+    *((f"experiments/uw_v2/{p.name}", "uw_cse599o") for p in sorted((REPO / "configs/experiments/uw_v2").glob("*"))),
+    ("experiments/cpu/uw_v2_p8_strategies_cpu.toml", "uw_cse599o"),
+    ("experiments/cpu/uw_v2_p6_kl_monitoring_cpu.toml", "stand_in"),
+    ("experiments/cpu/uw_v2_p7_colocated_variants_cpu.toml", "stand_in"),
+    ("experiments/cpu/uw_v2_p7_throughput_cpu.toml", "stand_in"),
+    ("experiments/cpu/uw_v2_p9_weight_sync_cpu.toml", "stand_in"),
+    ("keyword_demo.toml", "stand_in"),
+]
 
-    from alignment.config.settings import read_run_settings
 
-    settings = GRPOConfig(output_dir=tmp_path, task="keywords").to_json()
-    del settings["keyword_match"]  # settings.json of a run started before --keyword-match existed
-    (tmp_path / "settings.json").write_text(json.dumps(settings))
-    assert read_run_settings(tmp_path, GRPOConfig)["keyword_match"] == "word"
-    assert GRPOConfig().keyword_match == "substring"  # new runs: the handouts' rule
+@pytest.mark.parametrize("preset,words", UW_PRESETS, ids=[p for p, _ in UW_PRESETS])
+def test_the_uw_presets_draw_the_handouts_words(preset, words, monkeypatch):
+    monkeypatch.chdir(REPO)  # presets name their files from the repository root
+    path = REPO / "configs" / preset
+    runs = (
+        [run.settings for run in load_preset(path).runs]
+        if "experiments" in preset
+        else [tomllib.loads(path.read_text())]
+    )
+    for settings in runs:
+        assert settings["keywords_file"] == f"data/keywords/{words}.txt"
+        config = GRPOConfig(**{k: v for k, v in settings.items() if k in GRPOConfig.__dataclass_fields__})
+        train, _ = keyword_run_tasks(config, "{question}")
+        assert {k for truth in train.truths for k in truth} <= set(load_keywords(Path(settings["keywords_file"])))
+
+
+def test_no_uw_preset_is_left_without_its_words():
+    """Every preset built on the UW keyword block is in UW_PRESETS, so none falls back to the stand-in unsaid."""
+    listed = {p for p, _ in UW_PRESETS}
+    for path in (REPO / "configs" / "experiments").rglob("*.toml"):
+        if "keyword_uw_handout" in path.read_text():
+            assert str(path.relative_to(REPO / "configs")) in listed, path
+
+
+@pytest.mark.slow
+def test_a_run_folder_naming_the_old_word_list_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    """The stand-in was data/keywords.txt: a run whose settings.json and checkpoint name that path resumes reading
+    it at its new place (the checkpoint's settings read the same way, so they match the run folder's). Under -m
+    slow (two GRPO steps, about 20 s on the loaded 2-core machine); its parts are the test below."""
+    from scripts import train_grpo as train_grpo_script
+
+    monkeypatch.chdir(REPO)  # the path was given from the repository root
+    config = tiny_config(
+        tiny_model_dir,
+        tmp_path,
+        task="keywords",
+        keywords_file=Path("data/keywords/stand_in.txt"),
+        n_train_prompts=8,
+        n_eval_examples=2,
+    )
+    train_grpo(config)
+    for file in (config.output_dir / "settings.json", config.output_dir / "checkpoint" / "state.json"):
+        text = file.read_text()
+        assert '"data/keywords/stand_in.txt"' in text
+        file.write_text(text.replace('"data/keywords/stand_in.txt"', '"data/keywords.txt"'))  # as the old run wrote
+    result = CliRunner().invoke(train_grpo_script.app, ["--resume", str(config.output_dir), "--n-grpo-steps", "2"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
+    assert sorted({row["grpo_step"] for row in rows if "loss" in row}) == [1, 2]
+    assert read_run_settings(config.output_dir, GRPOConfig)["keywords_file"] == Path("data/keywords/stand_in.txt")
+
+
+def test_the_old_word_lists_path_reads_as_its_new_one_from_anywhere_in_a_checkout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for old, new in [
+        (f"{REPO}/data/keywords.txt", f"{REPO}/data/keywords/stand_in.txt"),  # absolute, into a checkout
+        ("../alignment/data/keywords.txt", "../alignment/data/keywords/stand_in.txt"),  # relative, from beside it
+        ("data/keywords.txt", "data/keywords/stand_in.txt"),  # from the root, though not there: a moved file
+    ]:
+        (tmp_path / "run").mkdir(exist_ok=True)
+        settings = GRPOConfig(output_dir=tmp_path / "run", task="keywords").to_json() | {"keywords_file": old}
+        (tmp_path / "run" / "settings.json").write_text(json.dumps(settings))
+        assert read_run_settings(tmp_path / "run", GRPOConfig)["keywords_file"] == Path(new)
+    # the checkpoint's own copy of the settings reads the same way, so resuming finds no setting changed
+    resumed = GRPOConfig(**read_run_settings(tmp_path / "run", GRPOConfig))
+    made_with = upgraded(GRPOConfig, GRPOConfig(task="keywords", keywords_file=Path("data/keywords.txt")).to_json())
+    assert {k: v for k, v in made_with.items() if k not in GRPOConfig.RESUMABLE} == fingerprint(resumed)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keywords.txt").write_text("lantern\n")  # a list of the user's own at that path stays
+    assert read_run_settings(tmp_path / "run", GRPOConfig)["keywords_file"] == Path("data/keywords.txt")

@@ -6,13 +6,22 @@ import json
 import re
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 
-from alignment.data.math_datasets import MIRROR_ENV, load_math_examples, spread_subset
+from alignment.data.math_datasets import (
+    MIRROR_ENV,
+    dataset_splits,
+    evaluation_split,
+    load_math_examples,
+    spread_subset,
+)
+from alignment.data.sft_examples import sft_rows
 from alignment.data.splits import evaluation_examples, run_data
 from alignment.grpo_run import train_grpo
 from alignment.prompts import load_prompt
 from alignment.run.generation import load_task
+from tests.conftest import GSM8K
 from tests.hub_copies import (
     MATH500_IDS,
     N_GSM8K_TEST,
@@ -60,10 +69,35 @@ def test_competition_math_is_one_split_of_everything(hub_mirror):
     assert sorted(e.answer for e in examples) == sorted(answers(TRAIN_IDS + TEST_IDS))
 
 
-def test_gsm8k_reads_the_main_config_only(hub_mirror):
+def test_gsm8k_is_the_shipped_copy_and_needs_no_hub(monkeypatch):
+    """`gsm8k` reads data/gsm8k/ as the course repositories ship it, with the hub switched off and no mirror."""
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.delenv(MIRROR_ENV, raising=False)
     train, test = load_math_examples("gsm8k", split="train"), load_math_examples("gsm8k")
+    assert (len(train), len(test)) == (7473, 1319)
+    assert test == load_math_examples(str(GSM8K / "test.jsonl"))
+    assert train == load_math_examples(str(GSM8K / "train.jsonl"))
+    assert (dataset_splits("gsm8k"), evaluation_split("gsm8k")) == (["test", "train"], "test")
+    assert [r for _, r in sft_rows("gsm8k", "train")[:3]] == [json.loads(line) for line in GSM8K_TRAIN_HEAD]
+    data = run_data("gsm8k", "train", None, n_validation=64)
+    assert data.notes[0] == "training on 7473 questions of gsm8k [train]; validating on 64 of gsm8k [test]"
+    with pytest.raises(ValueError, match=r"has no split 'validation' \(its files: test.jsonl, train.jsonl\)"):
+        load_math_examples("gsm8k", split="validation")
+
+
+GSM8K_TRAIN_HEAD = (GSM8K / "train.jsonl").read_text().splitlines()[:3]
+
+
+def test_the_hub_gsm8k_by_its_id_reads_the_main_config_only(hub_mirror):
+    """openai/gsm8k, a local copy laid out as the hub repo is, read through `datasets`: the `main` config that the
+    short name once read, not main and socratic one after the other."""
+    train, test = load_math_examples("openai/gsm8k", split="train"), load_math_examples("openai/gsm8k")
     assert (len(train), len(test)) == (N_GSM8K_TRAIN, N_GSM8K_TEST)
     assert train[0].answer == "3" and "**" not in train[0].solution  # socratic's solutions have `**` steps
+    assert dataset_splits("openai/gsm8k") == ["train", "test"]
+    data = run_data("openai/gsm8k", "train", None, n_validation=5)
+    assert (len(data.train), len(data.validation)) == (N_GSM8K_TRAIN, 5)
+    assert len(sft_rows("openai/gsm8k", "train")) == N_GSM8K_TRAIN
 
 
 def test_folders_and_hub_ids_load_like_short_names(hub_mirror):
@@ -224,7 +258,17 @@ def test_bad_split_and_missing_source_name_the_flag(hub_mirror, monkeypatch):
 
 @pytest.mark.parametrize(
     "source",
-    ["math", "math500", "competition_math", "hendrycks_math", "gsm8k", "course", "lighteval_folder", "math500_jsonl"],
+    # openai/gsm8k through `datasets`; the shipped `gsm8k` is a folder of <split>.jsonl files, as `course` is
+    [
+        "math",
+        "math500",
+        "competition_math",
+        "hendrycks_math",
+        "openai/gsm8k",
+        "course",
+        "lighteval_folder",
+        "math500_jsonl",
+    ],
 )
 def test_a_grpo_run_starts_on_each_layout(hub_mirror, tiny_model_dir, tmp_path, source, capsys):
     dataset = {

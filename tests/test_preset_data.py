@@ -16,7 +16,6 @@ from alignment.ray.config import RayGRPOConfig
 from alignment.run.setup import keyword_run_tasks
 from alignment.sft_run import load_training_examples, sft_validation
 from alignment.supervised.config import EIConfig, SFTConfig
-from tests.conftest import SHARED_DATA
 from tests.hub_copies import write_course_math
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,27 +85,27 @@ def load_data(script: str, settings: dict) -> int:
     )
 
 
+def link_repo_data(root: Path) -> Path:
+    """root/data/ holding (as links) what the repository's data/ ships, so that the presets' relative paths resolve
+    from root as from the repo's own folder; returns root/data."""
+    data = root / "data"
+    data.mkdir(parents=True)
+    for item in (REPO / "data").iterdir():
+        (data / item.name).symlink_to(item)
+    return data
+
+
 @pytest.fixture
 def repo_layout(tmp_path, monkeypatch) -> Path:
-    """A working folder where the presets' relative paths resolve as from the repo root: data/ (with the course's
-    MATH/ folder that sft_dataset_size points at), prompts, and ../shared when this checkout has it."""
+    """A working folder where the presets' relative paths resolve as from the repo root: data/ as shipped (with the
+    course's MATH/ folder that sft_dataset_size points at) and nothing beside it."""
     root = tmp_path / "repo"
-    (root / "data").mkdir(parents=True)
-    write_course_math(root / "data" / "MATH", load_prompt("r1_zero"))
-    (root / "data" / "keywords.txt").symlink_to(REPO / "data" / "keywords.txt")
-    if SHARED_DATA.is_dir():
-        (tmp_path / "shared").mkdir()
-        (tmp_path / "shared" / "data").symlink_to(SHARED_DATA)
+    write_course_math(link_repo_data(root) / "MATH", load_prompt("r1_zero"))
     monkeypatch.chdir(root)
     return root
 
 
 @pytest.mark.parametrize("name,script,settings", runs(), ids=[name for name, _, _ in runs()])
 def test_every_preset_loads_its_data(hub_mirror, repo_layout, name, script, settings):
-    paths = [
-        v for k, v in settings.items() if k in ("dataset", "validation_dataset") and isinstance(v, str) and "/" in v
-    ]
-    if any(p.startswith("../shared/") for p in paths) and not SHARED_DATA.is_dir():
-        pytest.skip(f"{name} reads ../shared/data, which a fresh clone does not have")
     assert load_data(script, settings) > 0
     assert os.getcwd() == str(repo_layout)

@@ -11,6 +11,7 @@ from alignment.grader import r1_zero_reward_fn
 from alignment.prompts import format_prompt, load_prompt
 from alignment.sft_run import load_training_examples, sft_validation, validation_source
 from alignment.supervised.config import SFTConfig
+from tests.conftest import GSM8K
 from tests.hub_copies import N_TRAIN, TEST_IDS, TRAIN_IDS, math_problem, write_course_math
 
 NATALIA = {
@@ -80,8 +81,8 @@ def test_missing_source_is_named(tmp_path):
         load_sft_examples(str(tmp_path / "nope.jsonl"), "sft", "{question}")
 
 
-def test_shared_gsm8k_train_traces_all_grade_correct(shared_data):
-    examples = load_sft_examples(str(shared_data / "gsm8k" / "train.jsonl"), "gsm8k", load_prompt("r1_zero"), limit=200)
+def test_shipped_gsm8k_train_traces_all_grade_correct():
+    examples = load_sft_examples(str(GSM8K / "train.jsonl"), "gsm8k", load_prompt("r1_zero"), limit=200)
     assert len(examples) == 200
     assert not any("<<" in e.response for e in examples)
     assert all(r1_zero_reward_fn(e.response, e.ground_truth)["reward"] == 1.0 for e in examples)

@@ -1,10 +1,12 @@
 """A hub model or dataset that cannot be reached (offline, no network, a mistyped id or path) ends every script and
 every preset in one line naming the local remedies (--model PATH, --dataset PATH, ALIGNMENT_DATA_MIRROR), exit
-status 2, no traceback, before any model loads; a repo in the hub cache or the mirror still loads offline."""
+status 2, no traceback, before any model loads; a repo in the hub cache or the mirror still loads offline. A model
+folder not written yet is named as a missing local path, the hub never asked (the A1 import's with its command)."""
 
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -16,11 +18,10 @@ from typer.testing import CliRunner
 
 from alignment.data.math_datasets import HUB_DATASETS, MIRROR_ENV, load_math_examples
 from alignment.experiments.sweep import load_preset
-from alignment.models.loading import SMOLLM2, resolve_model
+from alignment.models.loading import SMOLLM2, is_local_path, resolve_model
 from alignment.utils.hub import SourceUnavailable
-from tests.conftest import SHARED_DATA
 from tests.hub_copies import write_course_math
-from tests.test_preset_data import SETTINGS_FILES
+from tests.test_preset_data import SETTINGS_FILES, link_repo_data
 
 REPO = Path(__file__).resolve().parents[1]
 REMEDIES = ("--model PATH", "--dataset PATH", "ALIGNMENT_DATA_MIRROR")
@@ -39,6 +40,18 @@ def assert_one_remedy_line(output: str, names: str) -> None:
     assert names in errors[0] and all(remedy in errors[0] for remedy in REMEDIES), errors[0]
 
 
+def assert_one_missing_folder_line(output: str, model: str) -> None:
+    """One line naming the folder as a missing local path (the hub never asked) and, for the A1 import's folder, the
+    command that writes it."""
+    errors = [line for line in output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in output, output[-3000:]
+    assert f"model {model!r} cannot be loaded: no such folder (a local path, so the hub was not asked)" in errors[0]
+    if model == "outputs/my_lm":
+        assert "uv run scripts/import_a1_model.py --weights model.pt" in errors[0]
+        assert errors[0].endswith("--output-dir outputs/my_lm`")
+    assert "ConnectError" not in output and "ALIGNMENT_DATA_MIRROR" not in errors[0]
+
+
 @pytest.fixture
 def offline(tmp_path, monkeypatch) -> Path:
     """The hub switched off (HF_HUB_OFFLINE=1) with an empty hub cache and no mirror; returns the cache folder."""
@@ -51,11 +64,15 @@ def offline(tmp_path, monkeypatch) -> Path:
 
 
 def names_the_hub(settings: dict) -> bool:
-    """Whether a run reads its model or data from the hub (a hub id, a short name) or from a local path that does
-    not exist (a mistyped or not yet written model folder)."""
+    """Whether a run reads its model or data from the hub (a hub id, a short name the repository ships no copy of)
+    or from a local path that does not exist (a mistyped or not yet written model folder)."""
     model = settings.get("model", "Qwen/Qwen2.5-Math-1.5B")
     datasets = [settings.get(k) for k in ("dataset", "validation_dataset") if settings.get("task", "math") == "math"]
-    return (model != SMOLLM2 and not Path(model).exists()) or any(d in HUB_DATASETS for d in datasets if d)
+    return (model != SMOLLM2 and not Path(model).exists()) or any(map(from_the_hub, datasets))
+
+
+def from_the_hub(dataset: str | None) -> bool:
+    return dataset in HUB_DATASETS and HUB_DATASETS[dataset].shipped is None
 
 
 def runs() -> list[tuple[str, str, dict]]:
@@ -74,25 +91,26 @@ def runs() -> list[tuple[str, str, dict]]:
 
 @pytest.mark.parametrize("name,script,settings", runs(), ids=[name for name, _, _ in runs()])
 def test_every_preset_naming_the_hub_ends_in_one_line_offline(offline, tmp_path, monkeypatch, name, script, settings):
-    if "../shared/" in json.dumps(settings) and not SHARED_DATA.is_dir():
-        pytest.skip(f"{name} reads ../shared/data, which a fresh clone does not have")
-    root = tmp_path / "repo"  # the presets' relative paths resolve as from the repo root, ../shared beside it
-    (root / "data").mkdir(parents=True)
-    if SHARED_DATA.is_dir():
-        (tmp_path / "shared").mkdir()
-        (tmp_path / "shared" / "data").symlink_to(SHARED_DATA)
+    root = tmp_path / "repo"  # the presets' relative paths resolve as from the repo root
+    link_repo_data(root)
     monkeypatch.chdir(root)
     if settings.get("dataset") == "data/MATH/sft.jsonl":  # the course's MATH/ folder, copied as the preset says
         write_course_math(root / "data" / "MATH", "{question}")
+    # another run's output (PKU's Best-of-N reads the zero-shot run's generations) is checked before the model
+    settings = {k: v for k, v in settings.items() if k != "zero_shot_generations"}
     config = tmp_path / "run.json"
     config.write_text(json.dumps(settings | {"output_dir": str(tmp_path / "out")}))
     app = importlib.import_module(f"scripts.{script}").app
     result = CliRunner().invoke(app, ["--config", str(config)])
     assert result.exit_code == 2, result.output[-3000:]
-    assert_one_remedy_line(result.output, "cannot be loaded")
-    datasets = [settings.get(k) for k in ("dataset", "validation_dataset")]
-    named = [settings.get("model")] + [HUB_DATASETS[d].repo for d in datasets if d in HUB_DATASETS]
-    assert any(f"{source!r} cannot be loaded" in result.output for source in named if source), result.output
+    model = settings.get("model", "")
+    if is_local_path(model):  # a model folder not written yet: named, with no hub remedies
+        assert_one_missing_folder_line(result.output, model)
+    else:
+        assert_one_remedy_line(result.output, "cannot be loaded")
+        datasets = [settings.get(k) for k in ("dataset", "validation_dataset")]
+        named = [model] + [HUB_DATASETS[d].repo for d in datasets if from_the_hub(d)]
+        assert any(f"{source!r} cannot be loaded" in result.output for source in named if source), result.output
     assert not (tmp_path / "out" / "metrics.jsonl").exists()  # it stopped before anything ran
 
 
@@ -113,7 +131,7 @@ def test_pku_zero_shot_preset_as_a_student_runs_it_offline(tmp_path):
     )
     assert done.returncode == 2 and done.stdout == "", done.stderr[-3000:]
     assert len(done.stderr.splitlines()) == 1
-    assert_one_remedy_line(done.stderr, "dataset 'openai/gsm8k'")
+    assert_one_remedy_line(done.stderr, "model 'Qwen/Qwen3-0.6B'")  # its data, `gsm8k`, is shipped
     assert not (tmp_path / "out").exists()  # refused before the output folder, before any model
 
 
@@ -121,14 +139,13 @@ def test_pku_zero_shot_preset_as_a_student_runs_it_offline(tmp_path):
 @pytest.mark.parametrize(
     "script,flags,names",
     [
-        ("train_grpo", ["--config", "configs/pku/grpo.toml"], "dataset 'openai/gsm8k'"),
+        ("train_grpo", ["--config", "configs/pku/grpo.toml", "--dataset", "openai/gsm8k"], "dataset 'openai/gsm8k'"),
         ("train_grpo", ["--config", "configs/pku/grpo.toml", "--dataset", "JSONL"], "model 'Qwen/Qwen3-0.6B'"),
         ("best_of_n", ["--model", "Qwen/Qwen3-0.6B", "--dataset", "JSONL"], "model 'Qwen/Qwen3-0.6B'"),
         ("train_sft", ["--dataset", "JSONL", "--validation-dataset", "HELD"], "model 'Qwen/Qwen2.5-Math-1.5B'"),
         ("expert_iteration", ["--dataset", "JSONL", "--validation-dataset", "HELD"], "model 'Qwen/Qwen2.5-Math"),
         ("train_grpo_ray", ["--config", "configs/keyword_demo.toml", "--model", "nobody/no-such-model"], "nobody/"),
         ("build_keyword_dataset", ["--model", "nobody/no-such-model"], "model 'nobody/no-such-model'"),
-        ("eval_zero_shot", ["--model", "outputs/no/such/policy", "--dataset", "JSONL"], "'outputs/no/such/policy'"),
     ],
 )
 def test_each_script_in_a_fresh_process(tmp_path, script, flags, names):
@@ -148,11 +165,27 @@ def test_each_script_in_a_fresh_process(tmp_path, script, flags, names):
     assert_one_remedy_line(done.stderr, names)
 
 
+@pytest.mark.slow
+def test_a_missing_model_folder_in_a_fresh_process(tmp_path):
+    """eval_zero_shot with a mistyped folder, in a process with the network as it is: no hub request, one line."""
+    done = subprocess.run(
+        [sys.executable, "scripts/eval_zero_shot.py", "--model", "outputs/no/such/policy", "--dataset", "gsm8k"]
+        + ["--output-dir", str(tmp_path / "out")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert_one_missing_folder_line(done.stderr, "outputs/no/such/policy")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_cached_or_mirrored_repo_still_loads_offline(offline, hub_mirror_root, tiny_model_dir, monkeypatch):
     with pytest.raises(SourceUnavailable, match="dataset 'openai/gsm8k' cannot be loaded: not a local path, not in"):
-        load_math_examples("gsm8k")
+        load_math_examples("openai/gsm8k")
     monkeypatch.setenv(MIRROR_ENV, str(hub_mirror_root))
-    assert len(load_math_examples("gsm8k")) > 0  # the mirror's copy
+    assert len(load_math_examples("openai/gsm8k")) > 0  # the mirror's copy
     # a model in the hub cache, laid out as huggingface_hub lays it out, is no error: transformers loads it offline
     snapshot = offline / "models--someone--tiny" / "snapshots" / ("0" * 40)
     snapshot.parent.mkdir(parents=True)
@@ -160,7 +193,7 @@ def test_a_cached_or_mirrored_repo_still_loads_offline(offline, hub_mirror_root,
     assert resolve_model("someone/tiny") == "someone/tiny"
     with pytest.raises(SourceUnavailable, match="model 'someone/other' cannot be loaded"):
         resolve_model("someone/other")
-    with pytest.raises(SourceUnavailable, match="'outputs/no/such/policy' cannot be loaded: no such file or folder"):
+    with pytest.raises(SourceUnavailable, match="'outputs/no/such/policy' cannot be loaded: no such folder"):
         resolve_model("outputs/no/such/policy")  # a mistyped path is no hub id: no request is made for it
 
 
@@ -172,3 +205,38 @@ def test_planning_a_handout_model_needs_no_hub(offline, tmp_path):
     other = CliRunner().invoke(train_grpo.app, [*flags, "--model", "someone/other", "--plan-memory", "2x80"])
     assert other.exit_code == 2
     assert_one_remedy_line(other.output, "model 'someone/other'")
+
+
+@pytest.mark.parametrize("folder", ["outputs/my_lm", "./outputs/my_lm", "outputs/a1_model", "ABS/outputs/my_lm"])
+def test_a_missing_a1_import_folder_names_the_import_and_not_the_hub(folder, tmp_path, monkeypatch):
+    """The A1 import's folder before the import ran: the import command, before any model loads and without asking
+    the hub (a hub that cannot be reached would answer ConnectError)."""
+    import alignment.models.loading as loading
+
+    folder = folder.replace("ABS", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(loading, "check_hub_source", lambda *a: pytest.fail(f"asked the hub for {a}"))
+    monkeypatch.setattr(loading.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("loaded"))
+    with pytest.raises(SourceUnavailable) as raised:
+        loading.load_model_and_tokenizer(folder)
+    message = str(raised.value)
+    assert message.startswith(f"model {folder!r} cannot be loaded: no such folder")
+    assert "uv run scripts/import_a1_model.py --weights model.pt" in message and f"--output-dir {folder}`" in message
+
+
+def test_only_a_name_that_may_be_a_hub_id_is_sent_to_the_hub(tmp_path, monkeypatch):
+    import alignment.models.loading as loading
+
+    asked = []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(loading, "check_hub_source", lambda repo, kind: asked.append(repo))
+    loading.check_model_source("Qwen/Qwen3-0.6B")
+    assert asked == ["Qwen/Qwen3-0.6B"]
+    for path in ("outputs/sft/policy", "runs/a/b", "../elsewhere/model", "~/models/x", "/no/such/model"):
+        with pytest.raises(SourceUnavailable, match=f"model '{re.escape(path)}' cannot be loaded: no such folder"):
+            loading.check_model_source(path)
+        with pytest.raises(SourceUnavailable, match="give --model an existing model folder, a hub id, or smollm2"):
+            loading.check_model_source(path)
+    (tmp_path / "outputs" / "my_lm").mkdir(parents=True)
+    loading.check_model_source("outputs/my_lm")  # there now: loaded as the folder it is
+    assert asked == ["Qwen/Qwen3-0.6B"]

@@ -79,10 +79,27 @@ def to_json(config: Any) -> dict[str, Any]:
     return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
 
 
+def moved_path(value: str, moves: dict[str, str]) -> str:
+    """`value` with a moved file's new place: a path that is not there and ends in an old repo path (relative, or
+    inside a checkout) gets that ending replaced by the new one; any other path is returned as it is."""
+    path = Path(value)
+    if path.exists():
+        return value
+    for old, new in moves.items():
+        tail = Path(old).parts
+        if path.parts[-len(tail) :] == tail:
+            return str(Path(*path.parts[: -len(tail)], new))
+    return value
+
+
 def upgraded(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
     """Settings written by an earlier version under their current names: `config_cls.LEGACY` maps an old key to
-    (new key, {old value: new value}); an old value without a new one, or a clash with the new key, is an error."""
+    (new key, {old value: new value}); an old value without a new one, or a clash with the new key, is an error.
+    A path setting naming a shipped file that has moved since reads as its new place (`config_cls.MOVED`)."""
     out = dict(values)
+    for name, moves in getattr(config_cls, "MOVED", {}).items():
+        if out.get(name) is not None:
+            out[name] = moved_path(str(out[name]), moves)
     for old, (new, mapping) in getattr(config_cls, "LEGACY", {}).items():
         if old not in out:
             continue

@@ -8,9 +8,10 @@ Two matching rules (`--keyword-match`):
   word does not ("pineapple" is not "apple"). Keywords are letters only, so they are never read as regex syntax.
 A response the word rule rewards, the substring rule rewards too.
 
-The word list (`--keywords-file`): the UW handout's is the course repo's `cse599o_alignment/prompts/keywords.txt`
-(nouns from TinyStories); a checkout's folder may be given for it. Without one, the 98 words shipped in
-data/keywords.txt stand in.
+The word lists (`--keywords-file`), shipped in data/keywords/: `uw_cse599o.txt`, the UW handout's 6,262 nouns from
+TinyStories (the course repo's `cse599o_alignment/prompts/keywords.txt`; a checkout's folder may be given for it too),
+which the UW presets name; and `stand_in.txt`, the project's own 98 words, read when none is given (so the keyword
+demo and runs started before the UW list was shipped keep their words).
 """
 
 import random
@@ -28,7 +29,9 @@ TEMPLATES = (
     "Describe a walk through town, mentioning {keywords}.",
     "Write a short poem containing the {words}: {keywords}.",
 )
-DEFAULT_KEYWORDS = Path(__file__).resolve().parents[2] / "data" / "keywords.txt"
+KEYWORD_LISTS = Path(__file__).resolve().parents[2] / "data" / "keywords"
+DEFAULT_KEYWORDS = KEYWORD_LISTS / "stand_in.txt"  # the project's 98 words
+UW_KEYWORDS = KEYWORD_LISTS / "uw_cse599o.txt"  # the UW handout's 6,262
 # Where the UW course repo keeps its word list, for --keywords-file given a checkout's folder
 COURSE_KEYWORDS = ("cse599o_alignment/prompts/keywords.txt", "prompts/keywords.txt")
 

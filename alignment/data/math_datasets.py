@@ -8,9 +8,11 @@ folders and hub ids go through `datasets.load_dataset`, which reads a repo's own
 in its README); a repo whose only configs are per-subject ones (EleutherAI/hendrycks_math) is read whole, one
 config after another.
 
-Short names and hub ids are looked up first in `$ALIGNMENT_DATA_MIRROR/<owner>/<name>/` when that folder exists:
-a local copy of the repo (e.g. made by `huggingface-cli download --repo-type dataset`) used exactly as the hub's.
-A hub id that neither the mirror, the hub cache nor the hub can give is a one-line error (alignment/utils/hub.py).
+`gsm8k` reads the copy shipped in the repository's data/gsm8k/ (the course repositories' train.jsonl and
+test.jsonl, OpenAI's original files); the hub's copy stays reachable by its id, `openai/gsm8k`. Other short names and
+hub ids are looked up first in `$ALIGNMENT_DATA_MIRROR/<owner>/<name>/` when that folder exists: a local copy of the
+repo (e.g. made by `huggingface-cli download --repo-type dataset`) used exactly as the hub's. A hub id that neither
+the mirror, the hub cache nor the hub can give is a one-line error (alignment/utils/hub.py).
 
 A MATH record's answer is its `answer` field, else the last `\\boxed{}` / `\\fbox{}` of its `solution` (nested braces
 kept); a GSM8K record's is the number after `####`. A malformed line or a missing field raises ValueError naming
@@ -31,16 +33,19 @@ from alignment.utils.hub import MIRROR_ENV, check_hub_source
 
 DatasetKind = Literal["math", "gsm8k"]
 SUBSET_SEED = 0  # fixed, so every run and script evaluating N questions of a source sees the same N
+SHIPPED_DATA = Path(__file__).resolve().parents[2] / "data"  # the repository's data/ folder
 
 
 @dataclass(frozen=True)
 class HubDataset:
-    """A dataset named by a short name: its repo, the config to read, and which split trains and which evaluates."""
+    """A dataset named by a short name: its repo, the config to read, and which split trains and which evaluates;
+    `shipped`, a folder of `<split>.jsonl` in the repository's data/ that the short name reads instead of the repo."""
 
     repo: str
     config: str | None
     train_split: str | None  # None: the repo has no training split (MATH-500 is a test set)
     eval_split: str  # competition_math's is its one training split, of which a tenth is held out
+    shipped: str | None = None
 
 
 HUB_DATASETS: dict[str, HubDataset] = {
@@ -52,9 +57,12 @@ HUB_DATASETS: dict[str, HubDataset] = {
     "competition_math": HubDataset("qwedsacf/competition_math", None, "train", "train"),
     # MATH with one config per subject, read whole
     "hendrycks_math": HubDataset("EleutherAI/hendrycks_math", None, "train", "test"),
-    # GSM8K: 7,473 training and 1,319 test problems; `main` (not `socratic`)
-    "gsm8k": HubDataset("openai/gsm8k", "main", "train", "test"),
+    # GSM8K: 7,473 training and 1,319 test problems, shipped as the course repositories ship them; by its id, the
+    # hub repo is read in its `main` config (not `socratic`)
+    "gsm8k": HubDataset("openai/gsm8k", "main", "train", "test", shipped="gsm8k"),
 }
+# A hub id read without a config takes the one its short name reads (openai/gsm8k: main, not main and socratic)
+REPO_CONFIGS = {hub.repo: hub.config for hub in HUB_DATASETS.values()}
 
 
 @dataclass(frozen=True)
@@ -141,6 +149,12 @@ def hub_location(repo: str) -> str:
     return repo
 
 
+def named_location(name: str) -> str:
+    """Where a short name's data is read from: its shipped folder, else its hub repo (hub_location)."""
+    hub = HUB_DATASETS[name]
+    return str(SHIPPED_DATA / hub.shipped) if hub.shipped else hub_location(hub.repo)
+
+
 def is_folder_or_hub_id(source: str) -> bool:
     return Path(source).is_dir() or ("/" in source and not source.endswith((".jsonl", ".json")))
 
@@ -176,18 +190,25 @@ def dataset_splits(source: str) -> list[str]:
     if source not in HUB_DATASETS and not is_folder_or_hub_id(source):
         raise unknown_source(source)
     hub = HUB_DATASETS.get(source)
-    location = hub_location(hub.repo if hub else source)
+    location = named_location(source) if hub else hub_location(source)
     files = jsonl_splits(Path(location))
     if files:
         return list(files)
     import datasets
 
-    config = dataset_configs(location, hub.config if hub else None)[0]
+    config = dataset_configs(location, hub.config if hub else REPO_CONFIGS.get(source))[0]
     return list(datasets.get_dataset_split_names(location, config))
+
+
+def load_named(name: str, split: str) -> Rows:
+    """Rows of `split` of a short name's dataset: its shipped copy when the repository has one, else its hub repo."""
+    hub = HUB_DATASETS[name]
+    return load_hub(named_location(name), None, split) if hub.shipped else load_hub(hub.repo, hub.config, split)
 
 
 def load_hub(source: str, config: str | None, split: str) -> Rows:
     """Rows of `split` of a hub id or local dataset folder, every config in turn when it has per-subject ones."""
+    config = config or REPO_CONFIGS.get(source)
     location = hub_location(source)
     files = jsonl_splits(Path(location))
     if files:
@@ -236,8 +257,7 @@ def load_math_examples(
     (`evaluation_split`). `limit` keeps the first N (evaluations take `spread_subset` of the whole instead).
     """
     if source in HUB_DATASETS:
-        hub = HUB_DATASETS[source]
-        rows = load_hub(hub.repo, hub.config, split or hub.eval_split)
+        rows = load_named(source, split or HUB_DATASETS[source].eval_split)
         kind = kind or ("gsm8k" if source == "gsm8k" else "math")
     elif is_arithmetic(source):
         rows, kind = arithmetic_records(source, split or "test"), "gsm8k"

@@ -26,6 +26,7 @@ from alignment.data.math_datasets import (
     Rows,
     is_folder_or_hub_id,
     load_hub,
+    load_named,
     read_jsonl,
     to_example,
     unknown_source,
@@ -87,15 +88,14 @@ def record_format(record: Any, where: str) -> SFTFormat:
 
 
 def sft_rows(source: str, split: str) -> Rows:
-    """The records of `source`: a .jsonl file, a generated `arithmetic?...` task, `gsm8k`'s hub repo (or any short
-    name's), a folder or a hub id."""
+    """The records of `source`: a .jsonl file, a generated `arithmetic?...` task, a short name's data (`gsm8k`: the
+    shipped copy), a folder or a hub id."""
     if Path(source).is_file():
         return read_jsonl(Path(source))
     if is_arithmetic(source):
         return list(arithmetic_records(source, split))
-    hub = HUB_DATASETS.get(source)
-    if hub is not None:
-        return load_hub(hub.repo, hub.config, split)
+    if source in HUB_DATASETS:
+        return load_named(source, split)
     if is_folder_or_hub_id(source):
         return load_hub(source, None, split)
     raise unknown_source(source)
@@ -114,7 +114,7 @@ def random_subset(items: list, n: int | None) -> list:
 def load_sft_examples(
     source: str, data_format: DataFormat, template: str, split: str = "train", limit: int | None = None
 ) -> list[SFTExample]:
-    """Load `source` (a .jsonl file, a local dataset folder or a hub id; `gsm8k` names the hub GSM8K).
+    """Load `source` (a .jsonl file, a local dataset folder or a hub id; `gsm8k` names the shipped GSM8K).
 
     `sft` records are used as they are; `gsm8k` records become traces after `template` (e.g. r1_zero); `auto`
     takes the first record's shape, and a format given that the first record does not have is an error naming

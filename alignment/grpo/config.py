@@ -31,9 +31,9 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings):
     task: Task = setting("math", "math: graded answers to --dataset; keywords: write text that uses given words.")
     keywords_file: Path | None = setting(
         None,
-        "keywords task: one word per line. The UW handout's list is the course repo's "
-        "cse599o_alignment/prompts/keywords.txt (or give the repo's folder); without it, the 98 words shipped in "
-        "data/keywords.txt stand in.",
+        "keywords task: one word per line. The UW handout's 6,262 (the course repo's "
+        "cse599o_alignment/prompts/keywords.txt) are shipped as data/keywords/uw_cse599o.txt, which the UW presets "
+        "name (a checkout's folder works too); without it, the project's 98 words in data/keywords/stand_in.txt.",
     )
     keywords_dataset: Path | None = setting(
         None,
@@ -239,6 +239,8 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings):
     LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = TrainingSettings.LEGACY | {
         "length_normalization": ("loss_aggregation", {"masked_mean": "sequence_mean", "masked_normalize": "constant"}),
     }
+    # Shipped files moved since earlier runs named them: setting -> {old repo path: new repo path}
+    MOVED: ClassVar[dict[str, dict[str, str]]] = {"keywords_file": {"data/keywords.txt": "data/keywords/stand_in.txt"}}
 
     @property
     def time_budget_s(self) -> float | None:

@@ -289,7 +289,7 @@ def run_untrusted(source: str, variable: str | Sequence[str], limits: SandboxLim
         try:
             proc = _start(command, folder, limits, drop_user)
             _drop_user_works = True if drop_user else _drop_user_works
-        except PermissionError:  # `nobody` cannot reach the interpreter (e.g. it lives under /root)
+        except PermissionError:  # `nobody` cannot reach the interpreter (e.g. it lives in the root user's home)
             _drop_user_works = False
             proc = _start(command, folder, limits, drop_user=False)
         try:

@@ -11,9 +11,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from alignment.models.gqa_attention import use_gqa_attention
 from alignment.models.lora import LoRASettings, apply_lora
-from alignment.utils.hub import check_hub_source
+from alignment.utils.hub import SourceUnavailable, check_hub_source
 
 SMOLLM2 = "smollm2-135m"
+# Where scripts/import_a1_model.py writes a student's HW1 model: its default, the folder the guides and the UW presets
+# name, and its default before that
+A1_IMPORT_DIRS = ("outputs/my_lm", "outputs/a1_model")
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -63,11 +66,34 @@ def smollm2_dir() -> Path:
     return target
 
 
+def is_local_path(name: str) -> bool:
+    """Whether `name` can only be a local path, never a hub id (`owner/name`): it starts with /, . or ~, has more
+    than one /, or lies in outputs/, where every script writes."""
+    parts = Path(name).parts
+    return name.startswith(("/", ".", "~")) or len(parts) > 2 or (len(parts) == 2 and parts[0] == "outputs")
+
+
+def missing_folder(name: str) -> str:
+    """The one line for a model folder that is not there; for the A1 import's folder, the command that writes it."""
+    line = f"model {name!r} cannot be loaded: no such folder (a local path, so the hub was not asked)"
+    if any(Path(name).parts[-2:] == Path(folder).parts for folder in A1_IMPORT_DIRS):
+        return (
+            f"{line}; it is where scripts/import_a1_model.py puts your HW1 model: import it first with `uv run "
+            f"scripts/import_a1_model.py --weights model.pt --vocab vocab.json --merges merges.txt --shape-json "
+            f"model_config.json --output-dir {name}`"
+        )
+    return f"{line}; give --model an existing model folder, a hub id, or {SMOLLM2}"
+
+
 def check_model_source(name_or_path: str) -> None:
-    """SourceUnavailable, one line naming the remedies, unless `name_or_path` is the packaged SmolLM2, a local path,
-    or a hub id that the hub (or its local cache) can give."""
-    if name_or_path != SMOLLM2 and not Path(name_or_path).exists():
-        check_hub_source(name_or_path, "model")
+    """SourceUnavailable, one line, unless `name_or_path` is the packaged SmolLM2, a local path that exists, or a hub
+    id that the hub (or its local cache) can give. A path that is not there is named as such, without asking the
+    hub (outputs/my_lm is no hub repo)."""
+    if name_or_path == SMOLLM2 or Path(name_or_path).exists():
+        return
+    if is_local_path(name_or_path):
+        raise SourceUnavailable(missing_folder(name_or_path))
+    check_hub_source(name_or_path, "model")
 
 
 def resolve_model(name_or_path: str) -> str:

