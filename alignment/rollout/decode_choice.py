@@ -20,8 +20,6 @@ import warnings
 from typing import Literal, get_args
 
 import torch
-from torch import nn
-from torch.distributed.tensor import DTensor
 
 Decode = Literal["auto", "static", "eager"]
 DecodePath = Literal["static", "eager"]
@@ -41,11 +39,6 @@ def check_decode(decode: str) -> Decode:
     if decode not in get_args(Decode):
         raise ValueError(f"decode must be one of {', '.join(get_args(Decode))}, got {decode!r}")
     return decode  # type: ignore[return-value]
-
-
-def is_sharded(model: nn.Module) -> bool:
-    """Whether the model's parameters are shards of a policy spread over processes (FSDP2's DTensors)."""
-    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def decode_path(

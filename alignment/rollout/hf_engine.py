@@ -12,7 +12,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path, is_sharded
+from alignment.distributed.sharding import is_sharded
+from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path
 from alignment.rollout.decoding import (
     decode_rows,
     default_memory_budget,

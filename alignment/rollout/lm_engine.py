@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from alignment.distributed.sharding import is_sharded
 from alignment.models.transformer_lm import TransformerLM
-from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path, is_sharded
+from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path
 from alignment.rollout.decoding import default_memory_budget, generate_in_groups, load_unless_shared, prompt_token_ids
 from alignment.rollout.forward_tape import ForwardTape
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig
