@@ -139,6 +139,22 @@ def test_the_slot_state_is_kept_across_calls_and_follows_weight_loads(llama, tok
     assert engine.static_decoder().state is not state and engine.static_decoder().state.capacity == 16
 
 
+def test_an_engine_colocated_with_training_frees_its_slots_after_each_call(llama, tokenizer):
+    """build_engine's in-process engines train the policy on the same device between calls: the static path's memory
+    goes back after each call (as a vLLM engine sharing the GPU sleeps), and the next call samples the same."""
+    from alignment.run.setup import build_engine
+
+    config = type("Config", (), {"decode": "static", "decode_sync_every": 4, "backend": "hf"})()
+    engine = build_engine(config, llama, tokenizer, "cpu", "cpu")
+    assert engine.keep_decode_state is False
+    engine.eos_ids = torch.tensor(EOS)
+    sampling = SamplingConfig(temperature=0.0, max_tokens=12, stop=())
+    first = engine.generate(PROMPTS, 2, sampling)
+    assert engine.static_decoder().state is None and not engine.static_decoder().graphs
+    assert_same_rollouts(engine.generate(PROMPTS, 2, sampling), first)
+    assert_same_rollouts(first, hf_engine(llama, tokenizer, "eager").generate(PROMPTS, 2, sampling))
+
+
 def test_static_path_keeps_the_seeding_guarantees(llama, tokenizer):
     engine = hf_engine(llama, tokenizer, "static")
     config = SamplingConfig(max_tokens=12, stop=(), seed=11)

@@ -40,7 +40,9 @@ def kv_cache_bytes_per_token(model: PreTrainedModel) -> int:
 
 class HFRolloutEngine:
     """The rollout interface over a transformers causal LM (shared with the policy when colocated). `decode` and
-    `sync_every`: the decode path and, on the static one, the steps between host syncs (decode_choice.py)."""
+    `sync_every`: the decode path and, on the static one, the steps between host syncs (decode_choice.py);
+    `keep_decode_state`: the static path's slots and graphs stay between calls, unless the model trains on the same
+    device between them and needs the memory."""
 
     def __init__(
         self,
@@ -50,6 +52,7 @@ class HFRolloutEngine:
         progress: bool = True,
         decode: Decode = "auto",
         sync_every: int = SYNC_EVERY,
+        keep_decode_state: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -59,7 +62,8 @@ class HFRolloutEngine:
         if sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
         self.sync_every = sync_every
-        self._static: StaticDecoder | None = None  # built at the first static batch, kept with its graphs
+        self.keep_decode_state = keep_decode_state
+        self._static: StaticDecoder | None = None  # built at the first static batch
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer.eos_token_id is not None:
@@ -120,11 +124,14 @@ class HFRolloutEngine:
         load_unless_shared(self.model, state_dict)
 
     def static_decoder(self) -> StaticDecoder:
-        """The static path's decoder of this engine's model, with the slot state and graphs of earlier calls."""
+        """The static path's decoder of this engine's model (with `keep_decode_state`, the slots and graphs of
+        earlier calls)."""
         if self._static is None:
             model = self.model
             weights = lambda: [*model.parameters(), *model.buffers()]  # noqa: E731
-            self._static = StaticDecoder(hf_step_logits(model), kv_spec(model), weights, self.sync_every)
+            self._static = StaticDecoder(
+                hf_step_logits(model), kv_spec(model), weights, self.sync_every, self.keep_decode_state
+            )
         return self._static
 
     def _generate_batch(

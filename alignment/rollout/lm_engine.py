@@ -27,7 +27,9 @@ def kv_cache_bytes_per_token(model: TransformerLM) -> int:
 
 class TransformerLMRolloutEngine:
     """Rollouts from a TransformerLM; EOS is the tokenizer's EOS token unless eos_ids says otherwise. `decode` and
-    `sync_every`: the decode path and, on the static one, the steps between host syncs (decode_choice.py)."""
+    `sync_every`: the decode path and, on the static one, the steps between host syncs (decode_choice.py);
+    `keep_decode_state`: the static path's slots and graphs stay between calls, unless the model trains on the same
+    device between them and needs the memory."""
 
     def __init__(
         self,
@@ -39,6 +41,7 @@ class TransformerLMRolloutEngine:
         eos_ids: Sequence[int] | None = None,
         decode: Decode = "auto",
         sync_every: int = SYNC_EVERY,
+        keep_decode_state: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -53,12 +56,14 @@ class TransformerLMRolloutEngine:
         if sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
         self.sync_every = sync_every
-        self._static: StaticDecoder | None = None  # built at the first static batch, kept with its graphs
+        self.keep_decode_state = keep_decode_state
+        self._static: StaticDecoder | None = None  # built at the first static batch
 
     def static_decoder(self) -> StaticDecoder:
-        """The static path's decoder of this engine's model, with the slot state and graphs of earlier calls."""
+        """The static path's decoder of this engine's model (with `keep_decode_state`, the slots and graphs of
+        earlier calls)."""
         if self._static is None:
-            self._static = static_decoder(self.model, self.sync_every)
+            self._static = static_decoder(self.model, self.sync_every, self.keep_decode_state)
         return self._static
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:

@@ -44,10 +44,11 @@ def lm_step_logits(model: TransformerLM) -> StepLogits:
     return step
 
 
-def static_decoder(model: TransformerLM, sync_every: int) -> StaticDecoder:
-    """A StaticDecoder of `model` (keep it across calls: it holds the slot state and the captured graphs)."""
+def static_decoder(model: TransformerLM, sync_every: int, keep: bool = True) -> StaticDecoder:
+    """A StaticDecoder of `model` (keep it across calls: it holds the slot state and, with `keep`, the captured
+    graphs)."""
     weights = lambda: [*model.parameters(), *model.buffers()]  # noqa: E731
-    return StaticDecoder(lm_step_logits(model), lm_kv_spec(model), weights, sync_every)
+    return StaticDecoder(lm_step_logits(model), lm_kv_spec(model), weights, sync_every, keep)
 
 
 def left_pad(prompts: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

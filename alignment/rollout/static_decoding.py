@@ -124,15 +124,23 @@ class StaticDecoder:
     step_logits(state, rows) runs the model on state.tokens[:rows] at state.positions[:rows], writing each layer's new
     key and value at state.column of state.slots(rows) and attending under state.attention_mask(rows); it returns the
     next-token logits (rows, vocab). It must read nothing back to the host. `weights()` lists the tensors a captured
-    step reads from the model (its parameters and buffers); when one moves, the graphs are captured again.
+    step reads from the model (its parameters and buffers); when one moves, the graphs are captured again. Without
+    `keep`, the slots and graphs are freed after each batch: a model trained on the same device between rollouts
+    needs that memory back (as a vLLM engine sharing the policy's GPU sleeps), and captures again at the next one.
     """
 
     def __init__(
-        self, step_logits: StepLogits, kv: KVSpec, weights: Callable[[], list[torch.Tensor]], sync_every: int
+        self,
+        step_logits: StepLogits,
+        kv: KVSpec,
+        weights: Callable[[], list[torch.Tensor]],
+        sync_every: int,
+        keep: bool = True,
     ) -> None:
         if sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
         self.step_logits, self.kv, self.weights, self.sync_every = step_logits, kv, weights, sync_every
+        self.keep = keep
         self.state: SlotState | None = None
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.pool = None
@@ -140,9 +148,10 @@ class StaticDecoder:
         self.captures = 0  # graphs captured so far (tests check that later calls reuse them)
 
     def release(self) -> None:
-        """Free the slot state and the graphs (the next batch allocates and captures anew)."""
+        """Free the slot state and the graphs with their memory pool (the next batch allocates and captures anew)."""
         self.state = None
         self.graphs.clear()
+        self.pool = None
 
     def decode_rows(
         self,
@@ -158,6 +167,26 @@ class StaticDecoder:
     ) -> Iterator[tuple[int, Rollout]]:
         """decoding.decode_rows's contract (same tokens, log-probs to rounding, finish reasons), rows yielded at the
         sync after they end; n rows continue each prefilled prompt (prompt-major)."""
+        try:
+            yield from self._decode_rows(
+                prefill, n, tokenizer, prompt_indices, eos_ids, sampling, generator, bar, version
+            )
+        finally:
+            if not self.keep:
+                self.release()
+
+    def _decode_rows(
+        self,
+        prefill: Prefill,
+        n: int,
+        tokenizer: PreTrainedTokenizerBase,
+        prompt_indices: Sequence[int],
+        eos_ids: Sequence[int],
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        bar: tqdm | None,
+        version: Callable[[], int] | None,
+    ) -> Iterator[tuple[int, Rollout]]:
         prompts, width = prefill.prompt_mask.shape
         rows, device = prompts * n, prefill.logits.device
         state = self._state_for(rows, width + sampling.max_tokens, prefill.logits)

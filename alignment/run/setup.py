@@ -238,13 +238,15 @@ def build_engine(
     A sharded policy's ranks each sample their share of the prompts with the hf backend (alignment/rollout/sharded.py).
     """
     decode = {"decode": config.decode, "sync_every": config.decode_sync_every}  # the in-process engines' decode path
+    # the policy trains between rollouts on the same device: the static decode path's slots are freed after each call
+    colocated = decode | {"keep_decode_state": False}
     if group is not None:
-        return ShardedRollouts(HFRolloutEngine(policy, tokenizer, progress=group.main, **decode), group)  # type: ignore[return-value]
+        return ShardedRollouts(HFRolloutEngine(policy, tokenizer, progress=group.main, **colocated), group)  # type: ignore[return-value]
     backend = resolve_backend(config.backend)
     if backend == "transformer_lm" and rollout_device == policy_device:
-        return TransformerLMRolloutEngine(policy, tokenizer, **decode)
+        return TransformerLMRolloutEngine(policy, tokenizer, **colocated)
     if backend == "hf" and rollout_device == policy_device:
-        return HFRolloutEngine(policy, tokenizer, **decode)
+        return HFRolloutEngine(policy, tokenizer, **colocated)
     shared_gpu = rollout_device == policy_device and torch.device(policy_device).type == "cuda"
     share = vllm_share or config.gpu_memory_utilization or OWN_GPU_SHARE
     return make_rollout_engine(
