@@ -99,9 +99,9 @@ def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tens
     probs = work.exp()
     total = probs.sum(dim=-1)
     log_total = total.log()
-    work.clamp_(min=torch.finfo(work.dtype).min)
-    entropy = log_total - (probs.unsqueeze(-2) @ work.unsqueeze(-1)).flatten() / total
-    return chosen - log_total, top.squeeze(-1) + log_total, entropy
+    # an elementwise product, not a matmul: TF32 (--tf32) would round a float32 matmul's inputs to 10 bits
+    weighted = work.clamp_(min=torch.finfo(work.dtype).min).mul_(probs).sum(dim=-1)
+    return chosen - log_total, top.squeeze(-1) + log_total, log_total - weighted / total
 
 
 class _ChunkedHead(torch.autograd.Function):
@@ -135,12 +135,12 @@ class _ChunkedHead(torch.autograd.Function):
     def backward(ctx: Any, grad_log_probs: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, bias, labels, log_totals = ctx.saved_tensors
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
-        # the weight's gradient is summed over chunks in float32 when the head computes in less (one rounding, as
-        # a single matmul over all tokens would round)
-        accumulate = torch.promote_types(weight.dtype, torch.float32)
+        # the weight's gradient is summed chunk by chunk in its own dtype, as Liger Kernel's is (a float32 sum would
+        # hold 4 bytes a weight more at the step's peak; each chunk's product is accumulated in float32 inside the
+        # matmul and rounded once)
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = torch.zeros(weight.shape, dtype=accumulate, device=weight.device) if want_weight else None
-        grad_bias = torch.zeros(bias.shape, dtype=accumulate, device=bias.device) if want_bias else None
+        grad_weight = torch.zeros_like(weight) if want_weight else None
+        grad_bias = torch.zeros_like(bias) if want_bias else None
         for start in range(0, hidden.shape[0], ctx.chunk):
             part = slice(start, start + ctx.chunk)
             # d/dz_v of z_label - logsumexp(z) is onehot_v - p_v, times the upstream gradient
@@ -156,12 +156,8 @@ class _ChunkedHead(torch.autograd.Function):
             del probs
             if grad_hidden is not None:
                 grad_hidden[part] = grad_logits @ weight
-            if grad_weight is not None and grad_weight.dtype == weight.dtype:
+            if grad_weight is not None:
                 grad_weight.addmm_(grad_logits.t(), hidden[part])
-            elif grad_weight is not None:
-                grad_weight += grad_logits.t() @ hidden[part]
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(dim=0)
-        grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
-        grad_bias = None if grad_bias is None else grad_bias.to(bias.dtype)
         return grad_hidden, grad_weight, grad_bias, None, None, None

@@ -43,9 +43,10 @@ class _LabelLogProbsAndEntropy(torch.autograd.Function):
         chosen = shifted.gather(-1, labels.unsqueeze(-1)) - log_total
         probs /= total
         # H = log(total) - sum_v p_v * shifted_v: both terms are O(log vocab) after the shift, so nothing
-        # cancels; -inf logits (p = 0) are clamped to the most negative float so they add 0, not NaN
-        shifted.clamp_(min=torch.finfo(shifted.dtype).min)
-        entropy = log_total.squeeze(-1) - (probs.unsqueeze(-2) @ shifted.unsqueeze(-1)).flatten()
+        # cancels; -inf logits (p = 0) are clamped to the most negative float so they add 0, not NaN. An
+        # elementwise product, not a matmul: TF32 (--tf32) would round a float32 matmul's inputs to 10 bits.
+        weighted = shifted.clamp_(min=torch.finfo(shifted.dtype).min).mul_(probs).sum(dim=-1)
+        entropy = log_total.squeeze(-1) - weighted
         ctx.save_for_backward(probs, labels)
         ctx.logits_dtype = logits.dtype
         ctx.mark_non_differentiable(entropy)

@@ -8,7 +8,9 @@ restart at 0 for each row, and attention runs per row with no mask at all:
 - on CUDA in bfloat16 / float16, torch's variable-length flash attention (`torch.nn.attention.varlen`, its two
   signatures: torch 2.10-2.11's `window_size` without grouped heads, and 2.12's with `enable_gqa`), one kernel for
   every row;
-- otherwise scaled_dot_product_attention once per row with `is_causal` (the flash kernel on a GPU, and on the CPU).
+- otherwise scaled_dot_product_attention once per row with `is_causal` (the flash kernel on a GPU in bfloat16 /
+  float16, and on the CPU; on a GPU in float32, the memory-efficient kernel, key/value heads copied to their query
+  heads, since it takes no grouped heads and the math kernel would keep every attention matrix).
 
 Either is exact attention over each row alone, so log-probs and gradients equal the padded forward's (tested in
 float64). Our TransformerLM takes `Segments` in place of a mask; a transformers Llama / Qwen2 / Qwen3 takes them
@@ -96,6 +98,12 @@ def segment_attention(
     ):
         return _varlen_attention(varlen, query, key, value, segments, scale)
     grouped = key.shape[1] != query.shape[1]
+    if grouped and query.is_cuda and query.dtype == torch.float32:
+        # CUDA's flash kernel takes no float32, and its memory-efficient one no grouped heads: grouped float32 would
+        # fall to the math kernel, which keeps every (tokens x tokens) attention matrix for backward
+        key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+        value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+        grouped = False
     parts = [
         F.scaled_dot_product_attention(
             query[:, :, a:b],

@@ -30,12 +30,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from alignment.chunked_head import chunk_tokens
 from alignment.run.precision import MODES, Mode, Precision, resolve_precision
 
 GiB = 2**30
 CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context and library workspaces: outside torch's allocator, on every GPU used
 VLLM_OVERHEAD_BYTES = 2 * GiB  # vLLM's activation peak (sampling included) and CUDA graphs, besides weights and KV
 VLLM_ASLEEP_BYTES = GiB // 2  # what a level-1 sleeping engine keeps on its GPU (graph pools, buffers)
+WORKSPACE_BYTES = 256 * 2**20  # cuBLAS's and attention kernels' workspaces in torch's allocator (an allowance)
 OWN_GPU_SHARE = 0.85  # the handouts' gpu_memory_utilization for vLLM on a GPU of its own
 ASSUMED_PROMPT_TOKENS = 512  # longest prompt when the data is not read (r1_zero + a long MATH problem)
 
@@ -114,13 +116,17 @@ class ModelShape:
     def saved_bytes_per_token_per_layer(self, dtype_bytes: int) -> int:
         """What one decoder layer keeps for backward, per token (transformers' Llama / Qwen2 with SDPA).
 
-        Each RMSNorm keeps its float32 input and its normalized output (4h + b·h); attention keeps q, k, v and
-        its output for SDPA and o_proj's input (b·(3·q_dim + 2·kv_dim)); the SwiGLU MLP keeps gate and up, SiLU(gate)
-        and their product (4·b·I). Projections' inputs are those same tensors. b is the dtype's bytes.
+        Each RMSNorm keeps its float32 input, its normalized input (for its weight's gradient) and its output (the
+        next projections' input): 4h + 2·b·h; attention keeps q and k rotated, v and its output for SDPA, and o_proj's
+        input (b·(3·q_dim + 2·kv_dim)); the SwiGLU MLP keeps gate and up, SiLU(gate) and their product (4·b·I), which
+        are also the projections' inputs. b is the dtype's bytes. In float32 a GPU's attention copies keys and values
+        to every query head (alignment/models/packed_rows.py): 5·b·q_dim. Checked against the live tensors of a CPU
+        step (tests/test_memory_plan.py).
         """
         b, h = dtype_bytes, self.hidden
-        norms = 2 * (4 * h + b * h)
-        attention = b * (3 * self.q_dim + 2 * self.kv_dim)
+        norms = 2 * (4 * h + 2 * b * h)
+        kv_dim = self.q_dim if b == 4 else self.kv_dim
+        attention = b * (3 * self.q_dim + 2 * kv_dim)
         return norms + attention + 4 * b * self.intermediate
 
 
@@ -180,11 +186,13 @@ class Machine:
 
 
 def activation_bytes(shape: ModelShape, work: Workload) -> int:
-    """Saved activations of one microbatch at the longest sequence, plus the log-prob head's peak.
+    """Saved activations of one microbatch at the longest sequence, the log-prob head's peak (`head_bytes`), and
+    WORKSPACE_BYTES for the kernels' workspaces.
 
     Without checkpointing every layer keeps `saved_bytes_per_token_per_layer`; with it, each layer keeps its input
-    and one layer's activations are recomputed at a time. The head runs on response tokens only: the logits (b·V)
-    and three float32 vocab-wide tensors at once (the float copy, shifted logits, probabilities; 12·V).
+    and one layer's activations are recomputed at a time. The final norm keeps its float32 input and its
+    normalized input. On a CPU step of a small Qwen2 (tests/test_memory_plan.py) this accounting, less the
+    workspaces, equals the peak of live tensors to 0.1% without checkpointing and is 3-6% above it with.
     """
     tokens = work.micro_batch * work.sequence_tokens
     per_layer = shape.saved_bytes_per_token_per_layer(work.dtype_bytes)
@@ -192,8 +200,28 @@ def activation_bytes(shape: ModelShape, work: Workload) -> int:
         layers = tokens * (shape.layers * work.dtype_bytes * shape.hidden + per_layer)
     else:
         layers = tokens * shape.layers * per_layer
-    head = work.micro_batch * work.response_tokens * shape.vocab * (work.dtype_bytes + 12)
-    return layers + head
+    final_norm = tokens * (4 + work.dtype_bytes) * shape.hidden
+    return layers + final_norm + head_bytes(shape, work) + WORKSPACE_BYTES
+
+
+def head_bytes(shape: ModelShape, work: Workload) -> int:
+    """The log-prob head's peak (alignment/chunked_head.py), for one chunk of response tokens at a time.
+
+    Forward: the chunk's logits in the compute dtype, their float32 copy shifted in place and its exp (8 bytes a
+    word in float32, where the copy is the logits). Backward: the logits recomputed, their float32 probabilities
+    turned into the logit gradient in place (a scaled copy under loss scaling) and cast back, no two of them more
+    than 8 bytes a word, beside the head's weight gradient, new in the compute dtype until it is added into .grad
+    or the master's. Throughout: the response tokens' gathered hidden states and their gradient, and three floats a
+    token kept between forward and backward.
+    """
+    b, vocab, hidden = work.dtype_bytes, shape.vocab, shape.hidden
+    scored = work.micro_batch * work.response_tokens
+    words = min(scored, chunk_tokens(vocab)) * vocab
+    if b < 4:
+        forward, backward = b + 8, max(b + 4, 8 if work.mode.loss_scaling else 4 + b)
+    else:
+        forward, backward = 8, 4
+    return max(words * forward, words * backward + vocab * hidden * b) + scored * (2 * hidden * b + 12)
 
 
 def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:

@@ -94,6 +94,12 @@ def compute_dtype(precision: str | None, device: str | torch.device) -> torch.dt
     return MODES[resolve_precision(precision, device)].compute
 
 
+def use_tf32(enabled: bool) -> None:
+    """float32 matrix products on CUDA in TensorFloat-32 (--tf32) or in full float32; the CPU's are untouched. Set
+    through torch's long-standing switch, which every reader of either of its precision APIs can read back."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+
+
 class PolicyOptimizer:
     """AdamW over the policy's trainable parameters in the run's precision: `clip_grad_norm`, `step`, `zero_grad`,
     and `state_dict` / `load_state_dict` for checkpoints (the master weights and the scaler's state included).
