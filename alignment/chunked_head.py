@@ -160,4 +160,5 @@ class _ChunkedHead(torch.autograd.Function):
                 grad_weight.addmm_(grad_logits.t(), hidden[part])
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(dim=0)
+            del grad_logits  # before the next chunk's logits exist
         return grad_hidden, grad_weight, grad_bias, None, None, None

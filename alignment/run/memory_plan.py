@@ -118,15 +118,15 @@ class ModelShape:
 
         Each RMSNorm keeps its float32 input, its normalized input (for its weight's gradient) and its output (the
         next projections' input): 4h + 2·b·h; attention keeps q and k rotated, v and its output for SDPA, and o_proj's
-        input (b·(3·q_dim + 2·kv_dim)); the SwiGLU MLP keeps gate and up, SiLU(gate) and their product (4·b·I), which
+        input (b·(3·q_dim + 2·kv_dim)), and SDPA's log-sum-exp; the SwiGLU MLP keeps gate and up, SiLU(gate) and their product (4·b·I), which
         are also the projections' inputs. b is the dtype's bytes. In float32 a GPU's attention copies keys and values
         to every query head (alignment/models/packed_rows.py): 5·b·q_dim. Checked against the live tensors of a CPU
         step (tests/test_memory_plan.py).
         """
         b, h = dtype_bytes, self.hidden
-        norms = 2 * (4 * h + 2 * b * h)
+        norms = 2 * (4 * h + 2 * b * h + 4)  # and each one's float32 reciprocal RMS
         kv_dim = self.q_dim if b == 4 else self.kv_dim
-        attention = b * (3 * self.q_dim + 2 * kv_dim)
+        attention = b * (3 * self.q_dim + 2 * kv_dim) + 4 * self.heads  # and SDPA's float32 log-sum-exp a head
         return norms + attention + 4 * b * self.intermediate
 
 
@@ -186,22 +186,34 @@ class Machine:
 
 
 def activation_bytes(shape: ModelShape, work: Workload) -> int:
-    """Saved activations of one microbatch at the longest sequence, the log-prob head's peak (`head_bytes`), and
-    WORKSPACE_BYTES for the kernels' workspaces.
+    """The most one microbatch holds beyond the weights and their states, at the longest sequence: its activations
+    and the log-prob head's peak (`head_bytes`), and WORKSPACE_BYTES for the kernels' workspaces.
 
-    Without checkpointing every layer keeps `saved_bytes_per_token_per_layer`; with it, each layer keeps its input
-    and one layer's activations are recomputed at a time. The final norm keeps its float32 input and its
-    normalized input. On a CPU step of a small Qwen2 (tests/test_memory_plan.py) this accounting, less the
-    workspaces, equals the peak of live tensors to 0.1% without checkpointing and is 3-6% above it with.
+    Without checkpointing, every layer keeps `saved_bytes_per_token_per_layer`, the final norm its float32 input and
+    its normalized input, and the rotary cos and sin tables serve every layer, all of it held while the head runs.
+    With checkpointing each layer keeps only its input; the peak is then the larger of the head's moment (the inputs,
+    the final norm, the head) and a layer's backward (the inputs, that layer's activations recomputed and its MLP's
+    two widest gradients, and a tied head's weight gradient waiting for the embedding's). At the backward's end,
+    activations freed, the embedding's dense gradient, a tied head's and their sum are held at once: 3 vocabulary x
+    hidden tensors, the peak of a checkpointed 1.5B step (the layers' inputs are gone by then).
+
+    On CPU steps of a small Qwen2 in each precision (tests/test_memory_plan.py) this, less the workspaces, is within
+    1% of the peak of live tensors without checkpointing and within 10% above it with.
     """
-    tokens = work.micro_batch * work.sequence_tokens
-    per_layer = shape.saved_bytes_per_token_per_layer(work.dtype_bytes)
+    b, tokens = work.dtype_bytes, work.micro_batch * work.sequence_tokens
+    per_layer = shape.saved_bytes_per_token_per_layer(b)
+    rotary = tokens * 2 * shape.head_dim * b
+    head_moment = tokens * ((4 + b) * shape.hidden + 4) + rotary + head_bytes(shape, work)  # final norm, tables, head
     if work.gradient_checkpointing:
-        layers = tokens * (shape.layers * work.dtype_bytes * shape.hidden + per_layer)
+        inputs = tokens * shape.layers * b * shape.hidden
+        # a tied head's weight gradient waits for the embedding's, at the backward's end
+        pending = shape.vocab * shape.hidden * b if shape.tied_embeddings else 0
+        layer_backward = tokens * (per_layer + 2 * b * shape.intermediate) + rotary + pending
+        held = inputs + max(head_moment, layer_backward)
     else:
-        layers = tokens * shape.layers * per_layer
-    final_norm = tokens * (4 + work.dtype_bytes) * shape.hidden
-    return layers + final_norm + head_bytes(shape, work) + WORKSPACE_BYTES
+        held = tokens * shape.layers * per_layer + head_moment
+    tail = (3 if shape.tied_embeddings else 2) * shape.vocab * shape.hidden * b
+    return max(held, tail) + WORKSPACE_BYTES
 
 
 def head_bytes(shape: ModelShape, work: Workload) -> int:
