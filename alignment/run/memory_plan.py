@@ -5,7 +5,8 @@ Per device, in bytes: the policy's weights, its float32 master copy, gradients a
 bf16-mixed and fp16-mixed a 2-byte compute copy, a 4-byte master, 4-byte gradients and 2 x 4 bytes of AdamW states; fp32
 4 + 4 + 2 x 4), the KL reference copy when kept, the distillation's teacher when given (whole on every process),
 the activations one microbatch saves for backward at the longest sequence in the compute dtype (with or without
-gradient checkpointing), the log-prob head's float32 work over the response tokens, and the rollout engine (in the
+gradient checkpointing), the log-prob head's work for one chunk of response tokens (alignment/chunked_head.py), an
+allowance for the GPU kernels' workspaces, and the rollout engine (in the
 compute dtype): vLLM's share of its GPU (weights, KV cache, its own overhead) or the hf backend's KV cache. A GPU
 that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU, KV cache freed) while the policy trains,
 and the policy's gradients are freed while vLLM generates, so each phase is checked alone.
@@ -21,7 +22,13 @@ gathered and its share's KV cache.
 All but `model_shape` (which reads a config.json) are pure functions of numbers: `scripts/train_grpo.py
 --plan-memory 1x24` prints a plan for a machine that is not there (`--plan-processes 2` for a learner sharded
 over 2 of its GPUs), and a GPU run checks its plan before loading (under torchrun, for its process count).
-Estimates, not measurements: allocator fragmentation and short-lived temporaries beyond the head's are not counted.
+Estimates, not measurements. What the training phase assumes (`activation_bytes`): transformers' Llama / Qwen2 layers
+on SDPA, rows packed without padding (alignment/models/packed_rows.py) so that a microbatch runs at most micro_batch x
+the longest sequence's tokens, the head fused with the log-softmax in chunks, the step's gradients held while each
+microbatch after the first runs, and AdamW's states from the first step on. Allocator fragmentation (torch's cache
+holds freed blocks for reuse, which torch.cuda.max_memory_allocated does not count) and small tensors (bias
+gradients, masks, indices) are not counted; on CPU steps the accounting is within 2% below and 10% above the live
+tensors' peak (tests/test_memory_plan.py), the workspace allowance covering the rest.
 """
 
 import itertools
@@ -116,17 +123,18 @@ class ModelShape:
     def saved_bytes_per_token_per_layer(self, dtype_bytes: int) -> int:
         """What one decoder layer keeps for backward, per token (transformers' Llama / Qwen2 with SDPA).
 
-        Each RMSNorm keeps its float32 input, its normalized input (for its weight's gradient) and its output (the
-        next projections' input): 4h + 2·b·h; attention keeps q and k rotated, v and its output for SDPA, and o_proj's
-        input (b·(3·q_dim + 2·kv_dim)), and SDPA's log-sum-exp; the SwiGLU MLP keeps gate and up, SiLU(gate) and their product (4·b·I), which
-        are also the projections' inputs. b is the dtype's bytes. In float32 a GPU's attention copies keys and values
-        to every query head (alignment/models/packed_rows.py): 5·b·q_dim. Checked against the live tensors of a CPU
-        step (tests/test_memory_plan.py).
+        Each RMSNorm keeps its float32 input, its normalized input (for its weight's gradient), its output (the next
+        projections' input) and a float32 reciprocal RMS: 4h + 2·b·h + 4; attention keeps q and k rotated, v and its
+        output for SDPA, and o_proj's input (b·(3·q_dim + 2·kv_dim)), and SDPA's float32 log-sum-exp a head; the
+        SwiGLU MLP keeps gate and up, SiLU(gate) and their product (4·b·I), which are also the projections' inputs.
+        b is the dtype's bytes. In float32 a GPU's attention copies keys and values to every query head
+        (alignment/models/packed_rows.py): 5·b·q_dim. Checked against the live tensors of a CPU step
+        (tests/test_memory_plan.py).
         """
         b, h = dtype_bytes, self.hidden
-        norms = 2 * (4 * h + 2 * b * h + 4)  # and each one's float32 reciprocal RMS
+        norms = 2 * (4 * h + 2 * b * h + 4)
         kv_dim = self.q_dim if b == 4 else self.kv_dim
-        attention = b * (3 * self.q_dim + 2 * kv_dim) + 4 * self.heads  # and SDPA's float32 log-sum-exp a head
+        attention = b * (3 * self.q_dim + 2 * kv_dim) + 4 * self.heads
         return norms + attention + 4 * b * self.intermediate
 
 
