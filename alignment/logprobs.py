@@ -2,6 +2,7 @@
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from alignment.chunked_head import fused_log_probs_and_entropy, unsupported
 from alignment.models.packed_rows import pack_rows, packed_hidden_states, packs_rows
@@ -75,6 +76,14 @@ def output_head(model: nn.Module) -> nn.Module:
     return model.lm_head if isinstance(model, TransformerLM) else model.get_output_embeddings()
 
 
+def gives_hidden_states(model: nn.Module) -> bool:
+    """Whether the final hidden states and the head of `model` can be had apart: our TransformerLM, or a transformers
+    model with an output head (not a peft PeftModel wrapper, whose base_model returns logits)."""
+    return isinstance(model, TransformerLM) or (
+        isinstance(model, PreTrainedModel) and model.get_output_embeddings() is not None
+    )
+
+
 def head_log_probs_and_entropy(
     model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,11 +133,11 @@ def get_response_log_probs(
     left padding. With `response_mask` (batch, seq), only positions where it is True are scored and others hold 0:
     prompt logits are never used, and over a large vocabulary they cost a quarter of a training step.
 
-    For our TransformerLM and transformers models the whole (tokens x vocab) logits never exist: the head and the
-    log-softmax run in chunks of tokens (alignment/chunked_head.py), and the rows run packed, without their padding
-    (alignment/models/packed_rows.py). Any other module is called for its logits.
+    For our TransformerLM and transformers models (`gives_hidden_states`) the whole (tokens x vocab) logits never
+    exist: the head and the log-softmax run in chunks of tokens (alignment/chunked_head.py), and the rows run packed,
+    without their padding (alignment/models/packed_rows.py). Any other module is called for its logits.
     """
-    if not isinstance(model, TransformerLM) and not hasattr(model, "base_model"):
+    if not gives_hidden_states(model):
         logits = model(input_ids=input_ids, attention_mask=attention_mask)
         logits = logits if isinstance(logits, torch.Tensor) else logits.logits
         out = {"log_probs": log_probs_of_labels(logits, labels)}

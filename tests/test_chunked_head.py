@@ -93,8 +93,10 @@ def test_bfloat16_chunks_match_the_whole_bfloat16_logits():
     log_probs.sum().backward()
     mine = gradients(hidden, head.weight)
     assert [g.dtype for g in mine] == [torch.bfloat16, torch.bfloat16]
-    for a, b in zip(mine, reference):  # bfloat16 gradients: 8 significant bits
-        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-3)
+    # bfloat16 gradients: 8 significant bits, and the weight's summed over 3 chunks in bfloat16 (each chunk's
+    # product rounded once, as Liger Kernel sums it): within 1% of the largest, where a single product rounds once
+    for a, b in zip(mine, reference):
+        torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=1e-2 * b.abs().max().item())
 
 
 def test_the_loss_scale_multiplies_the_logit_gradient_on_both_paths():

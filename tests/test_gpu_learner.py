@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,6 +54,17 @@ def one_update(precision: str, device: str, **settings) -> tuple[dict[str, torch
     return {n: masters[n].detach().float().cpu() - before[n] for n in before}, row
 
 
+@contextmanager
+def full_float32() -> Iterator[None]:
+    """CUDA's float32 matmuls in full float32 inside (TF32 off), as they were outside after."""
+    was = torch.backends.cuda.matmul.allow_tf32
+    use_tf32(False)
+    try:
+        yield
+    finally:
+        use_tf32(was)
+
+
 def agreement(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[float, float]:
     """(cosine, norm ratio) of two updates flattened over every weight."""
     x, y = torch.cat([a[n].flatten() for n in a]).double(), torch.cat([b[n].flatten() for n in a]).double()
@@ -65,12 +78,9 @@ def test_each_precisions_update_moves_the_weights_as_the_cpus(precision):
     """AdamW's first step is about lr x sign(gradient) for every weight, so the update's direction is the
     gradients' signs: float32 (TF32 off) agrees with the CPU's to rounding; bfloat16 / float16 compute flips the
     sign of the smallest gradients, and bf16 (no master) moves each weight only by whole bfloat16 steps."""
-    use_tf32(False)
-    try:
+    with full_float32():
         reference, cpu_row = one_update("fp32", "cpu")
         update, gpu_row = one_update(precision, "cuda:0")
-    finally:
-        use_tf32(True)
     cosine, ratio = agreement(update, reference)
     # on the CPU in each precision: cosine 0.9953 (bf16-mixed), 0.9995 (fp16-mixed), 0.9949 (bf16), norm ratio 0.986
     # (bf16) and 1.000 otherwise, gradient norms within 1.3e-4
@@ -164,7 +174,7 @@ def test_the_memory_plan_holds_the_measured_peak_within_10_percent(precision, ch
 @pytest.mark.gpu
 def test_chunked_log_probs_on_cuda_equal_the_whole_logits():
     torch.manual_seed(0)
-    for dtype, tolerance in ((torch.float64, 1e-9), (torch.bfloat16, 2e-2)):
+    for dtype, tolerance in ((torch.float64, 1e-9), (torch.bfloat16, 1e-2)):
         head = nn.Linear(256, 151936, bias=False, device="cuda", dtype=dtype)
         hidden = torch.randn(1000, 256, device="cuda", dtype=dtype, requires_grad=True)
         labels = torch.randint(0, 151936, (1000,), device="cuda")
@@ -178,8 +188,9 @@ def test_chunked_log_probs_on_cuda_equal_the_whole_logits():
         torch.testing.assert_close(log_probs.double(), expected, rtol=0, atol=tolerance)
         torch.testing.assert_close(entropy.double(), expected_entropy.detach(), rtol=0, atol=tolerance)
         log_probs.sum().backward()
-        for mine, theirs in zip((hidden.grad, head.weight.grad), reference):
-            torch.testing.assert_close(mine.double(), theirs.double(), rtol=tolerance, atol=tolerance)
+        for mine, theirs in zip((hidden.grad, head.weight.grad), reference):  # relative to the largest gradient
+            scale = theirs.double().abs().max().item()
+            torch.testing.assert_close(mine.double(), theirs.double(), rtol=0, atol=tolerance * scale)
 
 
 @cuda
@@ -195,9 +206,10 @@ def test_packed_rows_on_cuda_equal_the_padded_batch():
     for dtype, tolerance in ((torch.bfloat16, 2e-2), (torch.float32, 1e-5)):
         q = torch.randn(1, 12, 2048, 128, device="cuda", dtype=dtype)
         k, v = (torch.randn(1, 2, 2048, 128, device="cuda", dtype=dtype) for _ in range(2))
-        expected = torch.nn.functional.scaled_dot_product_attention(
-            q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True
-        )
+        with full_float32():  # the masked reference runs on the math kernel, whose matmuls TF32 would round
+            expected = torch.nn.functional.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True
+            )
         torch.testing.assert_close(
             segment_attention(q, k, v, segments).float(), expected, rtol=tolerance, atol=tolerance
         )

@@ -11,6 +11,7 @@ batch.py          RolloutBatch: rollouts as right-padded training tensors
 scoring.py        the batch's log-probs without gradient, and a microbatch's with gradient only where the
                   backward matters (--skip-zero-advantage)
 shared_prompt.py  response log-probs with each distinct prompt run through the model once
+synthetic.py      a train phase on random rows and weights of a model's shape (GPU benches and checks)
 colocated.py      UW's colocated on-policy GRPO under its starter's names (Generator, Learner, ColocatedWorker,
                   run_training) over the sampler's engine and the learner
 """

@@ -26,6 +26,8 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "sdpa_packed"  # the transformers attention implementation that takes segments
 SEGMENTS = "packed_segments"  # the keyword the segments travel under, through the model to each attention call
@@ -202,18 +204,13 @@ def use_packed_attention(model: nn.Module) -> bool:
         return False
     if config._attn_implementation not in ("sdpa", GQA_NAME, NAME):  # type: ignore[union-attr]
         return False
-    _register()
     model.set_attn_implementation(NAME)
     return True
 
 
-@cache
-def _register() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(NAME, packed_attention_forward)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+# registered on import, so that a model switched to it works in any process that imports the library
+AttentionInterface.register(NAME, packed_attention_forward)
+AttentionMaskInterface.register(NAME, sdpa_mask)
 
 
 def packed_hidden_states(model: nn.Module, packed: PackedRows) -> torch.Tensor:
