@@ -5,9 +5,9 @@ padding mask) makes attention take a mask, which keeps scaled_dot_product_attent
 each row contributes only the tokens that matter (its real tokens up to its last scored position), rotary positions
 restart at 0 for each row, and attention runs per row with no mask at all:
 
-- on CUDA in bfloat16 / float16, torch's variable-length flash attention (`torch.nn.attention.varlen`, its two
-  signatures: torch 2.10-2.11's `window_size` without grouped heads, and 2.12's with `enable_gqa`), one kernel for
-  every row;
+- on CUDA in bfloat16 / float16, torch's variable-length flash attention (`torch.nn.attention.varlen`, causal by
+  `window_size` or, in earlier releases, `is_causal`; grouped key/value heads only where it takes `enable_gqa`, as
+  torch 2.12's does, since copying them would cost memory the plan does not count), one kernel for every row;
 - otherwise scaled_dot_product_attention once per row with `is_causal` (the flash kernel on a GPU in bfloat16 /
   float16, and on the CPU; on a GPU in float32, the memory-efficient kernel, key/value heads copied to their query
   heads, since it takes no grouped heads and the math kernel would keep every attention matrix).
@@ -90,8 +90,10 @@ def segment_attention(
     (1, heads, tokens, head_dim).
     """
     varlen = _varlen_kernel()
+    grouped = key.shape[1] != query.shape[1]
     if (
         varlen is not None
+        and (not grouped or "enable_gqa" in varlen[1])  # an older kernel would need the key/value heads copied
         and query.is_cuda
         and query.dtype in (torch.float16, torch.bfloat16)
         and dropout == 0.0
@@ -99,7 +101,6 @@ def segment_attention(
         and query.shape[-1] <= 256
     ):
         return _varlen_attention(varlen, query, key, value, segments, scale)
-    grouped = key.shape[1] != query.shape[1]
     if grouped and query.is_cuda and query.dtype == torch.float32:
         # CUDA's flash kernel takes no float32, and its memory-efficient one no grouped heads: grouped float32 would
         # fall to the math kernel, which keeps every (tokens x tokens) attention matrix for backward
@@ -144,14 +145,10 @@ def _varlen_attention(
 ) -> torch.Tensor:
     """segment_attention by torch's varlen flash kernel (tokens-major layout, one call for every segment)."""
     varlen_attn, names = kernel
-    heads, kv_heads = query.shape[1], key.shape[1]
     options: dict[str, object] = {"scale": scale}
     options |= {"window_size": (-1, 0)} if "window_size" in names else {"is_causal": True}
-    if heads != kv_heads and "enable_gqa" in names:
+    if key.shape[1] != query.shape[1]:
         options["enable_gqa"] = True
-    elif heads != kv_heads:  # an older kernel: each key/value head copied to its query heads
-        key = key.repeat_interleave(heads // kv_heads, dim=1)
-        value = value.repeat_interleave(heads // kv_heads, dim=1)
     q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))  # (tokens, heads, head_dim)
     cu, longest = segments.cu_seqlens, segments.longest
     out = varlen_attn(q, k, v, cu, cu, longest, longest, **options)  # type: ignore[operator]
