@@ -2,7 +2,10 @@
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
+from alignment.chunked_head import fused_log_probs_and_entropy, unsupported
+from alignment.models.packed_rows import pack_rows, packed_hidden_states, packs_rows
 from alignment.models.transformer_lm import TransformerLM
 
 
@@ -41,9 +44,10 @@ class _LabelLogProbsAndEntropy(torch.autograd.Function):
         chosen = shifted.gather(-1, labels.unsqueeze(-1)) - log_total
         probs /= total
         # H = log(total) - sum_v p_v * shifted_v: both terms are O(log vocab) after the shift, so nothing
-        # cancels; -inf logits (p = 0) are clamped to the most negative float so they add 0, not NaN
-        shifted.clamp_(min=torch.finfo(shifted.dtype).min)
-        entropy = log_total.squeeze(-1) - (probs.unsqueeze(-2) @ shifted.unsqueeze(-1)).flatten()
+        # cancels; -inf logits (p = 0) are clamped to the most negative float so they add 0, not NaN. An
+        # elementwise product, not a matmul: TF32 (--tf32) would round a float32 matmul's inputs to 10 bits.
+        weighted = shifted.clamp_(min=torch.finfo(shifted.dtype).min).mul_(probs).sum(dim=-1)
+        entropy = log_total.squeeze(-1) - weighted
         ctx.save_for_backward(probs, labels)
         ctx.logits_dtype = logits.dtype
         ctx.mark_non_differentiable(entropy)
@@ -72,6 +76,48 @@ def output_head(model: nn.Module) -> nn.Module:
     return model.lm_head if isinstance(model, TransformerLM) else model.get_output_embeddings()
 
 
+def gives_hidden_states(model: nn.Module) -> bool:
+    """Whether the final hidden states and the head of `model` can be had apart: our TransformerLM, or a transformers
+    model with an output head (not a peft PeftModel wrapper, whose base_model returns logits)."""
+    return isinstance(model, TransformerLM) or (
+        isinstance(model, PreTrainedModel) and model.get_output_embeddings() is not None
+    )
+
+
+def head_log_probs_and_entropy(
+    model: nn.Module, hidden: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-prob of each label, entropy) under `model`'s LM head at final hidden states (tokens, d_model) ->
+    (tokens,) each, at least float32, only the first differentiable. Fused with the head in chunks
+    (alignment/chunked_head.py) when the head allows it, else from the head's whole logits."""
+    head = output_head(model)
+    if unsupported(head) is None:
+        return fused_log_probs_and_entropy(hidden, head, labels)
+    return label_log_probs_and_entropy(head(hidden), labels)
+
+
+def final_hidden_states(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, scored: torch.Tensor
+) -> torch.Tensor:
+    """The final hidden states (scored.sum(), d_model) at the True positions of `scored` (batch, seq) bool.
+
+    Rows are packed without padding (alignment/models/packed_rows.py: each row's real tokens up to its last scored
+    position, positions restarted per row) when the model takes them (`packs_rows`: our TransformerLM, a loaded
+    transformers model) and its layers compute as themselves (not while the forward tape replays them); otherwise
+    the padded batch runs whole.
+    """
+    real = torch.ones_like(scored) if attention_mask is None else attention_mask.bool()
+    columns = torch.arange(scored.shape[1], device=scored.device)
+    last = torch.where(scored, columns, -1).amax(dim=1, keepdim=True)  # (batch, 1) each row's last scored column
+    replaying = "forward" in vars(output_head(model))
+    packed = None if replaying or not packs_rows(model) else pack_rows(input_ids, real & (columns <= last))
+    if packed is not None:
+        return packed_hidden_states(model, packed)[0, packed.at[scored]]
+    if isinstance(model, TransformerLM):
+        return model.forward_with_cache(input_ids, attention_mask)[0][scored]
+    return model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[scored]
+
+
 def get_response_log_probs(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -82,12 +128,16 @@ def get_response_log_probs(
 ) -> dict[str, torch.Tensor]:
     """Score `labels` under `model` fed `input_ids` (labels are input_ids shifted left by one).
 
-    Returns {"log_probs": (batch, seq)} and, when asked, {"token_entropy": (batch, seq)}, both float32.
-    Right padding needs no attention mask (causal attention never looks ahead); pass one for left padding.
-    With `response_mask` (batch, seq), the LM head runs only where it is True and other positions hold 0:
+    Returns {"log_probs": (batch, seq)} and, when asked, {"token_entropy": (batch, seq)}, both float32 (float64
+    for a float64 model). Right padding needs no attention mask (causal attention never looks ahead); pass one for
+    left padding. With `response_mask` (batch, seq), only positions where it is True are scored and others hold 0:
     prompt logits are never used, and over a large vocabulary they cost a quarter of a training step.
+
+    For our TransformerLM and transformers models (`gives_hidden_states`) the whole (tokens x vocab) logits never
+    exist: the head and the log-softmax run in chunks of tokens (alignment/chunked_head.py), and the rows run packed,
+    without their padding (alignment/models/packed_rows.py). Any other module is called for its logits.
     """
-    if response_mask is None:
+    if not gives_hidden_states(model):
         logits = model(input_ids=input_ids, attention_mask=attention_mask)
         logits = logits if isinstance(logits, torch.Tensor) else logits.logits
         out = {"log_probs": log_probs_of_labels(logits, labels)}
@@ -95,16 +145,11 @@ def get_response_log_probs(
             with torch.no_grad():
                 out["token_entropy"] = compute_entropy(logits.float())
         return out
-    if isinstance(model, TransformerLM):
-        hidden = model.forward_with_cache(input_ids, attention_mask)[0]
-    else:
-        hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    logits = output_head(model)(hidden[response_mask])  # (response tokens, vocab)
-    zeros = torch.zeros(labels.shape, dtype=torch.float32, device=labels.device)
-    if not return_token_entropy:
-        return {"log_probs": zeros.masked_scatter(response_mask, log_probs_of_labels(logits, labels[response_mask]))}
-    log_probs, entropy = label_log_probs_and_entropy(logits, labels[response_mask])
-    return {
-        "log_probs": zeros.masked_scatter(response_mask, log_probs),
-        "token_entropy": zeros.masked_scatter(response_mask, entropy),
-    }
+    scored = torch.ones_like(labels, dtype=torch.bool) if response_mask is None else response_mask.bool()
+    hidden = final_hidden_states(model, input_ids, attention_mask, scored)
+    log_probs, entropy = head_log_probs_and_entropy(model, hidden, labels[scored])
+    zeros = torch.zeros(labels.shape, dtype=log_probs.dtype, device=labels.device)
+    out = {"log_probs": zeros.masked_scatter(scored, log_probs)}
+    if return_token_entropy:
+        out["token_entropy"] = zeros.masked_scatter(scored, entropy)
+    return out

@@ -1,144 +1,124 @@
-"""The memory plan against a measured GRPO train step, on a GPU: peak memory, step time, MFU, and hf rollout speed.
+"""The memory plan against the measured peak of a GRPO train phase, per --precision, with and without checkpointing.
 
-    python bench/memory_plan_gpu.py --tokenizer TOKENIZER_DIR              # Qwen2.5-Math-1.5B's shape, random bf16
-    python bench/memory_plan_gpu.py --tokenizer TOKENIZER_DIR --gradient-checkpointing
-    python bench/memory_plan_gpu.py --tokenizer TOKENIZER_DIR --tiny --device cpu   # checks the script anywhere
+    python bench/memory_plan_gpu.py                 # Qwen2.5-Math-1.5B's shape, random weights, on cuda:0
+    python bench/memory_plan_gpu.py --json          # stdout: one JSON line per figure, nothing else
+    python bench/memory_plan_gpu.py --tiny --device cpu --json   # toy sizes: checks the script anywhere
 
-Builds a Qwen2ForCausalLM of Qwen2.5-Math-1.5B's shape with random bfloat16 weights (no download), runs optimizer
-steps of the handout's microbatch (2 sequences of --prompt-tokens + --response-tokens, loss on the response
-tokens) through the library's own log-prob and GRPO microbatch functions with AdamW, and prints the plan's
-training-phase estimate (weights, gradients, AdamW states, activations) beside torch.cuda.max_memory_allocated,
-the step time, and the policy update's MFU (6 x parameters x tokens per step over --peak-tflops). Then hf
-rollouts: --rollouts sequences of --rollout-tokens new tokens. Needs only torch and transformers (no vLLM,
-datasets or network); the tokenizer only turns prompts into ids, any will do.
+For each precision (fp32, bf16, bf16-mixed, fp16-mixed), without and with gradient checkpointing (--runs), the
+library's GRPO learner over a Qwen2ForCausalLM of Qwen2.5-Math-1.5B's shape with random weights
+(alignment/grpo/synthetic.py: no download, no tokenizer) takes --steps optimizer steps of --micro-batches
+microbatches of the handout's 2 sequences of 512 + 1,024 random tokens. Two microbatches a step are enough: from the
+second on, the step's gradients are held while a microbatch runs, as in every longer step. Figures, per run:
+peak_gib (torch.cuda.max_memory_allocated over every step, AdamW's states allocated at the first), plan_gib (the
+plan's training phase: alignment/run/memory_plan.py, its parts in `plan_parts_gib`) and plan_over_peak, which the
+plan promises to keep at 1 or more and within 1.1. On the CPU the peak and the ratio are null, with a reason (torch
+counts allocated memory on CUDA only). The hf rollout speed this script once measured is measured by
+bench/hf_generation_throughput.py.
+Needs torch and transformers only; without CUDA, --device cuda:0 stops at once with a message.
 """
 
 import argparse
 import json
-import time
+import sys
+from typing import Any
 
 import torch
-from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2Config
 
-from alignment.grpo_step import grpo_microbatch_train_step
-from alignment.logprobs import get_response_log_probs
-from alignment.rollout.hf_engine import HFRolloutEngine
-from alignment.rollout.interface import SamplingConfig
-from alignment.run.memory_plan import ModelShape, Workload, policy_bytes
-
-QWEN_MATH_15B = dict(
-    hidden_size=1536,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    intermediate_size=8960,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    max_position_embeddings=4096,
+from alignment.grpo.synthetic import (
+    QWEN_MATH_15B,
+    TINY,
+    planned_training_bytes,
+    random_policy,
+    synthetic_learner,
+    synthetic_rows,
+    synthetic_workload,
 )
-TINY = dict(
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=128,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    max_position_embeddings=4096,
-)
+from alignment.run.memory_plan import GiB, ModelShape, policy_bytes
+from alignment.run.precision import PRECISIONS
+
+CHECKPOINTED = "+checkpointing"
+RUNS = [*PRECISIONS, *(p + CHECKPOINTED for p in PRECISIONS)]
 
 
-def train_steps(model: Qwen2ForCausalLM, args: argparse.Namespace, device: torch.device) -> list[float]:
-    """Seconds of each optimizer step on one random microbatch (forward, backward, AdamW)."""
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=1e-6, betas=(0.9, 0.95), weight_decay=0.0, fused=device.type == "cuda"
+def measure(
+    run: str, shape: dict[str, Any], args: argparse.Namespace, device: torch.device
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One run's figures (the measured peak, the plan, their ratio) and its context."""
+    precision, checkpointing = run.removesuffix(CHECKPOINTED), run.endswith(CHECKPOINTED)
+    work = synthetic_workload(
+        precision, args.micro_batch, args.micro_batches, args.prompt_tokens, args.response_tokens, checkpointing
     )
-    length = args.prompt_tokens + args.response_tokens
-    input_ids = torch.randint(0, model.config.vocab_size, (2, length), device=device)
-    labels = torch.roll(input_ids, -1, dims=1)
-    mask = torch.zeros(2, length, dtype=torch.bool, device=device)
-    mask[:, args.prompt_tokens - 1 : length - 1] = True
-    advantages = torch.tensor([[1.0], [-1.0]], device=device)
-    seconds = []
+    planned = planned_training_bytes(shape, work)
+    parts = policy_bytes(ModelShape.from_config(Qwen2Config(**shape)), work)
+    policy = random_policy(shape, precision, device, checkpointing)
+    rows = args.micro_batch * args.micro_batches
+    learner = synthetic_learner(policy, precision, rows, args.micro_batch)
+    batch = synthetic_rows(rows, args.prompt_tokens, args.response_tokens, shape["vocab_size"])
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     for _ in range(args.steps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        log_probs = get_response_log_probs(model, input_ids, labels, True, response_mask=mask)["log_probs"]
-        grpo_microbatch_train_step(log_probs, mask, 1, "reinforce_with_baseline", advantages=advantages)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - start)
-    return seconds
-
-
-def rollout_tokens_per_s(model: Qwen2ForCausalLM, tokenizer, args: argparse.Namespace) -> tuple[float, int]:
-    engine = HFRolloutEngine(model.eval(), tokenizer)
-    sampling = SamplingConfig(max_tokens=args.rollout_tokens, min_tokens=args.rollout_tokens, seed=0)
-    start = time.perf_counter()
-    rollouts = engine.generate(["Compute 1 + 1."] * (args.rollouts // 8), 8, sampling)
-    tokens = sum(len(r.token_ids) for r in rollouts)
-    return tokens / (time.perf_counter() - start), tokens
+        learner.optimizer_step(batch)
+    measured = torch.cuda.max_memory_allocated(device) / GiB if device.type == "cuda" else None
+    del learner, policy
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    run_context = {"precision": precision, "gradient_checkpointing": checkpointing}
+    run_context |= {"tokens_per_microbatch": args.micro_batch * (args.prompt_tokens + args.response_tokens)}
+    reason = {"reason": "torch counts allocated memory on CUDA only"}
+    return [
+        {"figure": "memory_plan_gpu.peak_gib", "value": measured, "unit": "GiB"} | ({} if measured else reason),
+        {"figure": "memory_plan_gpu.plan_gib", "value": planned / GiB, "unit": "GiB"}
+        | {"plan_parts_gib": {name: size / GiB for name, size in parts.items() if size}},
+        {"figure": "memory_plan_gpu.plan_over_peak", "value": planned / GiB / measured if measured else None}
+        | {"unit": "ratio"}
+        | ({} if measured else reason),
+    ], run_context
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokenizer", required=True, help="a tokenizer folder (any; it only makes prompt ids)")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument(
-        "--tiny", action="store_true", help="a 2-layer model of the same vocabulary, to check the script"
+        "--tiny", action="store_true", help="toy sizes that finish on a CPU: a 2-layer model, 2 x (16 + 32) tokens"
     )
-    parser.add_argument("--gradient-checkpointing", action="store_true")
-    parser.add_argument("--prompt-tokens", type=int, default=512)
-    parser.add_argument("--response-tokens", type=int, default=1024)
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--rollouts", type=int, default=256)
-    parser.add_argument("--rollout-tokens", type=int, default=1024)
-    parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100/H200 SXM: 989)")
+    parser.add_argument("--json", action="store_true", help="stdout: only JSON lines, one per figure")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=RUNS,
+        choices=RUNS,
+        metavar="RUN",
+        help=f"runs, each a precision ({', '.join(PRECISIONS)}) alone or with {CHECKPOINTED} (gradient "
+        "checkpointing); default: all eight",
+    )
+    parser.add_argument("--micro-batches", type=int, default=2, help="microbatches per optimizer step")
+    parser.add_argument("--micro-batch", type=int, default=2, help="sequences per microbatch")
+    parser.add_argument("--prompt-tokens", type=int, default=None, help="default 512 (--tiny: 16)")
+    parser.add_argument("--response-tokens", type=int, default=None, help="default 1024 (--tiny: 32)")
+    parser.add_argument("--steps", type=int, default=2, help="optimizer steps per run")
     args = parser.parse_args()
+    args.prompt_tokens = args.prompt_tokens or (16 if args.tiny else 512)
+    args.response_tokens = args.response_tokens or (32 if args.tiny else 1024)
     device = torch.device(args.device)
-    torch.manual_seed(0)
-    config = Qwen2Config(**(TINY if args.tiny else QWEN_MATH_15B))
-    model = Qwen2ForCausalLM(config).to(device=device, dtype=torch.bfloat16)
-    if args.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    model.train()
-    shape = ModelShape.from_config(config)
-    work = Workload(
-        precision="bf16",
-        micro_batch=2,
-        prompt_tokens=args.prompt_tokens,
-        response_tokens=args.response_tokens,
-        rollout_batch=args.rollouts,
-        group_size=8,
-        gradient_checkpointing=args.gradient_checkpointing,
-        kl_reference=False,
-        rollout="hf",
-    )
-    planned = sum(policy_bytes(shape, work).values())
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    seconds = train_steps(model, args, device)
-    measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    step = min(seconds[1:] or seconds)  # the first step allocates AdamW's states and warms the kernels up
-    tokens = 2 * (args.prompt_tokens + args.response_tokens)
-    result = {
-        "parameters": shape.parameters(),
-        "gradient_checkpointing": args.gradient_checkpointing,
-        "planned_training_gib": planned / 2**30,
-        "measured_peak_gib": None if measured is None else measured / 2**30,
-        "measured_over_planned": None if measured is None else measured / planned,
-        "step_s": step,
-        "step_s_all": seconds,
-        "mfu": 6 * shape.parameters() * tokens / step / (args.peak_tflops * 1e12),
-    }
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    result["hf_rollout_tokens_per_s"], result["hf_rollout_tokens"] = rollout_tokens_per_s(model, tokenizer, args)
-    print(json.dumps(result, indent=2))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"--device {args.device}: no CUDA device here; --tiny --device cpu checks the script without one")
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # toy sizes: one thread avoids OpenMP stalls on CPU cores shared with other jobs
+    shape = TINY if args.tiny else QWEN_MATH_15B
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    context = {"device": name, "torch": torch.__version__, "tiny": args.tiny, "micro_batches": args.micro_batches}
+    log = sys.stderr if args.json else sys.stdout
+    print(json.dumps(context), file=log, flush=True)
+    for run in args.runs:
+        figures, run_context = measure(run, shape, args, device)
+        for figure in figures:
+            if args.json:
+                print(json.dumps(figure | context | run_context), flush=True)
+        peak, plan, ratio = (f["value"] for f in figures)
+        measured = "-" if peak is None else f"{peak:.2f}"
+        over = "" if ratio is None else f" ({ratio:.3f}x the peak)"
+        print(f"{run}: peak {measured} GiB, plan {plan:.2f} GiB{over}", file=log, flush=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import torch
 from alignment.grpo.shared_prompt import shared_prompt_log_probs
 from alignment.models.gqa_attention import NAME, use_gqa_attention
 from alignment.models.loading import load_model_and_tokenizer
+from alignment.models.packed_rows import NAME as PACKED_NAME
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import SamplingConfig
 
@@ -64,4 +65,5 @@ def test_seeded_rollouts_are_the_same_tokens(tiny_model, tokenizer):
 
 def test_cpu_loads_use_it(tiny_model_dir):
     model, _ = load_model_and_tokenizer(str(tiny_model_dir), "cpu")
-    assert model.config._attn_implementation == NAME
+    # sdpa_packed: its calls without packed rows are sdpa_gqa's (tests/test_packed_rows.py)
+    assert model.config._attn_implementation == PACKED_NAME

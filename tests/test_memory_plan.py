@@ -1,5 +1,6 @@
-"""The memory planner on Qwen2.5-Math-1.5B's shape, with every number derived by hand here from the shape, and the
-`--plan-memory` command, which reads only a config.json."""
+"""The memory planner on Qwen2.5-Math-1.5B's shape, with every number derived by hand here from the shape; the
+`--plan-memory` command, which reads only a config.json; and the plan's training phase against the peak of live
+tensors in a CPU optimizer step of the GRPO learner, in each precision, with and without checkpointing."""
 
 import json
 from dataclasses import replace
@@ -8,8 +9,28 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from alignment.run.memory_plan import GiB, Machine, ModelShape, Workload, activation_bytes, plan, remedies, report
+import alignment.chunked_head as chunked_head
+from alignment.grpo.synthetic import (
+    planned_training_bytes,
+    random_policy,
+    synthetic_learner,
+    synthetic_rows,
+    synthetic_workload,
+)
+from alignment.run.memory_plan import (
+    WORKSPACE_BYTES,
+    GiB,
+    Machine,
+    ModelShape,
+    Workload,
+    activation_bytes,
+    plan,
+    remedies,
+    report,
+)
+from alignment.run.precision import PRECISIONS
 from tests.conftest import tiny_config
+from tests.live_memory import LiveTensorBytes
 
 QWEN_MATH_15B = ModelShape(
     hidden=1536,
@@ -41,20 +62,36 @@ LAYER = (1536 * 1536 + 1536) + 2 * (1536 * 256 + 256) + 1536 * 1536 + 3 * 1536 *
 ROOT = 151936 * 1536 + 1536
 PARAMS = 28 * LAYER + ROOT
 WEIGHTS = 2 * PARAMS  # bf16; gradients the same; AdamW two states of the same
-# Saved per token per layer: 2 norms x (fp32 input 4*1536 + bf16 output 2*1536); q, attention output and o_proj
-# input 3 x 2*1536, k and v 2 x 2*256; gate, up, silu(gate) and their product 4 x 2*8960
-SAVED = 2 * (4 * 1536 + 2 * 1536) + 3 * 2 * 1536 + 2 * 2 * 256 + 4 * 2 * 8960
+# Saved per token per layer: 2 norms x (fp32 input 4*1536 + bf16 normalized input and output 2 x 2*1536 + an fp32
+# reciprocal RMS); q, attention output and o_proj input 3 x 2*1536, k and v 2 x 2*256, SDPA's fp32 log-sum-exp for 12
+# heads; gate, up, silu(gate) and their product 4 x 2*8960
+SAVED = 2 * (4 * 1536 + 2 * 2 * 1536 + 4) + 3 * 2 * 1536 + 2 * 2 * 256 + 4 * 12 + 4 * 2 * 8960
 TOKENS = 2 * (512 + 1024)
-HEAD = 2 * 1024 * 151936 * (2 + 12)  # response tokens x vocab x (bf16 logits + three fp32 tensors)
-ACTIVATIONS = TOKENS * 28 * SAVED + HEAD
-ACTIVATIONS_CHECKPOINTED = TOKENS * (28 * 2 * 1536 + SAVED) + HEAD
+FINAL_NORM = TOKENS * ((4 + 2) * 1536 + 4)  # its fp32 input, bf16 normalized input and reciprocal RMS
+ROTARY = TOKENS * 2 * 128 * 2  # the cos and sin tables
+# The head, a chunk of 384 response tokens at a time (the most whose float32 logits fit 256 MiB, in 64s): forward
+# 10 bytes a word (bf16 logits, their fp32 copy and its exp), backward 6 (bf16 logits, then fp32 probabilities, then
+# the bf16 gradient) beside the head's new bf16 weight gradient; and 2,048 response tokens' gathered hidden states,
+# their gradient and 3 floats each
+WORDS = 384 * 151936
+HEAD = max(10 * WORDS, 6 * WORDS + 2 * 151936 * 1536) + 2048 * (2 * 2 * 1536 + 12)
+WORKSPACES = 256 * 2**20
+ACTIVATIONS = TOKENS * 28 * SAVED + FINAL_NORM + ROTARY + HEAD + WORKSPACES
+# checkpointed: every layer's bf16 input and the larger of the head's moment and one layer's backward (its
+# activations, its MLP's two widest gradients, the tied head's gradient waiting for the embedding's), or, larger still
+# here, the backward's end: the embedding's dense gradient, the head's and their sum
+LAYER_BACKWARD = TOKENS * (SAVED + 2 * 2 * 8960) + ROTARY + 2 * 151936 * 1536
+HELD_CHECKPOINTED = TOKENS * 28 * 2 * 1536 + max(FINAL_NORM + ROTARY + HEAD, LAYER_BACKWARD)
+ACTIVATIONS_CHECKPOINTED = max(HELD_CHECKPOINTED, 3 * 2 * 151936 * 1536) + WORKSPACES
 VLLM_NEEDS = WEIGHTS + 2 * GiB + 8 * 1536 * (2 * 28 * 256 * 2)  # weights, overhead, KV cache of one group of 8
 
 
 def test_hand_derived_sizes():
     assert PARAMS == 1_543_714_304  # Qwen2.5-Math-1.5B's published 1.54B
     assert QWEN_MATH_15B.parameters() == PARAMS
-    assert QWEN_MATH_15B.saved_bytes_per_token_per_layer(2) == SAVED == 100_352
+    assert QWEN_MATH_15B.saved_bytes_per_token_per_layer(2) == SAVED == 106_552
+    assert HEAD == 6 * WORDS + 2 * 151936 * 1536 + 2048 * (2 * 2 * 1536 + 12)  # the backward's is the larger
+    assert ACTIVATIONS_CHECKPOINTED == 3 * 2 * 151936 * 1536 + WORKSPACES
     assert activation_bytes(QWEN_MATH_15B, HANDOUT) == ACTIVATIONS
     assert activation_bytes(QWEN_MATH_15B, replace(HANDOUT, gradient_checkpointing=True)) == ACTIVATIONS_CHECKPOINTED
     assert QWEN_MATH_15B.kv_cache_bytes_per_token(2) == 28_672
@@ -89,9 +126,9 @@ def test_one_gpu_shared_with_vllm(gib, share):
         (gpu,) = result.devices
         assert gpu.peak == max(generating, training)
         assert gpu.fits == (max(generating, training) <= usable and int(share * gib * GiB) >= VLLM_NEEDS)
-    # 23.6 GiB of training does not fit the 23 GiB a 24 GiB GPU leaves; checkpointing (16.1 GiB) does
-    assert not plan(QWEN_MATH_15B, HANDOUT, Machine(1, 24)).fits
-    assert plan(QWEN_MATH_15B, replace(HANDOUT, gradient_checkpointing=True), Machine(1, 24)).fits
+    # 21.6 GiB of training does not fit the 19 GiB a 20 GiB GPU leaves; checkpointing (13.6 GiB) does
+    assert not plan(QWEN_MATH_15B, HANDOUT, Machine(1, 20)).fits
+    assert plan(QWEN_MATH_15B, replace(HANDOUT, gradient_checkpointing=True), Machine(1, 20)).fits
     assert plan(QWEN_MATH_15B, HANDOUT, Machine(1, 40)).fits
 
 
@@ -104,7 +141,7 @@ def test_two_gpus_keep_the_handouts_split(gib):
     assert engine.peak == int(0.85 * gib * GiB)
     assert learner.fits == (4 * WEIGHTS + ACTIVATIONS <= gib * GiB - GiB)
     assert engine.fits == (0.85 * gib * GiB >= VLLM_NEEDS)
-    assert [learner.fits, engine.fits] == [gib >= 40, True]
+    assert [learner.fits, engine.fits] == [True, True]  # the learner's 21.1 GiB fits even 24 GiB's 23
 
 
 def test_kl_reference_costs_a_copy_and_shrinks_vllms_share():
@@ -139,20 +176,20 @@ def test_an_explicit_share_too_small_for_vllm_is_refused():
 
 
 def test_remedies_name_the_flags_that_make_it_fit():
-    assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 24)) == [
+    assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 20)) == [
         "--gradient-checkpointing",
         "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
     ]
     # with two GPUs, sharding fits too: 2.5 x WEIGHTS (half of weights, gradients, AdamW states and reference)
-    # + ACTIVATIONS + the gathered root and layers = 20.4 GiB of 23 (test_sharded_learner_divides_its_state)
-    assert remedies(QWEN_MATH_15B, replace(HANDOUT, kl_reference=True), Machine(2, 24)) == [
+    # + ACTIVATIONS + the gathered root and layers = 17.9 GiB of 21 (test_sharded_learner_divides_its_state)
+    assert remedies(QWEN_MATH_15B, replace(HANDOUT, kl_reference=True), Machine(2, 22)) == [
         "--gradient-checkpointing",
         "a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)",
         "a learner sharded over all 2 GPUs (torchrun --nproc-per-node 2, rollouts by hf)",
     ]
-    # 16 GiB: nothing alone fits, checkpointing and one sequence per microbatch together do
-    assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 16)) == [
-        "--gradient-checkpointing + a microbatch of 1 sequence (--gradient-accumulation-steps = --train-batch-size)"
+    # 16 GiB with a reference copy: nothing alone fits, checkpointing and dropping the copy together do
+    assert remedies(QWEN_MATH_15B, replace(HANDOUT, kl_reference=True), Machine(1, 16)) == [
+        "--gradient-checkpointing + --no-kl-reference"
     ]
     assert remedies(QWEN_MATH_15B, HANDOUT, Machine(1, 8)) == []
     _, text = report(QWEN_MATH_15B, HANDOUT, Machine(1, 8))
@@ -196,12 +233,12 @@ def test_plan_memory_command_exits_0_when_it_fits_and_1_with_the_remedy(qwen_con
     base = ["--model", str(qwen_config_dir), "--output-dir", str(tmp_path / "never-written"), "--precision", "bf16"]
     fits = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "2x80"])
     assert fits.exit_code == 0, fits.output
-    assert "cuda:0: peak 23.6 of 79.0 GiB usable (fits)" in fits.output and "cuda:1: peak 68.0" in fits.output
-    tight = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "1x24"])
+    assert "cuda:0: peak 21.1 of 79.0 GiB usable (fits)" in fits.output and "cuda:1: peak 68.0" in fits.output
+    tight = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "1x20"])
     assert tight.exit_code == 1
     assert "does not fit; it would with --gradient-checkpointing or a microbatch of 1 sequence" in tight.output
     assert (
-        CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "1x24", "--gradient-checkpointing"]).exit_code == 0
+        CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "1x20", "--gradient-checkpointing"]).exit_code == 0
     )
     assert not (tmp_path / "never-written").exists()  # planning writes nothing
     bad = CliRunner().invoke(train_grpo.app, base + ["--plan-memory", "lots"])
@@ -241,10 +278,10 @@ def test_lora_counts_adapter_gradients_and_states_only():
     assert QWEN_MATH_15B.lora_parameters(16, ["all-linear"]) == adapters == 18_464_768
     assert QWEN_MATH_15B.lora_parameters(16, ["q_proj", "v_proj"]) == 28 * 16 * (3072 + 1792)
     lora = replace(HANDOUT, trainable_fraction=adapters / PARAMS)
-    (gpu,) = plan(QWEN_MATH_15B, lora, Machine(1, 24)).devices
+    (gpu,) = plan(QWEN_MATH_15B, lora, Machine(1, 20)).devices
     assert gpu.parts["gradients"] == 2 * adapters and gpu.parts["optimizer"] == 4 * adapters
-    # the 24 GiB GPU that full fine-tuning overflows without checkpointing holds LoRA with room to spare
-    assert plan(QWEN_MATH_15B, lora, Machine(1, 24)).fits and not plan(QWEN_MATH_15B, HANDOUT, Machine(1, 24)).fits
+    # the 20 GiB GPU that full fine-tuning overflows without checkpointing holds LoRA with room to spare
+    assert plan(QWEN_MATH_15B, lora, Machine(1, 20)).fits and not plan(QWEN_MATH_15B, HANDOUT, Machine(1, 20)).fits
 
 
 def test_plan_memory_with_lora_and_a_reference_keeps_no_copy(qwen_config_dir, tmp_path):
@@ -290,9 +327,9 @@ def test_sharded_learner_divides_its_state(processes):
         assert gpu.peak == max(resident + WEIGHTS + kv, resident + shard + ACTIVATIONS + GATHERED)
         assert gpu.name == f"each of {processes} GPUs"
     assert GATHERED / GiB == pytest.approx(1.13, abs=0.01)
-    # 23.6 GiB on one 24 GiB GPU does not fit; a quarter of the state each on four (training 16.1 GiB) does
-    assert not plan(QWEN_MATH_15B, replace(HANDOUT, rollout="hf"), Machine(1, 24)).fits
-    assert plan(QWEN_MATH_15B, replace(HANDOUT, rollout="hf", processes=4), Machine(4, 24)).fits
+    # 21.1 GiB on one 20 GiB GPU does not fit; a quarter of the state each on four (training 13.6 GiB) does
+    assert not plan(QWEN_MATH_15B, replace(HANDOUT, rollout="hf"), Machine(1, 20)).fits
+    assert plan(QWEN_MATH_15B, replace(HANDOUT, rollout="hf", processes=4), Machine(4, 20)).fits
 
 
 def test_sharding_needs_a_gpu_per_process():
@@ -303,14 +340,14 @@ def test_sharding_needs_a_gpu_per_process():
 def test_plan_processes_flag(qwen_config_dir):
     from scripts import train_grpo
 
-    base = ["--model", str(qwen_config_dir), "--plan-memory", "2x24", "--precision", "bf16"]
+    base = ["--model", str(qwen_config_dir), "--plan-memory", "2x20", "--precision", "bf16"]
     one = CliRunner().invoke(train_grpo.app, base)  # vLLM on its own GPU: the learner alone overflows the other
     assert one.exit_code == 1 and "learner sharded over all 2 GPUs (torchrun --nproc-per-node 2" in one.output
     two = CliRunner().invoke(train_grpo.app, base + ["--plan-processes", "2"])
     assert two.exit_code == 0, two.output
     peak = 2 * WEIGHTS + ACTIVATIONS + GATHERED  # training: weights, gradients, AdamW states halved
     assert "learner sharded over 2 processes" in two.output
-    assert f"each of 2 GPUs: peak {peak / GiB:.1f} of 23.0 GiB usable (fits)" in two.output
+    assert f"each of 2 GPUs: peak {peak / GiB:.1f} of 19.0 GiB usable (fits)" in two.output
     for flags, message in (
         (["--plan-processes", "3"], "--plan-processes 3: a learner sharded over 3 processes needs 3 GPUs"),
         (["--plan-processes", "2", "--lora-rank", "16"], "--lora-rank > 0 under torchrun"),
@@ -327,7 +364,7 @@ def test_a_gpu_run_under_torchrun_plans_for_its_processes(qwen_config_dir, token
     from alignment.run.setup import check_gpu_memory
 
     tokenizer.save_pretrained(qwen_config_dir)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=24 * GiB))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=20 * GiB))
     config = GRPOConfig(model=str(qwen_config_dir), backend="hf", precision="bf16")
     assert check_gpu_memory(config, None, "cuda:0", "cuda:0", processes=2) is None  # fits: no vLLM share
     assert "each of 2 GPUs" in capsys.readouterr().out
@@ -404,7 +441,7 @@ def test_ignore_memory_plan_starts_with_a_warning(capsys):
     from alignment.grpo.config import GRPOConfig
     from alignment.run.setup import check_memory_plan
 
-    machine = Machine(1, 24)
+    machine = Machine(1, 20)
     with pytest.raises(ValueError, match="does not fit; .* \\(--ignore-memory-plan starts it anyway\\)"):
         check_memory_plan(GRPOConfig(), QWEN_MATH_15B, HANDOUT, machine)
     with pytest.warns(UserWarning, match="does not fit.*starting anyway"):
@@ -416,9 +453,14 @@ def test_ignore_memory_plan_starts_with_a_warning(capsys):
 # float32 master copy, the gradients and AdamW's two states: bf16 2, 0, 2, 2 x 2; bf16-mixed and fp16-mixed 2, 4, 4,
 # 2 x 4 (a bfloat16 / float16 compute copy, float32 everything else); fp32 4, 0, 4, 2 x 4. Activations, KV cache and
 # vLLM's weights are in the compute dtype: float32's saved activations per token per layer, by hand as SAVED above
-# with 4-byte tensors, and its head's logits 4 bytes beside the three float32 vocab-wide tensors.
-SAVED_FP32 = 2 * (4 * 1536 + 4 * 1536) + 3 * 4 * 1536 + 2 * 4 * 256 + 4 * 4 * 8960
-ACTIVATIONS_FP32 = TOKENS * 28 * SAVED_FP32 + 2 * 1024 * 151936 * (4 + 12)
+# with 4-byte tensors and keys and values copied to all 12 query heads (CUDA's float32 attention), its head 8 bytes a
+# word forward and 4 backward beside a float32 weight gradient. fp16-mixed's backward holds the scaled float32
+# probabilities beside the unscaled ones: 8 bytes a word.
+SAVED_FP32 = 2 * (4 * 1536 + 2 * 4 * 1536 + 4) + 3 * 4 * 1536 + 2 * 4 * 1536 + 4 * 12 + 4 * 4 * 8960
+HEAD_FP32 = max(8 * WORDS, 4 * WORDS + 4 * 151936 * 1536) + 2048 * (2 * 4 * 1536 + 12)
+ACTIVATIONS_FP32 = TOKENS * 28 * SAVED_FP32 + TOKENS * (8 * 1536 + 4) + 2 * ROTARY + HEAD_FP32 + WORKSPACES
+HEAD_FP16 = max(10 * WORDS, 8 * WORDS + 2 * 151936 * 1536) + 2048 * (2 * 2 * 1536 + 12)
+ACTIVATIONS_FP16 = ACTIVATIONS - HEAD + HEAD_FP16
 
 
 @pytest.mark.parametrize(
@@ -426,7 +468,7 @@ ACTIVATIONS_FP32 = TOKENS * 28 * SAVED_FP32 + 2 * 1024 * 151936 * (4 + 12)
     [
         ("bf16", (2, 0, 2, 4), ACTIVATIONS, 2),
         ("bf16-mixed", (2, 4, 4, 8), ACTIVATIONS, 2),
-        ("fp16-mixed", (2, 4, 4, 8), ACTIVATIONS, 2),
+        ("fp16-mixed", (2, 4, 4, 8), ACTIVATIONS_FP16, 2),
         ("fp32", (4, 0, 4, 8), ACTIVATIONS_FP32, 4),
     ],
 )
@@ -486,15 +528,15 @@ def test_lora_in_a_mixed_precision_keeps_a_master_of_the_adapters_only():
 def test_the_plan_defaults_to_bf16_mixed_and_names_bf16_as_a_remedy(qwen_config_dir):
     from scripts import train_grpo
 
-    # bf16-mixed's learner: 18 bytes a parameter (25.9 GiB) and the activations (12.1 GiB) on vLLM's neighbour
+    # bf16-mixed's learner: 18 bytes a parameter (25.9 GiB) and the activations (9.6 GiB) on vLLM's neighbour
     two = CliRunner().invoke(train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "2x80"])
     assert two.exit_code == 0, two.output
     assert "precision bf16-mixed" in two.output
     assert f"cuda:0: peak {(18 * PARAMS + ACTIVATIONS) / GiB:.1f} of 79.0 GiB usable (fits)" in two.output
     assert "master weights            5.75 GiB" in two.output  # 4 bytes a parameter
-    one = CliRunner().invoke(train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "1x24"])
+    one = CliRunner().invoke(train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "1x20"])
     assert one.exit_code == 1
-    # 14 bytes a parameter stay resident in bf16-mixed (20.1 GiB of 23): bfloat16 states with either saving fit
+    # 14 bytes a parameter stay resident in bf16-mixed (20.1 GiB of 19): bfloat16 states with either saving fit
     assert (
         "it would with --gradient-checkpointing + --precision bf16 (no float32 master copy) or a microbatch of 1 "
         "sequence (--gradient-accumulation-steps = --train-batch-size) + --precision bf16"
@@ -504,3 +546,47 @@ def test_the_plan_defaults_to_bf16_mixed_and_names_bf16_as_a_remedy(qwen_config_
         train_grpo.app, ["--model", str(qwen_config_dir), "--plan-memory", "1x40", "--precision", "fp32"]
     )
     assert fp32.exit_code == 1 and "--precision bf16-mixed (bfloat16 compute)" in fp32.output
+
+
+# A small Qwen2 of the handouts' proportions (the layers' activations far above the vocabulary's tensors): 4 layers, 4
+# query heads over 2 key/value heads
+SMALL = dict(
+    hidden_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=512,
+    vocab_size=2000,
+    tie_word_embeddings=True,
+    max_position_embeddings=512,
+)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["", "checkpointed"])
+@pytest.mark.parametrize(
+    "precision",
+    # float16 matmuls are slow on a CPU (20 s a case here); fp16-mixed's plan differs from bf16-mixed's in the head's
+    # backward alone (its scaled copy of the probabilities)
+    [p if p != "fp16-mixed" else pytest.param(p, marks=pytest.mark.slow) for p in PRECISIONS],
+)
+def test_the_plan_holds_a_cpu_steps_peak_of_live_tensors_within_10_percent(precision, checkpointing, monkeypatch):
+    """Two optimizer steps of two microbatches of 2 x (64 + 128) tokens, the head in chunks of 128 tokens: the peak
+    bytes of live tensors (what torch.cuda.max_memory_allocated counts on a GPU), against the plan less its
+    allowance for GPU kernels' workspaces. Float32's plan counts keys and values copied to every query head, as a
+    GPU's float32 attention does and the CPU's does not (1.6% of this step's peak)."""
+    monkeypatch.setattr(chunked_head, "CHUNK_BYTES", 2**20)  # 128 tokens of 2,000 float32 logits
+    torch.manual_seed(0)
+    policy = random_policy(SMALL, precision, "cpu", checkpointing)
+    learner = synthetic_learner(policy, precision, 4, 2)
+    rows = synthetic_rows(4, 64, 128, SMALL["vocab_size"])
+    held = [*policy.parameters(), *(m for m in learner.optimizer.masters if m is not None)]
+    tracker = LiveTensorBytes()
+    tracker.known(held)
+    with tracker:
+        for _ in range(2):
+            learner.optimizer_step(rows)
+    measured = tracker.peak + sum(t.numel() * t.element_size() for t in held)
+    planned = planned_training_bytes(SMALL, synthetic_workload(precision, 2, 2, 64, 128, checkpointing))
+    # what the accounting leaves out is a few hundred KiB of small tensors (bias gradients, masks, indices), which
+    # the workspace allowance covers
+    assert planned >= measured and 0.98 * measured <= planned - WORKSPACE_BYTES <= 1.1 * measured

@@ -227,13 +227,15 @@ def test_old_length_normalization_settings_still_load(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / SETTINGS_FILE).write_text(json.dumps({"length_normalization": "masked_mean", "learning_rate": 2e-5}))
-    # a run saved before --grader and --keyword-match existed graded leniently and matched whole keywords
+    # a run saved before --grader, --keyword-match and --tf32 existed graded leniently, matched whole keywords and
+    # multiplied in full float32
     saved = read_run_settings(run, GRPOConfig)
     assert saved == {
         "loss_aggregation": "sequence_mean",
         "learning_rate": 2e-5,
         "grader": "lenient",
         "keyword_match": "word",
+        "tf32": False,
     }
     (run / SETTINGS_FILE).write_text(
         json.dumps({"length_normalization": "masked_mean", "loss_aggregation": "token_mean"})

@@ -175,6 +175,22 @@ def test_runs_saved_with_a_dtype_resume_with_its_precision(tmp_path):
         typed_values(GRPOConfig, {"dtype": "float16"}, settings)  # no precision keeps float16 AdamW states
 
 
+def test_tf32_is_a_setting_on_by_default_that_loading_applies_and_earlier_runs_resume_without(tiny_model_dir):
+    from alignment.config.settings import as_saved
+    from alignment.run.setup import load_policy
+
+    assert GRPOConfig().tf32 and SFTConfig().tf32 and EIConfig().tf32
+    for config_cls in (GRPOConfig, SFTConfig, EIConfig):  # a run saved before the setting computed in full float32
+        assert as_saved(config_cls, {})["tf32"] is False and as_saved(config_cls, {"tf32": True})["tf32"] is True
+    was = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for tf32 in (True, False):
+            load_policy(replace(GRPOConfig(), tf32=tf32, model=str(tiny_model_dir)), "cpu", torch.float32)
+            assert torch.backends.cuda.matmul.allow_tf32 is tf32  # CUDA's switch; the CPU's matmuls are untouched
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = was
+
+
 def test_a_checkpoint_without_a_master_starts_it_from_its_weights(tokenizer, tmp_path):
     """An earlier version's bf16 checkpoint (AdamW over the bfloat16 policy) resumed in bf16-mixed."""
     config = sft_settings(tmp_path, "bf16-mixed")

@@ -13,6 +13,7 @@ scoring.py        the batch's log-probs without gradient, and a microbatch's wit
 shared_prompt.py  response log-probs with each distinct prompt run through the model once
 episode_sampler.py  EpisodeSampler: GRPOSampler's draw and evaluate over an environment's episodes (--env)
 environments.py   the environments --env selects, each with its constructor and its tasks
+synthetic.py      a train phase on random rows and weights of a model's shape (GPU benches and checks)
 colocated.py      UW's colocated on-policy GRPO under its starter's names (Generator, Learner, ColocatedWorker,
                   run_training) over the sampler's engine and the learner
 """

@@ -33,8 +33,9 @@ import torch
 from torch import nn
 
 from alignment.distributed.sharding import is_sharded, root_forward
-from alignment.logprobs import get_response_log_probs, label_log_probs_and_entropy, log_probs_of_labels, output_head
+from alignment.logprobs import get_response_log_probs, head_log_probs_and_entropy
 from alignment.models.gqa_attention import NAME as GQA_NAME
+from alignment.models.packed_rows import NAME as PACKED_NAME
 from alignment.models.transformer_lm import TransformerLM
 from alignment.rollout.forward_tape import ForwardTape
 
@@ -131,16 +132,14 @@ def shared_prompt_log_probs(
         )
     run = packed_hidden if packing_pays(model, prompt_length, inverse, length) else cached_hidden
     hidden = run(model, layout)  # (response tokens, d_model)
+    targets = labels.gather(1, gather_at)[valid]
     with layout.replaying(None if layout.suffix_slots is None else layout.suffix_slots[valid]):
-        logits = output_head(model)(hidden)  # (response tokens, vocab)
+        log_probs, entropy = head_log_probs_and_entropy(model, hidden, targets)  # (response tokens,) each
     rows = torch.arange(batch, device=device)[:, None].expand_as(position)[valid]
     where = (rows, position[valid])
-    zeros = torch.zeros((batch, seq), dtype=torch.float32, device=device)
-    targets = labels.gather(1, gather_at)[valid]
-    if not return_token_entropy:
-        return {"log_probs": zeros.index_put(where, log_probs_of_labels(logits, targets))}
-    log_probs, entropy = label_log_probs_and_entropy(logits, targets)
-    return {"log_probs": zeros.index_put(where, log_probs), "token_entropy": zeros.index_put(where, entropy)}
+    zeros = torch.zeros((batch, seq), dtype=log_probs.dtype, device=device)
+    out = {"log_probs": zeros.index_put(where, log_probs)}
+    return out | ({"token_entropy": zeros.index_put(where, entropy)} if return_token_entropy else {})
 
 
 def packing_pays(model: nn.Module, prompt_length: torch.Tensor, inverse: torch.Tensor, length: torch.Tensor) -> bool:
@@ -152,7 +151,7 @@ def packing_pays(model: nn.Module, prompt_length: torch.Tensor, inverse: torch.T
     """
     if isinstance(model, TransformerLM):
         d_model = model.config.d_model
-    elif model.config._attn_implementation in ("sdpa", GQA_NAME) and "sliding_attention" not in (
+    elif model.config._attn_implementation in ("sdpa", GQA_NAME, PACKED_NAME) and "sliding_attention" not in (
         getattr(model.config, "layer_types", None) or ()  # a prepared mask would replace the window
     ):
         d_model = model.config.hidden_size

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from alignment.models.gqa_attention import use_gqa_attention
 from alignment.models.lora import LoRASettings, apply_lora
+from alignment.models.packed_rows import use_packed_attention
 from alignment.utils.hub import SourceUnavailable, check_hub_source
 
 SMOLLM2 = "smollm2-135m"
@@ -121,7 +122,8 @@ def load_model_and_tokenizer(
     """Load a causal LM for training or generation; `smollm2-135m` names the packaged SmolLM2.
 
     With `lora` of rank > 0 the model gets trainable LoRA adapters and the rest is frozen (alignment.models.lora).
-    On the CPU, grouped-query attention runs without copying keys and values per head (alignment.models.gqa_attention).
+    Llama / Qwen2 / Qwen3 models score packed rows without padding (alignment.models.packed_rows); on the CPU,
+    grouped-query attention runs without copying keys and values per head (alignment.models.gqa_attention).
     `place=False` leaves the weights in CPU memory for the caller to move (sharding moves each shard to `device`).
     """
     path = resolve_model(name_or_path)
@@ -130,6 +132,6 @@ def load_model_and_tokenizer(
         model = model.to(device)
     if lora is not None:
         apply_lora(model, lora)
-    if torch.device(device).type == "cpu":
+    if not use_packed_attention(model) and torch.device(device).type == "cpu":
         use_gqa_attention(model)
     return model, load_tokenizer(path)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from alignment.models.decode_attention import one_token_attention
+from alignment.models.packed_rows import Segments, segment_attention
 
 
 @dataclass(frozen=True)
@@ -111,19 +112,22 @@ class Attention(nn.Module):
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | Segments,
         past: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x: (batch, seq, d_model); mask: (batch, 1, seq, past + seq) bool, True where attention is allowed;
-        past: cached (keys, values), each (batch, n_kv_heads, past, head_dim). Returns the output and the
-        keys and values of past + seq."""
+        """x: (batch, seq, d_model); mask: (batch, 1, seq, past + seq) bool, True where attention is allowed, or the
+        Segments of rows packed into a batch of one (causal within each); past: cached (keys, values), each (batch,
+        n_kv_heads, past, head_dim). Returns the output and the keys and values of past + seq."""
         b, s, _ = x.shape
         c = self.c
         q, k, v = self._project(x, positions)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        # each key/value head serves n_heads / n_kv_heads query heads (GQA), without copying the cache
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1 / math.sqrt(c.head_dim), enable_gqa=True)
+        scale = 1 / math.sqrt(c.head_dim)
+        if isinstance(mask, Segments):
+            y = segment_attention(q, k, v, mask, scale)
+        else:  # each key/value head serves n_heads / n_kv_heads query heads (GQA), without copying the cache
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
         return self.out(y.transpose(1, 2).reshape(b, s, c.n_heads * c.head_dim)), k, v
 
     def decode_into(
@@ -175,7 +179,7 @@ class Block(nn.Module):
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | Segments,
         past: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         attended, k, v = self.attn(self.attn_norm(x), positions, mask, past)
@@ -226,6 +230,7 @@ class TransformerLM(nn.Module):
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        segments: Segments | None = None,
     ) -> tuple[torch.Tensor, KVCache]:
         """Hidden states after the final norm (batch, seq, d_model) and the cache extended by these tokens.
 
@@ -234,9 +239,16 @@ class TransformerLM(nn.Module):
         own); or, without a cache, a prepared (batch, 1, seq, seq) bool mask, True where a query (row) may
         attend to a key (column), e.g. block-causal packing (its returned cache is not for continuing).
         positions (batch, seq): rotary positions; by default each real token's index among the real tokens
-        of its row, cache included. Apply `lm_head` for logits, where they are needed.
+        of its row, cache included. Apply `lm_head` for logits, where they are needed. `segments`: input_ids (1,
+        tokens) are rows packed end to end (alignment/models/packed_rows.py), each attending causally to itself
+        alone; it needs `positions` and no mask or cache (the returned cache is not for continuing).
         """
         s, device = input_ids.shape[1], input_ids.device
+        if segments is not None:
+            if cache is not None or positions is None or attention_mask is not None:
+                raise ValueError("packed segments need positions, and no attention_mask or cache")
+            every_key = torch.ones_like(input_ids, dtype=torch.bool)
+            return self._run_blocks(input_ids, positions, segments, None, every_key)
         if attention_mask is not None and attention_mask.dim() == 4:
             if cache is not None or positions is None:
                 raise ValueError("a 4D attention_mask needs positions and no cache")
@@ -277,7 +289,7 @@ class TransformerLM(nn.Module):
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | Segments,
         cache: KVCache | None,
         key_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, KVCache]:

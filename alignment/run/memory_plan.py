@@ -5,7 +5,8 @@ Per device, in bytes: the policy's weights, its float32 master copy, gradients a
 bf16-mixed and fp16-mixed a 2-byte compute copy, a 4-byte master, 4-byte gradients and 2 x 4 bytes of AdamW states; fp32
 4 + 4 + 2 x 4), the KL reference copy when kept, the distillation's teacher when given (whole on every process),
 the activations one microbatch saves for backward at the longest sequence in the compute dtype (with or without
-gradient checkpointing), the log-prob head's float32 work over the response tokens, and the rollout engine (in the
+gradient checkpointing), the log-prob head's work for one chunk of response tokens (alignment/chunked_head.py), an
+allowance for the GPU kernels' workspaces, and the rollout engine (in the
 compute dtype): vLLM's share of its GPU (weights, KV cache, its own overhead) or the hf backend's KV cache. A GPU
 that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU, KV cache freed) while the policy trains,
 and the policy's gradients are freed while vLLM generates, so each phase is checked alone.
@@ -21,7 +22,13 @@ gathered and its share's KV cache.
 All but `model_shape` (which reads a config.json) are pure functions of numbers: `scripts/train_grpo.py
 --plan-memory 1x24` prints a plan for a machine that is not there (`--plan-processes 2` for a learner sharded
 over 2 of its GPUs), and a GPU run checks its plan before loading (under torchrun, for its process count).
-Estimates, not measurements: allocator fragmentation and short-lived temporaries beyond the head's are not counted.
+Estimates, not measurements. What the training phase assumes (`activation_bytes`): transformers' Llama / Qwen2 layers
+on SDPA, rows packed without padding (alignment/models/packed_rows.py) so that a microbatch runs at most micro_batch x
+the longest sequence's tokens, the head fused with the log-softmax in chunks, the step's gradients held while each
+microbatch after the first runs, and AdamW's states from the first step on. Allocator fragmentation (torch's cache
+holds freed blocks for reuse, which torch.cuda.max_memory_allocated does not count) and small tensors (bias
+gradients, masks, indices) are not counted; on CPU steps the accounting is within 2% below and 10% above the live
+tensors' peak (tests/test_memory_plan.py), the workspace allowance covering the rest.
 """
 
 import itertools
@@ -30,12 +37,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from alignment.chunked_head import chunk_tokens
 from alignment.run.precision import MODES, Mode, Precision, resolve_precision
 
 GiB = 2**30
 CUDA_CONTEXT_BYTES = 1 * GiB  # CUDA context and library workspaces: outside torch's allocator, on every GPU used
 VLLM_OVERHEAD_BYTES = 2 * GiB  # vLLM's activation peak (sampling included) and CUDA graphs, besides weights and KV
 VLLM_ASLEEP_BYTES = GiB // 2  # what a level-1 sleeping engine keeps on its GPU (graph pools, buffers)
+WORKSPACE_BYTES = 256 * 2**20  # cuBLAS's and attention kernels' workspaces in torch's allocator (an allowance)
 OWN_GPU_SHARE = 0.85  # the handouts' gpu_memory_utilization for vLLM on a GPU of its own
 ASSUMED_PROMPT_TOKENS = 512  # longest prompt when the data is not read (r1_zero + a long MATH problem)
 
@@ -114,13 +123,18 @@ class ModelShape:
     def saved_bytes_per_token_per_layer(self, dtype_bytes: int) -> int:
         """What one decoder layer keeps for backward, per token (transformers' Llama / Qwen2 with SDPA).
 
-        Each RMSNorm keeps its float32 input and its normalized output (4h + b·h); attention keeps q, k, v and
-        its output for SDPA and o_proj's input (b·(3·q_dim + 2·kv_dim)); the SwiGLU MLP keeps gate and up, SiLU(gate)
-        and their product (4·b·I). Projections' inputs are those same tensors. b is the dtype's bytes.
+        Each RMSNorm keeps its float32 input, its normalized input (for its weight's gradient), its output (the next
+        projections' input) and a float32 reciprocal RMS: 4h + 2·b·h + 4; attention keeps q and k rotated, v and its
+        output for SDPA, and o_proj's input (b·(3·q_dim + 2·kv_dim)), and SDPA's float32 log-sum-exp a head; the
+        SwiGLU MLP keeps gate and up, SiLU(gate) and their product (4·b·I), which are also the projections' inputs.
+        b is the dtype's bytes. In float32 a GPU's attention copies keys and values to every query head
+        (alignment/models/packed_rows.py): 5·b·q_dim. Checked against the live tensors of a CPU step
+        (tests/test_memory_plan.py).
         """
         b, h = dtype_bytes, self.hidden
-        norms = 2 * (4 * h + b * h)
-        attention = b * (3 * self.q_dim + 2 * self.kv_dim)
+        norms = 2 * (4 * h + 2 * b * h + 4)
+        kv_dim = self.q_dim if b == 4 else self.kv_dim
+        attention = b * (3 * self.q_dim + 2 * kv_dim) + 4 * self.heads
         return norms + attention + 4 * b * self.intermediate
 
 
@@ -180,20 +194,54 @@ class Machine:
 
 
 def activation_bytes(shape: ModelShape, work: Workload) -> int:
-    """Saved activations of one microbatch at the longest sequence, plus the log-prob head's peak.
+    """The most one microbatch holds beyond the weights and their states, at the longest sequence: its activations
+    and the log-prob head's peak (`head_bytes`), and WORKSPACE_BYTES for the kernels' workspaces.
 
-    Without checkpointing every layer keeps `saved_bytes_per_token_per_layer`; with it, each layer keeps its input
-    and one layer's activations are recomputed at a time. The head runs on response tokens only: the logits (b·V)
-    and three float32 vocab-wide tensors at once (the float copy, shifted logits, probabilities; 12·V).
+    Without checkpointing, every layer keeps `saved_bytes_per_token_per_layer`, the final norm its float32 input and
+    its normalized input, and the rotary cos and sin tables serve every layer, all of it held while the head runs.
+    With checkpointing each layer keeps only its input; the peak is then the larger of the head's moment (the inputs,
+    the final norm, the head) and a layer's backward (the inputs, that layer's activations recomputed and its MLP's
+    two widest gradients, and a tied head's weight gradient waiting for the embedding's). At the backward's end,
+    activations freed, the embedding's dense gradient, a tied head's and their sum are held at once: 3 vocabulary x
+    hidden tensors, the peak of a checkpointed 1.5B step (the layers' inputs are gone by then).
+
+    On CPU steps of a small Qwen2 in each precision (tests/test_memory_plan.py) this, less the workspaces, is within
+    1% of the peak of live tensors without checkpointing and within 10% above it with.
     """
-    tokens = work.micro_batch * work.sequence_tokens
-    per_layer = shape.saved_bytes_per_token_per_layer(work.dtype_bytes)
+    b, tokens = work.dtype_bytes, work.micro_batch * work.sequence_tokens
+    per_layer = shape.saved_bytes_per_token_per_layer(b)
+    rotary = tokens * 2 * shape.head_dim * b
+    head_moment = tokens * ((4 + b) * shape.hidden + 4) + rotary + head_bytes(shape, work)  # final norm, tables, head
     if work.gradient_checkpointing:
-        layers = tokens * (shape.layers * work.dtype_bytes * shape.hidden + per_layer)
+        inputs = tokens * shape.layers * b * shape.hidden
+        # a tied head's weight gradient waits for the embedding's, at the backward's end
+        pending = shape.vocab * shape.hidden * b if shape.tied_embeddings else 0
+        layer_backward = tokens * (per_layer + 2 * b * shape.intermediate) + rotary + pending
+        held = inputs + max(head_moment, layer_backward)
     else:
-        layers = tokens * shape.layers * per_layer
-    head = work.micro_batch * work.response_tokens * shape.vocab * (work.dtype_bytes + 12)
-    return layers + head
+        held = tokens * shape.layers * per_layer + head_moment
+    tail = (3 if shape.tied_embeddings else 2) * shape.vocab * shape.hidden * b
+    return max(held, tail) + WORKSPACE_BYTES
+
+
+def head_bytes(shape: ModelShape, work: Workload) -> int:
+    """The log-prob head's peak (alignment/chunked_head.py), for one chunk of response tokens at a time.
+
+    Forward: the chunk's logits in the compute dtype, their float32 copy shifted in place and its exp (8 bytes a
+    word in float32, where the copy is the logits). Backward: the logits recomputed, their float32 probabilities
+    turned into the logit gradient in place (a scaled copy under loss scaling) and cast back, no two of them more
+    than 8 bytes a word, beside the head's weight gradient, new in the compute dtype until it is added into .grad
+    or the master's. Throughout: the response tokens' gathered hidden states and their gradient, and three floats a
+    token kept between forward and backward.
+    """
+    b, vocab, hidden = work.dtype_bytes, shape.vocab, shape.hidden
+    scored = work.micro_batch * work.response_tokens
+    words = min(scored, chunk_tokens(vocab)) * vocab
+    if b < 4:
+        forward, backward = b + 8, max(b + 4, 8 if work.mode.loss_scaling else 4 + b)
+    else:
+        forward, backward = 8, 4
+    return max(words * forward, words * backward + vocab * hidden * b) + scored * (2 * hidden * b + 12)
 
 
 def policy_bytes(shape: ModelShape, work: Workload) -> dict[str, int]:

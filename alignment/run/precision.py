@@ -24,10 +24,11 @@ A policy sharded over processes (alignment/distributed/sharding.py) keeps its fl
 MixedPrecisionPolicy gathers them in the compute dtype and reduces gradients in float32.
 
 fp16-mixed (arXiv 2510.26788: float16's 10-bit mantissa removes most of the training-inference mismatch that
-bfloat16's 7 bits cause) scales gradients where they enter the model: the LM head returns float32 logits whose
-gradient torch.amp.GradScaler multiplies by its scale before it is cast to float16, so that small gradients do not
-flush to zero. The step unscales the master's gradients, skips the update when any is inf or NaN (the scale is
-halved), and grows the scale after 2,000 clean steps; the scaler's state is saved with the optimizer's.
+bfloat16's 7 bits cause) scales gradients where they enter the model: the gradient of the LM head's float32 logits
+(whole, or a chunk at a time: alignment/chunked_head.py) is multiplied by torch.amp.GradScaler's scale before it is
+cast to float16, so that small gradients do not flush to zero. The step unscales the master's gradients, skips the
+update when any is inf or NaN (the scale is halved), and grows the scale after 2,000 clean steps; the scaler's state
+is saved with the optimizer's.
 """
 
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from typing import Any, Literal, get_args
 import torch
 from torch import nn
 
+from alignment.chunked_head import scale_gradients
 from alignment.distributed.sharding import clip_grad_norm, is_sharded
 from alignment.logprobs import output_head
 from alignment.models.lora import trainable_parameters
@@ -92,17 +94,10 @@ def compute_dtype(precision: str | None, device: str | torch.device) -> torch.dt
     return MODES[resolve_precision(precision, device)].compute
 
 
-class _ScaledGradient(torch.autograd.Function):
-    """The LM head's output in float32; backward, its gradient times the loss scale, then in the head's dtype."""
-
-    @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, scaler: torch.amp.GradScaler) -> torch.Tensor:
-        ctx.dtype, ctx.scaler = logits.dtype, scaler
-        return logits.float()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return ctx.scaler.scale(grad).to(ctx.dtype), None
+def use_tf32(enabled: bool) -> None:
+    """float32 matrix products on CUDA in TensorFloat-32 (--tf32) or in full float32; the CPU's are untouched. Set
+    through torch's long-standing switch, which every reader of either of its precision APIs can read back."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
 
 
 class PolicyOptimizer:
@@ -128,8 +123,8 @@ class PolicyOptimizer:
         self.optimizer = torch.optim.AdamW(self.params, fused=device.type in ("cpu", "cuda"), **adamw)
         self.scaler = torch.amp.GradScaler(device.type) if mode.loss_scaling else None
         if self.scaler is not None:
-            scaler = self.scaler  # the hook closes over the scaler alone: a deep copy of the policy shares it
-            output_head(policy).register_forward_hook(lambda module, args, out: _ScaledGradient.apply(out, scaler))
+            scaler = self.scaler  # the function closes over the scaler alone: a deep copy of the policy shares it
+            scale_gradients(output_head(policy), lambda grad: scaler.scale(grad))
 
     def pairs(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(parameter, its float32 master) for each parameter that has one."""

@@ -45,7 +45,7 @@ from alignment.run.memory_plan import (
     model_shape,
     report,
 )
-from alignment.run.precision import MODES, compute_dtype, resolve_precision
+from alignment.run.precision import MODES, compute_dtype, resolve_precision, use_tf32
 from alignment.run.training_settings import TrainingSettings
 
 
@@ -202,12 +202,14 @@ def load_policy(
     shards (its master weights), which FSDP2 gathers in `dtype` (alignment/run/precision.py).
 
     A policy on the CPU first switches the process to glibc settings that keep freed memory for reuse
-    (alignment/run/cpu_allocator.py): a third off the CPU train phase on a VM slow to fault pages in.
+    (alignment/run/cpu_allocator.py): a third off the CPU train phase on a VM slow to fault pages in. --tf32 (on by
+    default) sets CUDA's float32 matrix products to TensorFloat-32 for the process (alignment/run/precision.py).
     """
     if torch.device(device).type == "cpu":
         retain_freed_memory()
     if getattr(config, "torch_threads", None) is not None:
         torch.set_num_threads(config.torch_threads)
+    use_tf32(getattr(config, "tf32", False))
     if resolve_backend(config.backend) == "transformer_lm":
         return load_transformer_lm(config.model, device, dtype)
     # sharded: the whole model only ever in CPU memory; fully_shard moves each rank's shards to its device

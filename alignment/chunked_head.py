@@ -1,0 +1,164 @@
+"""Log-probs and entropy of labels computed with the LM head, a chunk of tokens at a time.
+
+Scoring N tokens over a vocabulary V the plain way makes the (N, V) logits, a float32 copy of them, and in backward
+their float32 gradient: at the handouts' microbatch (2 x 1,536 tokens, V = 151,936) each is 1.74 GiB, the largest
+tensors of a training step. Here hidden states and the head's weight go in, and each chunk of tokens makes its
+logits, reduces them to what is kept (the label's log-prob, the log-sum-exp, the entropy) and frees them before the
+next chunk; backward recomputes each chunk's logits from the saved hidden states and the weight (one more head
+matmul, a few percent of a step's arithmetic) and turns them into the chunk's gradient at once. What stays between
+forward and backward is three floats a token; what exists at once is one chunk's logits and their float32 work
+(`chunk_tokens`: at most CHUNK_BYTES of float32 logits). This is Liger Kernel's fused linear cross-entropy idea,
+written for the two outputs RL needs: the label's log-prob (differentiable) and the entropy (a metric).
+
+The head must be a plain nn.Linear whose weight is an ordinary tensor, called as itself (`unsupported` says why
+not otherwise, and callers then run the head as a module): a peft LoRA wrapper on the head, a head whose module
+forward is replaced (the forward tape's replay) and a weight that is still an FSDP2 DTensor shard (outside the
+root's forward, where FSDP2 has not gathered it) go the plain way. Inside a sharded root's forward the gathered
+weight is an ordinary tensor and its gradient reaches FSDP2's reduce-scatter as the module's would. A tied head is
+the embedding's parameter itself, so both uses add into one gradient. fp16-mixed's loss scale (`scale_gradients`)
+multiplies each chunk's float32 logit gradient before it is cast to float16, as the plain path's head hook does.
+"""
+
+from collections.abc import Callable
+from typing import Any
+from weakref import WeakKeyDictionary
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk: 441 tokens at a 151,936-word vocabulary
+
+_SCALERS: "WeakKeyDictionary[nn.Module, Callable[[torch.Tensor], torch.Tensor]]" = WeakKeyDictionary()
+
+
+def chunk_tokens(vocab: int, chunk_bytes: int | None = None) -> int:
+    """Tokens per chunk: as many as keep one chunk's float32 logits within `chunk_bytes` (default CHUNK_BYTES), a
+    multiple of 64 from 64 up (which matrix kernels tile well), at least 1."""
+    tokens = max(1, (chunk_bytes or CHUNK_BYTES) // (4 * vocab))
+    return tokens - tokens % 64 if tokens >= 64 else tokens
+
+
+def scale_gradients(head: nn.Module, scale: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Make `scale` (a loss scaler's, float32 tensor -> float32 tensor) multiply the gradient of `head`'s float32
+    logits on either path: here for chunks, and as a forward hook when the head runs as a module."""
+    _SCALERS[head] = scale
+    head.register_forward_hook(lambda module, args, out: _ScaledLogits.apply(out, scale))
+
+
+class _ScaledLogits(torch.autograd.Function):
+    """The head's output in float32; backward, its gradient scaled, then in the head's dtype."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, scale: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        ctx.dtype, ctx.scale = logits.dtype, scale
+        return logits.float()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return ctx.scale(grad).to(ctx.dtype), None
+
+
+def unsupported(head: nn.Module) -> str | None:
+    """Why `head` cannot be fused here (None: it can)."""
+    if type(head) is not nn.Linear:
+        return f"the head is a {type(head).__name__}, not a plain nn.Linear (a LoRA adapter on it, or another layer)"
+    if "forward" in vars(head):
+        return "the head's forward is replaced (the forward tape replays it)"
+    if isinstance(head.weight, DTensor):
+        return "the head's weight is an FSDP2 shard (score inside the sharded root's forward)"
+    return None
+
+
+def fused_log_probs_and_entropy(
+    hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, chunk: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log softmax(head(hidden))[label], entropy of softmax(head(hidden))), never holding more than `chunk` tokens'
+    logits (default `chunk_tokens`); only the first is differentiable (in `hidden`, the weight and the bias).
+
+    hidden: (tokens, d_model) in the head's dtype; labels: (tokens,) -> (tokens,), (tokens,) in float32 (float64
+    for a float64 head). The head must pass `unsupported`.
+    """
+    chunk = chunk or chunk_tokens(head.out_features)
+    return _ChunkedHead.apply(hidden, head.weight, head.bias, labels, chunk, _SCALERS.get(head))
+
+
+def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A chunk's (label log-prob, log-sum-exp, entropy) from its logits (c, V) -> (c,) each, at least float32.
+    Overwrites float32 logits (they are the chunk's own).
+
+    The max is subtracted before exp, so nothing overflows; the entropy is log(total) - sum_v p_v * shifted_v, two
+    O(log V) terms that do not cancel. -inf logits (p = 0) are clamped to the most negative float so that they add
+    0 rather than 0 * -inf = NaN.
+    """
+    work = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    top = work.max(dim=-1, keepdim=True).values
+    work -= top
+    chosen = work.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    probs = work.exp()
+    total = probs.sum(dim=-1)
+    log_total = total.log()
+    # an elementwise product, not a matmul: TF32 (--tf32) would round a float32 matmul's inputs to 10 bits
+    weighted = work.clamp_(min=torch.finfo(work.dtype).min).mul_(probs).sum(dim=-1)
+    return chosen - log_total, top.squeeze(-1) + log_total, log_total - weighted / total
+
+
+class _ChunkedHead(torch.autograd.Function):
+    """hidden @ W^T + b reduced to per-token label log-probs and entropies, chunk by chunk; see the module docs."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        labels: torch.Tensor,
+        chunk: int,
+        scale: Callable[[torch.Tensor], torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out_dtype = torch.promote_types(hidden.dtype, torch.float32)
+        tokens = hidden.shape[0]
+        log_probs = torch.empty(tokens, dtype=out_dtype, device=hidden.device)
+        log_totals, entropy = torch.empty_like(log_probs), torch.empty_like(log_probs)
+        for start in range(0, tokens, chunk):
+            part = slice(start, start + chunk)
+            logits = F.linear(hidden[part], weight, bias)
+            log_probs[part], log_totals[part], entropy[part] = _chunk_stats(logits, labels[part])
+            del logits
+        ctx.save_for_backward(hidden, weight, bias, labels, log_totals)
+        ctx.chunk, ctx.scale = chunk, scale
+        ctx.mark_non_differentiable(entropy)
+        return log_probs, entropy
+
+    @staticmethod
+    def backward(ctx: Any, grad_log_probs: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        hidden, weight, bias, labels, log_totals = ctx.saved_tensors
+        want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
+        # the weight's gradient is summed chunk by chunk in its own dtype, as Liger Kernel's is (a float32 sum would
+        # hold 4 bytes a weight more at the step's peak; each chunk's product is accumulated in float32 inside the
+        # matmul and rounded once)
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        grad_weight = torch.zeros_like(weight) if want_weight else None
+        grad_bias = torch.zeros_like(bias) if want_bias else None
+        for start in range(0, hidden.shape[0], ctx.chunk):
+            part = slice(start, start + ctx.chunk)
+            # d/dz_v of z_label - logsumexp(z) is onehot_v - p_v, times the upstream gradient
+            probs = F.linear(hidden[part], weight, bias).to(log_totals.dtype)
+            probs -= log_totals[part, None]
+            probs.exp_()
+            upstream = grad_log_probs[part]
+            probs *= -upstream[:, None]
+            probs.scatter_add_(-1, labels[part, None], upstream[:, None])
+            if ctx.scale is not None:
+                probs = ctx.scale(probs)
+            grad_logits = probs.to(weight.dtype)
+            del probs
+            if grad_hidden is not None:
+                grad_hidden[part] = grad_logits @ weight
+            if grad_weight is not None:
+                grad_weight.addmm_(grad_logits.t(), hidden[part])
+            if grad_bias is not None:
+                grad_bias += grad_logits.sum(dim=0)
+            del grad_logits  # before the next chunk's logits exist
+        return grad_hidden, grad_weight, grad_bias, None, None, None
