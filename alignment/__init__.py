@@ -12,7 +12,6 @@ the handouts' `run_*` names):
     kl.py                 k1 / k3 KL estimators
     sft.py                `tokenize_prompt_and_output`, `sft_microbatch_train_step`
     logprobs.py           `compute_entropy`, `get_response_log_probs`
-    chunked_head.py       label log-probs and entropy fused with the LM head, a chunk of tokens at a time
     dpo.py                the per-instance DPO loss
     grader.py             `r1_zero_reward_fn`, `question_only_reward_fn`, `grade_answer`
     evaluation.py         generate, grade, summarize into the handouts' categories; `evaluate_vllm`

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from alignment.chunked_head import fused_log_probs_and_entropy, unsupported
+from alignment.models.chunked_head import fused_log_probs_and_entropy, unsupported
 from alignment.models.packed_rows import pack_rows, packed_hidden_states, packs_rows
 from alignment.models.transformer_lm import TransformerLM
 
@@ -89,7 +89,7 @@ def head_log_probs_and_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-prob of each label, entropy) under `model`'s LM head at final hidden states (tokens, d_model) ->
     (tokens,) each, at least float32, only the first differentiable. Fused with the head in chunks
-    (alignment/chunked_head.py) when the head allows it, else from the head's whole logits."""
+    (alignment/models/chunked_head.py) when the head allows it, else from the head's whole logits."""
     head = output_head(model)
     if unsupported(head) is None:
         return fused_log_probs_and_entropy(hidden, head, labels)
@@ -134,8 +134,8 @@ def get_response_log_probs(
     prompt logits are never used, and over a large vocabulary they cost a quarter of a training step.
 
     For our TransformerLM and transformers models (`gives_hidden_states`) the whole (tokens x vocab) logits never
-    exist: the head and the log-softmax run in chunks of tokens (alignment/chunked_head.py), and the rows run packed,
-    without their padding (alignment/models/packed_rows.py). Any other module is called for its logits.
+    exist: the head and the log-softmax run in chunks of tokens (alignment/models/chunked_head.py), and the rows run
+    packed, without their padding (alignment/models/packed_rows.py). Any other module is called for its logits.
     """
     if not gives_hidden_states(model):
         logits = model(input_ids=input_ids, attention_mask=attention_mask)

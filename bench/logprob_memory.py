@@ -13,8 +13,8 @@ tied embeddings), float32, so that the vocabulary-wide tensors are nearly all th
 `before` is the path the library took until now, rebuilt from its own functions: the model's whole logits, then
 log_probs_of_labels with compute_entropy under no_grad (`all`), or the head on the response positions and
 label_log_probs_and_entropy (`response`). `now` is get_response_log_probs: the head fused with the log-softmax in
-chunks (alignment/chunked_head.py) and the rows packed (alignment/models/packed_rows.py). Each of the four runs in
-a fresh interpreter that builds the model and the batch, reads its resident set (VmRSS), runs one forward and
+chunks (alignment/models/chunked_head.py) and the rows packed (alignment/models/packed_rows.py). Each of the four runs
+in a fresh interpreter that builds the model and the batch, reads its resident set (VmRSS), runs one forward and
 backward (the sum of the response log-probs), and reports its peak resident set (ru_maxrss) less that: the
 memory the call added at its peak, weight gradients included. Peak RSS, not a tensor tracker: it counts what the
 allocator really took from the system.

@@ -1,4 +1,4 @@
-"""The LM head fused with the log-softmax in chunks (alignment/chunked_head.py) against the whole logits: label
+"""The LM head fused with the log-softmax in chunks (alignment/models/chunked_head.py) against the whole logits: label
 log-probs, entropies and every gradient (hidden states, weight, bias) in float64; the loss scale on both paths; the
 heads it leaves to the plain path, with the reason."""
 
@@ -10,9 +10,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-import alignment.chunked_head as chunked_head
-from alignment.chunked_head import CHUNK_BYTES, chunk_tokens, fused_log_probs_and_entropy, scale_gradients, unsupported
+import alignment.models.chunked_head as chunked_head
 from alignment.logprobs import get_response_log_probs
+from alignment.models.chunked_head import (
+    CHUNK_BYTES,
+    chunk_tokens,
+    fused_log_probs_and_entropy,
+    scale_gradients,
+    unsupported,
+)
 
 
 def whole_logits(hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,6 @@ import pytest
 import torch
 from torch import nn
 
-from alignment.chunked_head import fused_log_probs_and_entropy
 from alignment.grpo.synthetic import (
     QWEN_MATH_15B,
     TINY,
@@ -30,6 +29,7 @@ from alignment.grpo.synthetic import (
     synthetic_workload,
 )
 from alignment.logprobs import get_response_log_probs
+from alignment.models.chunked_head import fused_log_probs_and_entropy
 from alignment.models.packed_rows import Segments, segment_attention
 from alignment.run.precision import PRECISIONS, use_tf32
 

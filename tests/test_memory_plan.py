@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import alignment.chunked_head as chunked_head
+import alignment.models.chunked_head as chunked_head
 from alignment.grpo.synthetic import (
     planned_training_bytes,
     random_policy,

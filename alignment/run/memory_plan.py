@@ -5,8 +5,8 @@ Per device, in bytes: the policy's weights, its float32 master copy, gradients a
 bf16-mixed and fp16-mixed a 2-byte compute copy, a 4-byte master, 4-byte gradients and 2 x 4 bytes of AdamW states; fp32
 4 + 4 + 2 x 4), the KL reference copy when kept, the distillation's teacher when given (whole on every process),
 the activations one microbatch saves for backward at the longest sequence in the compute dtype (with or without
-gradient checkpointing), the log-prob head's work for one chunk of response tokens (alignment/chunked_head.py), an
-allowance for the GPU kernels' workspaces, and the rollout engine (in the
+gradient checkpointing), the log-prob head's work for one chunk of response tokens
+(alignment/models/chunked_head.py), an allowance for the GPU kernels' workspaces, and the rollout engine (in the
 compute dtype): vLLM's share of its GPU (weights, KV cache, its own overhead) or the hf backend's KV cache. A GPU
 that the policy shares with vLLM alternates: vLLM sleeps (weights to CPU, KV cache freed) while the policy trains,
 and the policy's gradients are freed while vLLM generates, so each phase is checked alone.
@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from alignment.chunked_head import chunk_tokens
+from alignment.models.chunked_head import chunk_tokens
 from alignment.run.precision import MODES, Mode, Precision, resolve_precision
 
 GiB = 2**30
@@ -225,7 +225,7 @@ def activation_bytes(shape: ModelShape, work: Workload) -> int:
 
 
 def head_bytes(shape: ModelShape, work: Workload) -> int:
-    """The log-prob head's peak (alignment/chunked_head.py), for one chunk of response tokens at a time.
+    """The log-prob head's peak (alignment/models/chunked_head.py), for one chunk of response tokens at a time.
 
     Forward: the chunk's logits in the compute dtype, their float32 copy shifted in place and its exp (8 bytes a
     word in float32, where the copy is the logits). Backward: the logits recomputed, their float32 probabilities

@@ -25,8 +25,8 @@ MixedPrecisionPolicy gathers them in the compute dtype and reduces gradients in 
 
 fp16-mixed (arXiv 2510.26788: float16's 10-bit mantissa removes most of the training-inference mismatch that
 bfloat16's 7 bits cause) scales gradients where they enter the model: the gradient of the LM head's float32 logits
-(whole, or a chunk at a time: alignment/chunked_head.py) is multiplied by torch.amp.GradScaler's scale before it is
-cast to float16, so that small gradients do not flush to zero. The step unscales the master's gradients, skips the
+(whole, or a chunk at a time: alignment/models/chunked_head.py) is multiplied by torch.amp.GradScaler's scale before it
+is cast to float16, so that small gradients do not flush to zero. The step unscales the master's gradients, skips the
 update when any is inf or NaN (the scale is halved), and grows the scale after 2,000 clean steps; the scaler's state
 is saved with the optimizer's.
 """
@@ -38,9 +38,9 @@ from typing import Any, Literal, get_args
 import torch
 from torch import nn
 
-from alignment.chunked_head import scale_gradients
 from alignment.distributed.sharding import clip_grad_norm, is_sharded
 from alignment.logprobs import output_head
+from alignment.models.chunked_head import scale_gradients
 from alignment.models.lora import trainable_parameters
 
 Precision = Literal["fp32", "bf16", "bf16-mixed", "fp16-mixed"]
