@@ -5,7 +5,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from alignment.models.chunked_head import fused_log_probs_and_entropy, unsupported
-from alignment.models.packed_rows import pack_rows, packed_hidden_states, packs_rows
+from alignment.models.packed_rows import NAME as PACKED_ATTENTION
+from alignment.models.packed_rows import SEGMENTS, PackedRows, pack_rows
 from alignment.models.transformer_lm import TransformerLM
 
 
@@ -94,6 +95,26 @@ def head_log_probs_and_entropy(
     if unsupported(head) is None:
         return fused_log_probs_and_entropy(hidden, head, labels)
     return label_log_probs_and_entropy(head(hidden), labels)
+
+
+def packs_rows(model: nn.Module) -> bool:
+    """Whether `model` takes packed rows: our TransformerLM, or a transformers model on `sdpa_packed` attention."""
+    if isinstance(model, TransformerLM):
+        return True
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == PACKED_ATTENTION
+
+
+def packed_hidden_states(model: nn.Module, packed: PackedRows) -> torch.Tensor:
+    """The final hidden states (1, tokens, d_model) of a packed sequence under a `model` that `packs_rows`."""
+    if isinstance(model, TransformerLM):
+        return model.forward_with_cache(packed.ids, positions=packed.positions, segments=packed.segments)[0]
+    return model.base_model(
+        input_ids=packed.ids,
+        attention_mask=torch.ones_like(packed.ids),  # all real: transformers skips building a mask
+        position_ids=packed.positions,
+        use_cache=False,
+        **{SEGMENTS: packed.segments},
+    ).last_hidden_state
 
 
 def final_hidden_states(

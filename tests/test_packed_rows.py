@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 import alignment.models.packed_rows as packed_rows
 import alignment.models.transformer_lm as transformer_lm
-from alignment.logprobs import get_response_log_probs
-from alignment.models.packed_rows import NAME, Segments, pack_rows, packs_rows, segment_attention, use_packed_attention
+from alignment.logprobs import get_response_log_probs, packs_rows
+from alignment.models.packed_rows import NAME, Segments, pack_rows, segment_attention, use_packed_attention
 from alignment.models.transformer_lm import TransformerConfig, TransformerLM
 from tests.conftest import tiny_config
 

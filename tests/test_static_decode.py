@@ -245,6 +245,16 @@ def test_models_the_static_step_does_not_cover_say_why(tokenizer):
     assert static_support(Qwen2ForCausalLM(tiny_config("qwen2", len(tokenizer)))) is None
 
 
+def test_a_loaded_policy_takes_the_static_path(tiny_model_dir):
+    """Loading switches Llama / Qwen2 / Qwen3 to sdpa_packed (the learner's packed rows), whose calls without packed
+    rows are plain softmax attention: the static decode still serves it."""
+    from alignment.models.loading import load_model_and_tokenizer
+    from alignment.models.packed_rows import NAME
+
+    model, _ = load_model_and_tokenizer(str(tiny_model_dir), "cpu")
+    assert model.config._attn_implementation == NAME and static_support(model) is None
+
+
 def test_buckets_are_powers_of_two_up_to_the_capacity():
     assert [bucket_for(rows, 24) for rows in (1, 2, 3, 5, 8, 9, 16, 17, 24)] == [1, 2, 4, 8, 8, 16, 16, 24, 24]
 

@@ -177,15 +177,6 @@ def packed_attention_forward(
     return out.transpose(1, 2).contiguous(), None
 
 
-def packs_rows(model: nn.Module) -> bool:
-    """Whether `model` takes packed rows: our TransformerLM, or a transformers model on `sdpa_packed` attention."""
-    from alignment.models.transformer_lm import TransformerLM
-
-    if isinstance(model, TransformerLM):
-        return True
-    return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME
-
-
 def use_packed_attention(model: nn.Module) -> bool:
     """Switch a transformers Llama / Qwen2 / Qwen3 on sdpa (or sdpa_gqa) attention with no sliding window to
     `sdpa_packed`, whose calls without segments compute as before (sdpa_gqa on the CPU, sdpa elsewhere); returns
@@ -208,18 +199,3 @@ def use_packed_attention(model: nn.Module) -> bool:
 # registered on import, so that a model switched to it works in any process that imports the library
 AttentionInterface.register(NAME, packed_attention_forward)
 AttentionMaskInterface.register(NAME, sdpa_mask)
-
-
-def packed_hidden_states(model: nn.Module, packed: PackedRows) -> torch.Tensor:
-    """The final hidden states (1, tokens, d_model) of a packed sequence under a `model` that `packs_rows`."""
-    from alignment.models.transformer_lm import TransformerLM
-
-    if isinstance(model, TransformerLM):
-        return model.forward_with_cache(packed.ids, positions=packed.positions, segments=packed.segments)[0]
-    return model.base_model(
-        input_ids=packed.ids,
-        attention_mask=torch.ones_like(packed.ids),  # all real: transformers skips building a mask
-        position_ids=packed.positions,
-        use_cache=False,
-        **{SEGMENTS: packed.segments},
-    ).last_hidden_state

@@ -23,8 +23,9 @@ from alignment.rollout.static_decoding import KVSpec, SlotState, StepLogits
 
 NAME = "alignment_one_token"
 MODEL_TYPES = ("llama", "qwen2", "qwen3")
-# attention implementations whose arithmetic is plain softmax attention (sdpa_gqa: alignment/models/gqa_attention.py)
-PLAIN_ATTENTION = ("sdpa", "sdpa_gqa", "eager")
+# attention implementations whose arithmetic is plain softmax attention (sdpa_gqa: alignment/models/gqa_attention.py;
+# sdpa_packed, which loaded models get, is sdpa or sdpa_gqa for every call without packed rows: models/packed_rows.py)
+PLAIN_ATTENTION = ("sdpa", "sdpa_gqa", "sdpa_packed", "eager")
 
 
 def one_token_attention_forward(
