@@ -146,5 +146,5 @@ def test_non_llama_and_missing_sources_are_refused(tmp_path, tokenizer):
     Qwen2ForCausalLM(config).save_pretrained(tmp_path / "qwen")
     with pytest.raises(ValueError, match="config.json: model_type 'qwen2' is not llama"):
         load_transformer_lm(tmp_path / "qwen")
-    with pytest.raises(SourceUnavailable, match="nowhere' cannot be loaded: no such file or folder.*--model PATH"):
+    with pytest.raises(SourceUnavailable, match="nowhere. cannot be loaded: no such folder.*give --model"):
         load_transformer_lm(tmp_path / "nowhere")  # the one line every script prints for a model it cannot have

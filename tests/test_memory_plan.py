@@ -433,7 +433,7 @@ def test_the_starter_preset_plans_offline_and_an_unreadable_model_is_one_line(mo
     assert pku.exit_code == 0 and "policy 0.60B parameters" in pku.output, pku.output
     missing = CliRunner().invoke(train_grpo.app, ["--model", str(tmp_path / "nothing"), "--plan-memory", "1x80"])
     assert missing.exit_code == 2
-    assert "nothing' cannot be loaded: no such file or folder" in missing.output and "--model PATH" in missing.output
+    assert "nothing' cannot be loaded: no such folder" in missing.output and "give --model" in missing.output
     assert "Traceback" not in missing.output
 
 

@@ -14,7 +14,7 @@ from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
 from alignment.models.teacher import check_teacher_tokenizer
 from alignment.prompts import check_prompt, stop_strings
-from alignment.rollout.decode_choice import DECODE_HELP, SYNC_EVERY, SYNC_EVERY_HELP, Decode
+from alignment.rollout.decode_choice import DecodeSettings
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
 from alignment.run.time_budget import parse_duration
@@ -27,7 +27,7 @@ ReuseRolloutForward = Literal["auto", "on", "off"]
 
 
 @dataclass
-class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings):
+class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSettings):
     task: Task = setting("math", "math: graded answers to --dataset; keywords: write text that uses given words.")
     keywords_file: Path | None = setting(
         None,
@@ -215,8 +215,6 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings):
         "Rollout backend; transformer_lm: the policy is our own TransformerLM (--model: one of its folders, an HF "
         "Llama folder or smollm2-135m), sampled by its own decoder.",
     )
-    decode: Decode = setting("auto", DECODE_HELP)
-    decode_sync_every: int = setting(SYNC_EVERY, SYNC_EVERY_HELP)
     output_dir: Path = override(TrainingSettings, "output_dir", Path("outputs/grpo"))
 
     # Settings a resumed run may change without changing what it computes: length, cadence, logging, placement.

@@ -17,9 +17,12 @@ back for.
 """
 
 import warnings
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 import torch
+
+from alignment.config.settings import setting
 
 Decode = Literal["auto", "static", "eager"]
 DecodePath = Literal["static", "eager"]
@@ -32,6 +35,15 @@ DECODE_HELP = (
 )
 SYNC_EVERY = 16  # decode steps between two host syncs on the static path
 SYNC_EVERY_HELP = "Static decode path: decode steps between two host syncs that collect finished rows."
+
+
+@dataclass
+class DecodeSettings:
+    """The in-process engines' decode path, for every script that samples from them (GRPO, SFT and expert iteration,
+    evaluation); a resumed run may change either (both compute the same samples)."""
+
+    decode: Decode = setting("auto", DECODE_HELP)
+    decode_sync_every: int = setting(SYNC_EVERY, SYNC_EVERY_HELP)
 
 
 def check_decode(decode: str) -> Decode:

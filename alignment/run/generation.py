@@ -14,14 +14,14 @@ from alignment.grader import GraderMode, RewardFn, reward_fn_for
 from alignment.models.loading import check_model_source
 from alignment.prompts import PROMPT_HELP, Prompt, check_prompt, load_prompt, prompt_kind, stop_strings
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
-from alignment.rollout.decode_choice import DECODE_HELP, SYNC_EVERY, SYNC_EVERY_HELP, Decode
+from alignment.rollout.decode_choice import DecodeSettings
 from alignment.rollout.interface import Backend, RolloutEngine, SamplingConfig
 
 RESULT_FILES = ("generations.jsonl", "summary.json")
 
 
 @dataclass
-class GenerationConfig(OutputSettings):
+class GenerationConfig(OutputSettings, DecodeSettings):
     """Settings of scripts/eval_zero_shot.py (and the base of scripts/best_of_n.py's); each is a flag."""
 
     dataset: str = setting(
@@ -58,8 +58,6 @@ class GenerationConfig(OutputSettings):
         "Generation backend; auto: vllm where its installed build runs on the device, else hf; transformer_lm: our "
         "own model and sampler.",
     )
-    decode: Decode = setting("auto", DECODE_HELP)
-    decode_sync_every: int = setting(SYNC_EVERY, SYNC_EVERY_HELP)
     device: str | None = setting(None, "Device for generation, e.g. cuda:0 or cpu (default: cuda:0 if present).")
     gpu_memory_utilization: float = setting(0.85, "vLLM: fraction of GPU memory to use.")
     grader_workers: int | None = setting(None, "Grading processes (default: CPU count, at most 8).")

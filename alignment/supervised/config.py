@@ -12,11 +12,12 @@ from typing import ClassVar, Literal
 from alignment.config.settings import check_choices, flag, override, setting
 from alignment.models.lora import check_lora
 from alignment.prompts import check_prompt
+from alignment.rollout.decode_choice import DecodeSettings
 from alignment.run.training_settings import MathDataSettings, TrainingSettings
 
 
 @dataclass
-class SFTTrainingSettings(TrainingSettings):
+class SFTTrainingSettings(TrainingSettings, DecodeSettings):
     batch_size: int = setting(32, "Examples per optimizer step.")
     gradient_accumulation_steps: int = setting(8, "Microbatches per optimizer step (--batch-size must be a multiple).")
     max_seq_length: int = setting(
@@ -47,6 +48,8 @@ class SFTTrainingSettings(TrainingSettings):
     RESUMABLE: ClassVar[frozenset[str]] = TrainingSettings.RESUMABLE | {
         "eval_at_start",
         "gpu_memory_utilization",
+        "decode",
+        "decode_sync_every",
     }
     RUN_FILES: ClassVar[tuple[str, ...]] = (*TrainingSettings.RUN_FILES, "policy")
 
@@ -121,6 +124,7 @@ def validate(config: SFTTrainingSettings) -> None:
         "sampling_max_tokens",
         "n_examples",
         "torch_threads",
+        "decode_sync_every",
     )
     for name in positive:
         value = getattr(config, name, 1)
