@@ -133,7 +133,8 @@ def final_hidden_states(
     replaying = "forward" in vars(output_head(model))
     packed = None if replaying or not packs_rows(model) else pack_rows(input_ids, real & (columns <= last))
     if packed is not None:
-        return packed_hidden_states(model, packed)[0, packed.at[scored]]
+        at = packed.at[scored]  # indexed before the forward is queued, so that its sync waits on no kernel
+        return packed_hidden_states(model, packed)[0, at]
     if isinstance(model, TransformerLM):
         return model.forward_with_cache(input_ids, attention_mask)[0][scored]
     return model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[scored]
@@ -167,8 +168,11 @@ def get_response_log_probs(
                 out["token_entropy"] = compute_entropy(logits.float())
         return out
     scored = torch.ones_like(labels, dtype=torch.bool) if response_mask is None else response_mask.bool()
+    if attention_mask is not None:  # padding is never scored (packed rows hold none of it)
+        scored = scored & attention_mask.bool()
+    scored_labels = labels[scored]  # before the forward is queued: boolean indexing syncs with the device
     hidden = final_hidden_states(model, input_ids, attention_mask, scored)
-    log_probs, entropy = head_log_probs_and_entropy(model, hidden, labels[scored])
+    log_probs, entropy = head_log_probs_and_entropy(model, hidden, scored_labels)
     zeros = torch.zeros(labels.shape, dtype=log_probs.dtype, device=labels.device)
     out = {"log_probs": zeros.masked_scatter(scored, log_probs)}
     if return_token_entropy:

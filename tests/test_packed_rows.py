@@ -160,3 +160,17 @@ def test_sliding_windows_and_other_attention_are_not_switched():
     eager = LlamaForCausalLM(tiny_config("llama", VOCAB, 0, attn_implementation="eager"))
     assert not use_packed_attention(windowed) and not use_packed_attention(eager)
     assert not packs_rows(windowed) and not packs_rows(eager)
+
+
+def test_padding_a_response_mask_marks_is_not_scored():
+    """A response mask that also marks padding scores the real positions alone: padding holds 0, as everywhere
+    outside the mask, on the packed path and the padded one (the forward tape's) alike."""
+    b = batch(left_padded=True)
+    sloppy = b["response_mask"] | ~b["attention_mask"]  # every padding position marked too
+    _, model = models()[0]
+    common = dict(return_token_entropy=True, attention_mask=b["attention_mask"])
+    exact = get_response_log_probs(model, b["input_ids"], b["labels"], response_mask=b["response_mask"], **common)
+    out = get_response_log_probs(model, b["input_ids"], b["labels"], response_mask=sloppy, **common)
+    for key in ("log_probs", "token_entropy"):
+        torch.testing.assert_close(out[key], exact[key], rtol=0, atol=0)
+    assert (out["log_probs"][~b["attention_mask"]] == 0).all()

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk: 441 tokens at a 151,936-word vocabulary
+CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk: 384 tokens at a 151,936-word vocabulary (441 to 64s)
 
 _SCALERS: "WeakKeyDictionary[nn.Module, Callable[[torch.Tensor], torch.Tensor]]" = WeakKeyDictionary()
 
@@ -43,8 +43,9 @@ def chunk_tokens(vocab: int, chunk_bytes: int | None = None) -> int:
 def scale_gradients(head: nn.Module, scale: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """Make `scale` (a loss scaler's, float32 tensor -> float32 tensor) multiply the gradient of `head`'s float32
     logits on either path: here for chunks, and as a forward hook when the head runs as a module."""
+    if head not in _SCALERS:  # one hook per head, reading the latest scale (a second optimizer replaces it)
+        head.register_forward_hook(lambda module, args, out: _ScaledLogits.apply(out, _SCALERS[module]))
     _SCALERS[head] = scale
-    head.register_forward_hook(lambda module, args, out: _ScaledLogits.apply(out, scale))
 
 
 class _ScaledLogits(torch.autograd.Function):
@@ -107,7 +108,9 @@ def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tens
 class _ChunkedHead(torch.autograd.Function):
     """hidden @ W^T + b reduced to per-token label log-probs and entropies, chunk by chunk; see the module docs."""
 
+    # under autocast, backward recomputes each chunk's logits in the forward's dtype, so that they match its totals
     @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
     def forward(
         ctx: Any,
         hidden: torch.Tensor,
@@ -132,6 +135,7 @@ class _ChunkedHead(torch.autograd.Function):
         return log_probs, entropy
 
     @staticmethod
+    @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx: Any, grad_log_probs: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, bias, labels, log_totals = ctx.saved_tensors
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]

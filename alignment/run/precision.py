@@ -199,8 +199,9 @@ class PolicyOptimizer:
 
     @torch.no_grad()
     def _round_copy(self) -> None:
-        for p, master in self.pairs():
-            p.copy_(master)
+        pairs = list(self.pairs())
+        if pairs:  # one launch for every parameter, not one each
+            torch._foreach_copy_([p for p, _ in pairs], [m for _, m in pairs])
 
 
 def _into_master(master: torch.Tensor):
