@@ -1,6 +1,8 @@
 """Shared fixtures: SmolLM2's real tokenizer, tiny random Llama / Qwen2 models on it, and local copies of hub repos."""
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,12 @@ from transformers import (
 from alignment.data.math_datasets import MIRROR_ENV
 from alignment.models.loading import SMOLLM2, load_tokenizer
 from alignment.prompts import format_prompt, load_prompt
+
+# A machine that sets PYTHONDONTWRITEBYTECODE makes every process the suite starts (scripts, torchrun ranks, Ray
+# workers, the GPU check's steps) compile torch and transformers from source again, some 4 s each on 2 cores: the
+# suite lets them write the caches (into the environment and __pycache__/, which git ignores) once.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 QUESTIONS = [
     ("What is 2 + 3?", "5"),
