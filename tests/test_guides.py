@@ -291,11 +291,12 @@ def check_from_best(args: list[str]) -> list[str]:
 
 
 def check_other(words: list[str]) -> None:
-    """Bench scripts, the kissing evaluator, pytest, jupyter: the files exist and the flags are the program's."""
+    """Bench scripts (bench/gpu_check.sh too), the kissing evaluator, pytest, jupyter: the files exist and the flags
+    are the program's."""
     if words[:2] == ["uv", "sync"]:
         check_uv_sync(words)
         return
-    if words[0] == "python":
+    if words[0] in ("python", "bash"):
         words = words[1:]
     if words[0] == "-c":  # the code compiles
         compile(words[1], "<python -c>", "exec")
@@ -376,7 +377,7 @@ def test_each_guide_command_runs_at_a_small_size(command: Command, tmp_path):
     if command.kind != "small":
         pytest.skip(f"{command.kind}: {command.note}")
     env_words, words = words_of(command.line)
-    if words[0] == "python":
+    if words[0] in ("python", "bash"):
         words = words[1:]
     if words[0] == "pytest":
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *words[1:]]
