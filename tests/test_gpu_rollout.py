@@ -91,6 +91,33 @@ def test_captured_hf_decode_equals_eager(kind, tokenizer):
     assert decoder.captures == captured
 
 
+def test_an_engine_beside_training_captures_anew_each_call_and_frees_its_graphs(tokenizer):
+    """keep_decode_state=False, as an engine colocated with the policy is built: each call captures its graphs and
+    frees them with the slots afterwards, sampling what the eager loop samples."""
+    model = hf_model("qwen2", tokenizer)
+    static = HFRolloutEngine(model, tokenizer, progress=False, decode="static", keep_decode_state=False)
+    eager = HFRolloutEngine(model, tokenizer, progress=False, decode="eager")
+    for sampling in SETTINGS[:2]:
+        assert_same_rollouts(
+            with_eos(static).generate(PROMPTS, 3, sampling), with_eos(eager).generate(PROMPTS, 3, sampling)
+        )
+        decoder = static.static_decoder()
+        assert decoder.state is None and not decoder.graphs and decoder.pool is None and decoder.captures > 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs: a model off the current device")
+def test_a_model_off_the_current_device_is_captured_on_its_own(tokenizer):
+    """Rollouts on cuda:1 while cuda:0 is current (a policy on cuda:0, its rollout engine on cuda:1): the graphs are
+    captured and replayed on the model's device, and sample what the eager loop samples there."""
+    model = hf_model("llama", tokenizer).to("cuda:1")
+    static = with_eos(HFRolloutEngine(model, tokenizer, progress=False, decode="static", sync_every=4))
+    eager = with_eos(HFRolloutEngine(model, tokenizer, progress=False, decode="eager"))
+    with torch.cuda.device(0):
+        for sampling in SETTINGS:
+            assert_same_rollouts(static.generate(PROMPTS, 3, sampling), eager.generate(PROMPTS, 3, sampling))
+    assert static.static_decoder().captures >= 3
+
+
 def test_captured_transformer_lm_decode_equals_eager(tokenizer):
     model = random_lm(TransformerConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128))
     static = TransformerLMRolloutEngine(model, tokenizer, progress=False, eos_ids=EOS, decode="static", sync_every=4)

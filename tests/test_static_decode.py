@@ -243,6 +243,8 @@ def test_models_the_static_step_does_not_cover_say_why(tokenizer):
 
     assert "sliding_attention" in static_support(Qwen2ForCausalLM(sliding))
     assert static_support(Qwen2ForCausalLM(tiny_config("qwen2", len(tokenizer)))) is None
+    dynamic = tiny_config("qwen2", len(tokenizer), rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    assert "rope_type 'dynamic'" in static_support(Qwen2ForCausalLM(dynamic))
 
 
 def test_a_loaded_policy_takes_the_static_path(tiny_model_dir):

@@ -26,6 +26,7 @@ MODEL_TYPES = ("llama", "qwen2", "qwen3")
 # attention implementations whose arithmetic is plain softmax attention (sdpa_gqa: alignment/models/gqa_attention.py;
 # sdpa_packed, which loaded models get, is sdpa or sdpa_gqa for every call without packed rows: models/packed_rows.py)
 PLAIN_ATTENTION = ("sdpa", "sdpa_gqa", "sdpa_packed", "eager")
+RECOMPUTED_ROPE = ("dynamic", "longrope")  # rotary frequencies that a step recomputes from the positions it sees
 
 
 def one_token_attention_forward(
@@ -95,6 +96,9 @@ def static_support(model: PreTrainedModel) -> str | None:
         return f"layers of types {sorted(layer_types)} (the static path attends over every position)"
     if config._attn_implementation not in PLAIN_ATTENTION:
         return f"attention implementation {config._attn_implementation!r}"
+    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope_type in RECOMPUTED_ROPE:
+        return f"rope_type {rope_type!r} (its frequencies follow the longest position, read on the host each step)"
     return None
 
 

@@ -144,6 +144,7 @@ class StaticDecoder:
         self.state: SlotState | None = None
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.pool = None
+        self.capture_stream: torch.cuda.Stream | None = None
         self.addresses: list[int] = []
         self.captures = 0  # graphs captured so far (tests check that later calls reuse them)
 
@@ -152,6 +153,7 @@ class StaticDecoder:
         self.state = None
         self.graphs.clear()
         self.pool = None
+        self.capture_stream = None
 
     def decode_rows(
         self,
@@ -309,22 +311,27 @@ class StaticDecoder:
     def _run_step(self, state: SlotState, bucket: int, sampling: SamplingConfig) -> None:
         """A step, from its CUDA graph on CUDA: the first step of a bucket and setting runs as it is (the warm-up a
         capture needs) and is then captured for the steps after it."""
-        if state.logits.device.type != "cuda":
+        device = state.logits.device
+        if device.type != "cuda":
             self._step(state, bucket, sampling)
             return
         key = (bucket, sampling.temperature, sampling.top_p, sampling.min_tokens > 0)
-        graph = self.graphs.get(key)
-        if graph is not None:
-            graph.replay()
-            return
-        self._step(state, bucket, sampling)
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            self._step(state, bucket, sampling)  # recorded, not run
-        self.graphs[key] = graph
-        self.captures += 1
+        # a capture records the kernels of its own stream's device, and a replay launches on the current device:
+        # both on the state's device, which need not be the current one (rollouts on cuda:1 beside a cuda:0 policy)
+        with torch.cuda.device(device):
+            graph = self.graphs.get(key)
+            if graph is not None:
+                graph.replay()
+                return
+            self._step(state, bucket, sampling)
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+                self.capture_stream = torch.cuda.Stream(device)  # torch's default one is on the first device used
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, self.pool, self.capture_stream, capture_error_mode="thread_local"):
+                self._step(state, bucket, sampling)  # recorded, not run
+            self.graphs[key] = graph
+            self.captures += 1
 
     @staticmethod
     def _read_back(state: SlotState, rows: int, start: int, end: int, device: torch.device) -> _Window:
@@ -342,7 +349,7 @@ class StaticDecoder:
         ready = None
         if pinned:
             ready = torch.cuda.Event()
-            ready.record()
+            ready.record(torch.cuda.current_stream(device))  # the copies' stream, on their device
         return _Window(start, end, tokens, logprobs, first_eos, ready)
 
     @staticmethod
