@@ -155,6 +155,25 @@ def test_an_engine_colocated_with_training_frees_its_slots_after_each_call(llama
     assert_same_rollouts(first, hf_engine(llama, tokenizer, "eager").generate(PROMPTS, 2, sampling))
 
 
+def test_kept_slots_count_toward_the_next_calls_batch(llama, tokenizer, monkeypatch):
+    """A dedicated engine keeps its slots between calls; the next call's memory budget (60% of free GPU memory)
+    counts them as its own, so that its batches are not cut to what is left beside them."""
+    from alignment.rollout import decoding
+
+    engine = hf_engine(llama, tokenizer, "static")
+    engine.generate(PROMPTS, 2, SamplingConfig(temperature=0.0, max_tokens=12, stop=()))
+    state = engine.static_decoder().state
+    expected = sum(t.numel() * t.element_size() for t in [*state.keys, *state.values])
+    assert engine.static_decoder().held_bytes() > expected > 0  # the caches and every per-slot buffer
+
+    free = 10 * 2**30
+    monkeypatch.setattr(decoding.torch.cuda, "mem_get_info", lambda device: (free, 80 * 2**30))
+    gpu = torch.device("cuda", 0)
+    assert decoding.default_memory_budget(gpu) == int(0.6 * free)
+    assert decoding.default_memory_budget(gpu, reusable=2**30) == int(0.6 * (free + 2**30))
+    assert decoding.default_memory_budget(torch.device("cpu"), reusable=2**30) == 4 * 2**30
+
+
 def test_static_path_keeps_the_seeding_guarantees(llama, tokenizer):
     engine = hf_engine(llama, tokenizer, "static")
     config = SamplingConfig(max_tokens=12, stop=(), seed=11)

@@ -56,10 +56,11 @@ def sampling_linears(model: nn.Module, tape: ForwardTape | None) -> Iterator[Non
         yield
 
 
-def default_memory_budget(device: torch.device) -> int:
-    """Bytes the sampler may spend on cache and logits: 60% of free GPU memory, or 4 GiB on CPU."""
+def default_memory_budget(device: torch.device, reusable: int = 0) -> int:
+    """Bytes the sampler may spend on cache and logits: 60% of free GPU memory and of the `reusable` bytes the
+    sampler holds already (the static path's kept slots), or 4 GiB on CPU."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0] * 0.6)
+        return int((torch.cuda.mem_get_info(device)[0] + reusable) * 0.6)
     return 4 * 1024**3
 
 

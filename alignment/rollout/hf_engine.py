@@ -77,7 +77,8 @@ class HFRolloutEngine:
 
     def batch_size_for(self, sequence_tokens: int) -> int:
         """Rows per batch such that their KV cache and logits fit the memory budget."""
-        budget = self.memory_budget_bytes or default_memory_budget(self.model.device)
+        held = 0 if self._static is None else self._static.held_bytes()  # kept slots, reused by the next call
+        budget = self.memory_budget_bytes or default_memory_budget(self.model.device, held)
         per_row = sequence_tokens * kv_cache_bytes_per_token(self.model) + 4 * 4 * self.model.config.vocab_size
         return max(1, budget // per_row)
 

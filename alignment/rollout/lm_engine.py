@@ -72,7 +72,8 @@ class TransformerLMRolloutEngine:
     def batch_size_for(self, sequence_tokens: int) -> int:
         """Rows per batch such that their KV cache and logits fit the memory budget. The cache is counted
         twice: it grows by concatenation, so the old and the new copy coexist for a moment."""
-        budget = self.memory_budget_bytes or default_memory_budget(self.model.device)
+        held = 0 if self._static is None else self._static.held_bytes()  # kept slots, reused by the next call
+        budget = self.memory_budget_bytes or default_memory_budget(self.model.device, held)
         per_row = 2 * sequence_tokens * kv_cache_bytes_per_token(self.model) + 4 * 4 * self.model.config.vocab_size
         return max(1, budget // per_row)
 

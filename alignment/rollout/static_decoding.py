@@ -89,6 +89,11 @@ class SlotState:
         self.out_logprobs = zeros(capacity + 1, length, dtype=torch.float32)
         self.first_eos = zeros(capacity + 1)  # the step of the row's first EOS, `length` if none yet
 
+    def nbytes(self) -> int:
+        """The bytes these tensors hold."""
+        tensors = [t for v in vars(self).values() for t in (v if isinstance(v, list) else [v])]
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
     def slots(self, rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's (keys, values) of the first `rows` slots: (rows, kv_heads, length, head_dim) views."""
         return [(k[:rows], v[:rows]) for k, v in zip(self.keys, self.values)]
@@ -147,6 +152,10 @@ class StaticDecoder:
         self.capture_stream: torch.cuda.Stream | None = None
         self.addresses: list[int] = []
         self.captures = 0  # graphs captured so far (tests check that later calls reuse them)
+
+    def held_bytes(self) -> int:
+        """The bytes of the slots kept between calls, which the next call reuses rather than allocates."""
+        return 0 if self.state is None else self.state.nbytes()
 
     def release(self) -> None:
         """Free the slot state and the graphs with their memory pool (the next batch allocates and captures anew)."""
