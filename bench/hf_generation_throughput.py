@@ -29,25 +29,12 @@ import torch
 import typer
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from alignment.grpo.synthetic import QWEN_MATH_15B, TINY
 from alignment.models.synthetic_tokenizer import word_tokenizer
 from alignment.rollout.decode_choice import SYNC_EVERY
 from alignment.rollout.hf_engine import HFRolloutEngine, kv_cache_bytes_per_token
 from alignment.rollout.interface import SamplingConfig
 from bench.decode_bound import Bound, Figures, device_name, measured_bandwidth, sync, timed
-
-QWEN25_MATH_15B = dict(
-    hidden_size=1536,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    intermediate_size=8960,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    max_position_embeddings=4096,
-)
-TINY = QWEN25_MATH_15B | dict(
-    hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=4096
-)
 
 
 class DecodePath(str, Enum):
@@ -142,7 +129,7 @@ def main(
     json_lines: bool = typer.Option(False, "--json", help="Print only JSON lines on stdout, one per figure."),
 ) -> None:
     dev = torch.device(device or ("cuda:0" if torch.cuda.is_available() else "cpu"))
-    shape = dict(TINY if tiny else QWEN25_MATH_15B)
+    shape = dict(TINY if tiny else QWEN_MATH_15B)
     if tiny:
         rows, prompt_tokens, new_tokens, threads = [8, 4], 16, 32, threads or 1
     if threads:

@@ -36,9 +36,7 @@ from alignment.grpo.synthetic import (
 )
 from alignment.run.memory_plan import GiB, ModelShape, policy_bytes
 from alignment.run.precision import PRECISIONS
-
-CHECKPOINTED = "+checkpointing"
-RUNS = [*PRECISIONS, *(p + CHECKPOINTED for p in PRECISIONS)]
+from bench.precision_gpu import CHECKPOINTED, RUNS
 
 
 def measure(
