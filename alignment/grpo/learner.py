@@ -186,8 +186,9 @@ class GRPOLearner:
     def optimizer_step(self, batch: RolloutBatch) -> dict[str, float]:
         """One optimizer step over `batch`, in microbatches (this rank's share of them when sharded)."""
         c, device, objective = self.config, self.device, self.objective
-        losses, entropies, mismatch = [], [], []
-        reported: dict[str, list[float]] = {key: [] for key in REPORTED}
+        # each microbatch's numbers stay on the device until the last one is queued: one host sync per step
+        loss_values, entropy_values, differences = [], [], []
+        reported_values: dict[str, list[torch.Tensor]] = {key: [] for key in REPORTED}
         # sharded: every rank must make the same calls, so no rows are left out of the backward
         skip = c.skip_zero_advantage and self.shards is None
         learn = (
@@ -213,12 +214,16 @@ class GRPOLearner:
             )
             if not counts:
                 continue
-            mismatch.append((sampler - micro.rollout_log_probs.to(device))[mask].float().cpu())
-            losses.append(loss.item())
-            entropies.append(masked_mean(out["token_entropy"], mask).item())
-            for key, values in reported.items():  # a microbatch with no token in the loss has none to report
-                if key in meta and math.isfinite(meta[key].item()):
-                    values.append(meta[key].item())
+            differences.append(((sampler - micro.rollout_log_probs.to(device)).detach(), mask))
+            loss_values.append(loss.detach().float())
+            entropy_values.append(masked_mean(out["token_entropy"], mask).detach().float())
+            for key, values in reported_values.items():
+                if key in meta:
+                    values.append(meta[key].detach().float())
+        losses, entropies = on_host(loss_values), on_host(entropy_values)
+        # a microbatch with no token in the loss has none to report (NaN)
+        reported = {key: [v for v in on_host(values) if math.isfinite(v)] for key, values in reported_values.items()}
+        mismatch = [difference[mask].float().cpu() for difference, mask in differences]
         if self.shards is not None:  # every rank's microbatches, so that every rank reports the same numbers
             losses, entropies, mismatch, reported = self.shards.merged(losses, entropies, mismatch, reported)
         grad_norm = self.optimizer.clip_grad_norm(c.max_grad_norm)
@@ -251,6 +256,11 @@ class GRPOLearner:
         row |= self.optimizer.metrics() | ({} if stepped else {"skipped_step": 1.0})
         row |= {key: sum(values) / len(values) for key, values in reported.items() if values}
         return row | rollout_mismatch(torch.cat(mismatch))
+
+
+def on_host(values: list[torch.Tensor]) -> list[float]:
+    """0-dim tensors as floats, in one copy."""
+    return torch.stack(values).tolist() if values else []
 
 
 def rollout_forward_tape(
