@@ -123,6 +123,20 @@ def test_the_loss_scale_multiplies_the_logit_gradient_on_both_paths():
     torch.testing.assert_close(scaled.weight.grad, plain[1] * 1024, rtol=1e-5, atol=1e-6)
 
 
+def test_a_deep_copy_keeps_the_scale_and_a_later_scale_replaces_the_earlier():
+    """A model deep-copied after its optimizer set the loss scale (a KL reference, a teacher) runs its head as before,
+    scaled; a second scale set on the same head replaces the first rather than multiplying by both."""
+    torch.manual_seed(4)
+    head = nn.Linear(8, 20).double()
+    hidden = torch.randn(6, 8, dtype=torch.float64)
+    expected = torch.autograd.grad(head(hidden).sum(), head.weight)[0]
+    scale_gradients(head, lambda grad: grad * 4)
+    twin = copy.deepcopy(head)
+    torch.testing.assert_close(torch.autograd.grad(twin(hidden).sum(), twin.weight)[0], expected * 4)
+    scale_gradients(head, lambda grad: grad * 8)
+    torch.testing.assert_close(torch.autograd.grad(head(hidden).sum(), head.weight)[0], expected * 8)
+
+
 def test_chunks_hold_at_most_chunk_bytes_of_float32_logits():
     tokens = chunk_tokens(151936)
     assert tokens % 64 == 0 and tokens * 151936 * 4 <= CHUNK_BYTES < (tokens + 64) * 151936 * 4

@@ -27,10 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
+from torch.utils.hooks import RemovableHandle
 
 CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk: 384 tokens at a 151,936-word vocabulary (441 to 64s)
 
 _SCALERS: "WeakKeyDictionary[nn.Module, Callable[[torch.Tensor], torch.Tensor]]" = WeakKeyDictionary()
+_HOOKS: "WeakKeyDictionary[nn.Module, RemovableHandle]" = WeakKeyDictionary()
 
 
 def chunk_tokens(vocab: int, chunk_bytes: int | None = None) -> int:
@@ -43,9 +45,11 @@ def chunk_tokens(vocab: int, chunk_bytes: int | None = None) -> int:
 def scale_gradients(head: nn.Module, scale: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """Make `scale` (a loss scaler's, float32 tensor -> float32 tensor) multiply the gradient of `head`'s float32
     logits on either path: here for chunks, and as a forward hook when the head runs as a module."""
-    if head not in _SCALERS:  # one hook per head, reading the latest scale (a second optimizer replaces it)
-        head.register_forward_hook(lambda module, args, out: _ScaledLogits.apply(out, _SCALERS[module]))
     _SCALERS[head] = scale
+    if head in _HOOKS:  # a later optimizer's scale replaces the earlier one's: never both
+        _HOOKS[head].remove()
+    # the hook closes over `scale`, so that a deep copy of the model (which copies its hooks) scales as well
+    _HOOKS[head] = head.register_forward_hook(lambda module, args, out: _ScaledLogits.apply(out, scale))
 
 
 class _ScaledLogits(torch.autograd.Function):
