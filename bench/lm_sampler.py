@@ -28,9 +28,10 @@ import torch
 import typer
 from transformers import LlamaForCausalLM
 
+from alignment.grpo.synthetic import random_lm
 from alignment.models.lm_checkpoint import llama_config, load_transformer_lm
 from alignment.models.synthetic_tokenizer import word_tokenizer
-from alignment.models.transformer_lm import TransformerConfig, TransformerLM, to_llama_state_dict
+from alignment.models.transformer_lm import TransformerConfig, to_llama_state_dict
 from alignment.rollout.decode_choice import SYNC_EVERY
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.lm_engine import kv_cache_bytes_per_token
@@ -54,18 +55,6 @@ class SamplerPath(str, Enum):
     static = "static"
     no_cache = "no_cache"
     generate = "generate"
-
-
-def random_lm(config: TransformerConfig, device: torch.device) -> TransformerLM:
-    """Random weights as transformers initializes its models (normal, std 0.02; norms at 1), seed 0."""
-    torch.manual_seed(0)
-    model = TransformerLM(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.02)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    return model.to(device, dtype).eval()
 
 
 def main(
@@ -99,7 +88,8 @@ def main(
         config = TINY if tiny else SHAPE_15B
         if layers is not None:
             config = TransformerConfig(**{**config.__dict__, "n_layers": layers})
-        lm, tokenizer = random_lm(config, dev), word_tokenizer(config.vocab_size)
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        lm, tokenizer = random_lm(config, dev, dtype), word_tokenizer(config.vocab_size)
         generator = torch.Generator().manual_seed(1)
 
         def prompts(count: int) -> list[list[int]]:

@@ -41,6 +41,7 @@ def child(path: str, call: str, args: argparse.Namespace) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from alignment.grpo.synthetic import TINY
     from alignment.logprobs import (
         compute_entropy,
         get_response_log_probs,
@@ -49,16 +50,7 @@ def child(path: str, call: str, args: argparse.Namespace) -> None:
     )
 
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=args.vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-    )
+    config = Qwen2Config(**(TINY | dict(vocab_size=args.vocab)))
     model = Qwen2ForCausalLM(config).train()
     ids = torch.randint(0, args.vocab, (args.rows, args.tokens))
     labels = torch.roll(ids, -1, dims=1)

@@ -9,8 +9,9 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM, Qwen2ForCausalLM
 
+from alignment.grpo.synthetic import random_lm
 from alignment.models.synthetic_tokenizer import word_tokenizer
-from alignment.models.transformer_lm import TransformerConfig, TransformerLM
+from alignment.models.transformer_lm import TransformerConfig
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.lm_engine import TransformerLMRolloutEngine
@@ -55,18 +56,6 @@ def hf_model(kind: str, tokenizer) -> torch.nn.Module:
     torch.manual_seed(0)
     config = tiny_config(kind, VOCAB, tokenizer.pad_token_id)
     return (LlamaForCausalLM if kind == "llama" else Qwen2ForCausalLM)(config).to("cuda").eval()
-
-
-def random_lm(config: TransformerConfig, dtype: torch.dtype = torch.float32) -> TransformerLM:
-    """Our TransformerLM with weights drawn as transformers initializes its models (normal, std 0.02): a default
-    nn.Embedding's unit-variance rows, tied to the head, would make every row repeat its last token."""
-    torch.manual_seed(0)
-    model = TransformerLM(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.02)
-    return model.to("cuda", dtype).eval()
 
 
 def with_eos(engine: HFRolloutEngine) -> HFRolloutEngine:
@@ -119,7 +108,11 @@ def test_a_model_off_the_current_device_is_captured_on_its_own(tokenizer):
 
 
 def test_captured_transformer_lm_decode_equals_eager(tokenizer):
-    model = random_lm(TransformerConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128))
+    model = random_lm(
+        TransformerConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128),
+        "cuda",
+        torch.float32,
+    )
     static = TransformerLMRolloutEngine(model, tokenizer, progress=False, eos_ids=EOS, decode="static", sync_every=4)
     eager = TransformerLMRolloutEngine(model, tokenizer, progress=False, eos_ids=EOS, decode="eager")
     for sampling in SETTINGS:
@@ -136,7 +129,7 @@ def test_captured_transformer_lm_decode_equals_eager(tokenizer):
 def test_transformer_lm_sampler_on_cuda_end_to_end(tokenizer):
     """bfloat16 as GPU runs hold it, --decode auto (static on CUDA): well-formed rows the seed reproduces."""
     config = TransformerConfig(vocab_size=VOCAB, d_model=128, n_layers=3, n_heads=8, n_kv_heads=2, d_ff=256)
-    model = random_lm(config, torch.bfloat16)
+    model = random_lm(config, "cuda", torch.bfloat16)
     engine = TransformerLMRolloutEngine(model, tokenizer, progress=False, eos_ids=EOS)
     sampling = SamplingConfig(temperature=0.9, top_p=0.95, max_tokens=64, min_tokens=4, stop=("t7",), seed=21)
     rollouts = engine.generate(PROMPTS, 4, sampling)

@@ -2,7 +2,8 @@
 and the GPU checks test, with nothing to download (no weights, no tokenizer, no data).
 
 `random_policy` builds a Qwen2 of a given shape (QWEN_MATH_15B: Qwen2.5-Math-1.5B's; TINY: 2 layers for a CPU) in the
-dtype --precision computes in, set up as a loaded policy is (packed rows: alignment/models/packed_rows.py);
+dtype --precision computes in, set up as a loaded policy is (packed rows: alignment/models/packed_rows.py), and
+`random_lm` our TransformerLM of a TransformerConfig;
 `synthetic_rows` makes a rollout batch of distinct random prompts and responses with advantages +1 and -1; and
 `synthetic_learner` is the library's GRPOLearner over them, so that `learner.optimizer_step(rows)` is one optimizer
 step exactly as a GRPO train phase takes it: its microbatches scored (alignment/grpo/scoring.py), their losses
@@ -20,6 +21,7 @@ from alignment.grpo.batch import RolloutBatch
 from alignment.grpo.config import GRPOConfig
 from alignment.grpo.learner import GRPOLearner
 from alignment.models.packed_rows import use_packed_attention
+from alignment.models.transformer_lm import TransformerConfig, TransformerLM
 from alignment.run.memory_plan import ModelShape, Workload, policy_bytes
 from alignment.run.precision import MODES
 
@@ -54,6 +56,19 @@ def random_policy(
     if gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model.train()
+
+
+def random_lm(config: TransformerConfig, device: str | torch.device, dtype: torch.dtype) -> TransformerLM:
+    """Our TransformerLM with weights drawn as transformers initializes its models (normal, std 0.02; norms at 1),
+    seed 0, in eval mode: a default nn.Embedding's unit-variance rows, tied to the head, would make every row repeat
+    its last token."""
+    torch.manual_seed(0)
+    model = TransformerLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.02)
+    return model.to(device, dtype).eval()
 
 
 def synthetic_rows(rows: int, prompt_tokens: int, response_tokens: int, vocab: int, seed: int = 0) -> RolloutBatch:
