@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.distributed.sharding import is_sharded
 from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path
@@ -195,37 +195,17 @@ class HFRolloutEngine:
             if inflight is not None and inflight.load() and fed is not None:
                 # keys and values of every position again, under the new weights (AReaL's interruptible generation)
                 cache = ReservedCache(sampling.max_tokens)
-                out = self.model(
-                    input_ids=fed,
-                    attention_mask=attention,
-                    position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
+                logits = last_logits(self.model, fed, attention, (attention.cumsum(-1) - 1).clamp(min=0), cache)
             else:
-                out = self.model(
-                    input_ids=chosen.unsqueeze(-1),
-                    attention_mask=attention,
-                    position_ids=position.unsqueeze(-1),
-                    past_key_values=cache,
-                    use_cache=True,
-                )
+                logits = last_logits(self.model, chosen.unsqueeze(-1), attention, position.unsqueeze(-1), cache)
             position = position + 1
-            return out.logits[:, -1]
+            return logits
 
         prompt_indices = [i for i in range(len(prompts)) for _ in range(n)]
         with sampling_linears(self.model, tape):
             if tape is not None:
                 tape.add_prompts(input_ids, attention.bool(), n, sampling.max_tokens)
-            logits = self.model(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            ).logits[:, -1]
+            logits = last_logits(self.model, input_ids, attention, positions, cache)
             cache.batch_repeat_interleave(n)
             attention, position = attention.repeat_interleave(n, dim=0), positions[:, -1].repeat_interleave(n) + 1
             yield from decode_rows(
@@ -254,14 +234,7 @@ class HFRolloutEngine:
         """_batch_rows on the static path: the same prefill (a cache without reserve: the slots hold the rest)."""
         cache = ReservedCache(0)
         with sampling_linears(self.model, None):
-            logits = self.model(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            ).logits[:, -1]
+            logits = last_logits(self.model, input_ids, attention, positions, cache)
             prefill = Prefill(
                 logits,
                 [layer.keys for layer in cache.layers],
@@ -295,3 +268,22 @@ class _InFlight:
         before = self.feed.version
         self.feed.load(self.apply)
         return self.feed.version != before
+
+
+def last_logits(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention: torch.Tensor,
+    positions: torch.Tensor,
+    cache: Cache,
+) -> torch.Tensor:
+    """(batch, vocab) the next-token logits after `input_ids` (batch, new) fed at `positions` on top of `cache`,
+    which takes their keys and values; `attention` (batch, cached + new) marks the real tokens."""
+    return model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
