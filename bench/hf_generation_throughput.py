@@ -34,6 +34,7 @@ from alignment.models.synthetic_tokenizer import word_tokenizer
 from alignment.rollout.decode_choice import SYNC_EVERY
 from alignment.rollout.hf_engine import HFRolloutEngine, kv_cache_bytes_per_token
 from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.static_decoding import SPAN_MULTIPLE
 from bench.decode_bound import Bound, Figures, device_name, measured_bandwidth, sync, timed
 
 
@@ -122,6 +123,12 @@ def main(
     device: str | None = typer.Option(None, help="Device (default: cuda:0 when present, else cpu)."),
     layers: int | None = typer.Option(None, help="Layers of the model (default: the shape's)."),
     sync_every: int = typer.Option(SYNC_EVERY, help="Static path: decode steps between host syncs."),
+    span_multiple: int = typer.Option(
+        SPAN_MULTIPLE,
+        min=1,
+        help="Static path: a step attends over its columns rounded up to this (at least the whole "
+        "reserved length: every column, every step).",
+    ),
     compile_timeout: float = typer.Option(300.0, help="Seconds generate_compiled's child gets per call."),
     repeats: int = typer.Option(1, help="Timed calls per figure of eager, static and generate; the best counts."),
     threads: int | None = typer.Option(None, help="torch threads on the CPU (default: torch's; --tiny: 1)."),
@@ -149,6 +156,7 @@ def main(
         path: HFRolloutEngine(model, tokenizer, progress=False, decode=path, sync_every=sync_every)
         for path in ("eager", "static")
     }
+    engines["static"].static_decoder().span_multiple = span_multiple
     engines["eager"].generate(prompts_of(8, 8, shape["vocab_size"]), 1, SamplingConfig(max_tokens=8, stop=(), seed=0))
     for count in rows:
         texts = prompts_of(count, prompt_tokens, shape["vocab_size"])
@@ -179,7 +187,9 @@ def main(
                 seconds, tokens = min(timed(run, dev) for _ in range(repeats))
             if tokens != count * new_tokens:
                 raise RuntimeError(f"{path.value} generated {tokens} tokens, expected {count * new_tokens}")
-            extra = {"captured": dev.type == "cuda"} if path is DecodePath.static else {}
+            extra = (
+                {"captured": dev.type == "cuda", "span_multiple": span_multiple} if path is DecodePath.static else {}
+            )
             figures.emit(
                 "tokens_per_s", tokens / seconds, "tokens/s", **path_context, seconds=round(seconds, 3), **extra
             )

@@ -36,6 +36,7 @@ from alignment.rollout.decode_choice import SYNC_EVERY
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.lm_engine import kv_cache_bytes_per_token
 from alignment.rollout.lm_sampler import sample, static_decoder
+from alignment.rollout.static_decoding import SPAN_MULTIPLE
 from bench.decode_bound import Bound, Figures, device_name, measured_bandwidth, sync, timed
 
 SHAPE_15B = TransformerConfig(
@@ -71,6 +72,12 @@ def main(
     device: str | None = typer.Option(None, help="Device (default: cuda:0 when present, else cpu)."),
     layers: int | None = typer.Option(None, help="Layers of the random model (default: the shape's)."),
     sync_every: int = typer.Option(SYNC_EVERY, help="Static path: decode steps between host syncs."),
+    span_multiple: int = typer.Option(
+        SPAN_MULTIPLE,
+        min=1,
+        help="Static path: a step attends over its columns rounded up to this (at least the whole "
+        "reserved length: every column, every step).",
+    ),
     until_eos: bool = typer.Option(
         False, help="Rows end at EOS (min_tokens 0; --model's chat template on the prompts) instead of at full length."
     ),
@@ -116,6 +123,7 @@ def main(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; weights {weight_bytes / 2**30:.2f} GiB"
     )
     decoder = static_decoder(lm, sync_every)
+    decoder.span_multiple = span_multiple
     reference = None
     if SamplerPath.generate in paths:  # transformers' Llama holding the same weights
         reference = LlamaForCausalLM(llama_config(lm.config)).to(dev, lm.embed.weight.dtype).eval()
@@ -161,7 +169,11 @@ def main(
                 seconds, tokens = min(timed(run, dev) for _ in range(repeats))
                 if tokens != count * length and not until_eos:
                     raise RuntimeError(f"{path.value} generated {tokens} tokens, expected {count * length}")
-                extra = {"captured": dev.type == "cuda"} if path is SamplerPath.static else {}
+                extra = (
+                    {"captured": dev.type == "cuda", "span_multiple": span_multiple}
+                    if path is SamplerPath.static
+                    else {}
+                )
                 figures.emit("tokens_per_s", tokens / seconds, "tokens/s", **path_context, seconds=round(seconds, 3),
                              tokens=tokens, **extra)  # fmt: skip
                 figures.emit("percent_of_bound", 100 * tokens / seconds / bound.tokens_per_s, "%", **path_context)

@@ -67,11 +67,13 @@ def with_eos(engine: HFRolloutEngine) -> HFRolloutEngine:
 def test_captured_hf_decode_equals_eager(kind, tokenizer):
     model = hf_model(kind, tokenizer)
     static = with_eos(HFRolloutEngine(model, tokenizer, progress=False, decode="static", sync_every=4))
+    static.static_decoder().span_multiple = 16  # spans of 16, 32, ... columns: several per call
     eager = with_eos(HFRolloutEngine(model, tokenizer, progress=False, decode="eager"))
     for sampling in SETTINGS:
         assert_same_rollouts(static.generate(PROMPTS, 3, sampling), eager.generate(PROMPTS, 3, sampling))
     decoder = static.static_decoder()
-    assert decoder.captures >= 3 and len(decoder.graphs) == decoder.captures  # buckets 12, 8, 4, ... were captured
+    assert decoder.captures >= 3 and len(decoder.graphs) == decoder.captures  # buckets 12, 8, 6, ... were captured
+    assert len({span for _, span, *_ in decoder.graphs}) > 1
     captured = decoder.captures
     # new weights copied in place: the graphs replay them, nothing is captured again
     other = {k: v + 0.02 * torch.randn_like(v) for k, v in model.state_dict().items()}
@@ -114,6 +116,7 @@ def test_captured_transformer_lm_decode_equals_eager(tokenizer):
         torch.float32,
     )
     static = TransformerLMRolloutEngine(model, tokenizer, progress=False, eos_ids=EOS, decode="static", sync_every=4)
+    static.static_decoder().span_multiple = 16
     eager = TransformerLMRolloutEngine(model, tokenizer, progress=False, eos_ids=EOS, decode="eager")
     for sampling in SETTINGS:
         assert_same_rollouts(static.generate(PROMPTS, 3, sampling), eager.generate(PROMPTS, 3, sampling))

@@ -19,7 +19,7 @@ from alignment.rollout.hf_static import static_support
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.lm_engine import TransformerLMRolloutEngine
 from alignment.rollout.row_streams import row_uniforms
-from alignment.rollout.static_decoding import StaticDecoder, bucket_for
+from alignment.rollout.static_decoding import StaticDecoder, bucket_for, span_for
 from alignment.rollout.streaming import Barrier, FinishedGroup, StreamFeed, Unit
 from tests.conftest import tiny_config
 from tests.test_envs import TwoTurns
@@ -67,16 +67,23 @@ def assert_same_rollouts(static, eager) -> None:
     assert worst <= TOLERANCE, worst
 
 
-def step_rows(decoder: StaticDecoder) -> list[int]:
-    """Record the slots each decode step runs (the bucket) from now on."""
+def step_rows(decoder: StaticDecoder, span_multiple: int = 8) -> list[int]:
+    """Record the slots each decode step runs (the bucket) from now on; steps attend over spans of `span_multiple`
+    columns (8: spans change within the tests' 24 tokens), each checked against the column the step writes."""
     rows: list[int] = []
     step = decoder.step_logits
+    decoder.span_multiple = span_multiple
 
-    def recording(state, bucket):
+    def recording(state, bucket, span):
         rows.append(bucket)
-        return step(state, bucket)
+        column = int(state.column)  # written by this step, the last one its token attends to
+        assert span == min(state.length, -(-(column + 1) // span_multiple) * span_multiple), (span, column)
+        spans.add(span)
+        return step(state, bucket, span)
 
+    spans: set[int] = set()
     decoder.step_logits = recording
+    decoder.spans = spans
     return rows
 
 
@@ -88,8 +95,9 @@ def test_hf_static_path_samples_what_the_eager_loop_samples(tiny_model, tokenize
     buckets = step_rows(engine.static_decoder())
     static = engine.generate(PROMPTS, 3, sampling)
     assert_same_rollouts(static, eager)
-    # 12 rows run in a bucket of 12 (the capacity), then 8, 4, 2, 1 as they end
-    assert buckets[0] == 12 and buckets == sorted(buckets, reverse=True) and set(buckets) <= {12, 8, 4, 2, 1}
+    # 12 rows run in a bucket of 12 (the capacity), then 8, 6, 4, 3, 2, 1 as they end
+    assert buckets[0] == 12 and buckets == sorted(buckets, reverse=True) and set(buckets) <= {12, 8, 6, 4, 3, 2, 1}
+    assert len(engine.static_decoder().spans) > 1  # steps attended over more columns as rows grew
     if sampling.temperature > 0:  # (greedy rows of a random model repeat one token: none ends)
         assert len({len(r.token_ids) for r in eager}) > 3  # rows really ended at different steps
         assert len(set(buckets)) > 1, buckets  # the rows still running moved to fewer slots
@@ -276,8 +284,16 @@ def test_a_loaded_policy_takes_the_static_path(tiny_model_dir):
     assert model.config._attn_implementation == NAME and static_support(model) is None
 
 
-def test_buckets_are_powers_of_two_up_to_the_capacity():
-    assert [bucket_for(rows, 24) for rows in (1, 2, 3, 5, 8, 9, 16, 17, 24)] == [1, 2, 4, 8, 8, 16, 16, 24, 24]
+def test_buckets_are_powers_of_two_and_three_times_powers_of_two_up_to_the_capacity():
+    rows = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 24, 25, 129, 193)
+    assert [bucket_for(r, 24) for r in rows] == [1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 16, 24, 24, 24, 24, 24]
+    assert [bucket_for(r, 256) for r in rows[-4:]] == [24, 32, 192, 256]
+    assert all(r <= bucket_for(r, 1024) < 2 * r for r in range(2, 1025))  # at most half the slots run empty
+
+
+def test_a_step_attends_over_its_columns_rounded_up_to_the_span_multiple():
+    assert [span_for(c, 80, 64) for c in (1, 64, 65, 80)] == [64, 64, 80, 80]
+    assert [span_for(c, 24, 8) for c in (9, 16, 17)] == [16, 16, 24]
 
 
 def splitmix64(key: int, step: int) -> float:

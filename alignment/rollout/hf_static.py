@@ -2,7 +2,7 @@
 
 Three pieces make the model's forward a fixed-shape step with no host reads (alignment/rollout/static_decoding.py):
 - SlotCache, a transformers Cache whose layers write each new key and value at the state's column of the slot buffers
-  and hand attention the whole fixed-length buffers;
+  and hand attention the step's span of them (its first columns, a fixed length per captured graph);
 - the mask passed ready-made, 4D, which the model takes as it is (no mask building, no host reads);
 - attention as one_token_attention (alignment/models/decode_attention.py: grouped heads folded into the query axis,
   no copy of the cache), registered with transformers under NAME and selected only while the step runs.
@@ -48,15 +48,16 @@ AttentionInterface.register(NAME, one_token_attention_forward)
 
 
 class SlotLayer(CacheLayerMixin):
-    """One layer's keys and values: the first `rows` slots of the state's buffers, written at the state's column."""
+    """One layer's keys and values: the first `rows` slots and `span` columns of the state's buffers, written at the
+    state's column."""
 
     is_compileable = True
     is_sliding = False
 
-    def __init__(self, state: SlotState, layer: int, rows: int) -> None:
+    def __init__(self, state: SlotState, layer: int, rows: int, span: int) -> None:
         super().__init__()
-        self.keys, self.values = state.keys[layer][:rows], state.values[layer][:rows]
-        self.column, self.length = state.column, state.length
+        self.keys, self.values = state.slots(rows, span)[layer]
+        self.column, self.length = state.column, span
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -80,10 +81,10 @@ class SlotLayer(CacheLayerMixin):
 
 
 class SlotCache(Cache):
-    """The transformers Cache of a static step over the first `rows` slots."""
+    """The transformers Cache of a static step over the first `rows` slots and `span` columns."""
 
-    def __init__(self, state: SlotState, rows: int) -> None:
-        super().__init__(layers=[SlotLayer(state, layer, rows) for layer in range(len(state.keys))])
+    def __init__(self, state: SlotState, rows: int, span: int) -> None:
+        super().__init__(layers=[SlotLayer(state, layer, rows, span) for layer in range(len(state.keys))])
 
 
 def static_support(model: PreTrainedModel) -> str | None:
@@ -125,13 +126,13 @@ def attention_implementation(model: PreTrainedModel, name: str) -> Iterator[None
 def hf_step_logits(model: PreTrainedModel) -> StepLogits:
     """The static step's model call for a transformers causal LM: next-token logits (rows, vocab) of state.tokens."""
 
-    def step(state: SlotState, rows: int) -> torch.Tensor:
+    def step(state: SlotState, rows: int, span: int) -> torch.Tensor:
         with attention_implementation(model, NAME):
             out = model(
                 input_ids=state.tokens[:rows, None],
-                attention_mask=state.attention_mask(rows),
+                attention_mask=state.attention_mask(rows, span),
                 position_ids=state.positions[:rows, None],
-                past_key_values=SlotCache(state, rows),
+                past_key_values=SlotCache(state, rows, span),
                 use_cache=True,
             )
         return out.logits[:, -1]

@@ -31,12 +31,12 @@ def lm_kv_spec(model: TransformerLM) -> KVSpec:
 def lm_step_logits(model: TransformerLM) -> StepLogits:
     """The static step's model call: next-token logits (rows, vocab) of state.tokens against the slot buffers."""
 
-    def step(state: SlotState, rows: int) -> torch.Tensor:
+    def step(state: SlotState, rows: int, span: int) -> torch.Tensor:
         hidden = model.decode_into(
             state.tokens[:rows, None],
             state.positions[:rows, None],
-            state.attention_mask(rows),
-            state.slots(rows),
+            state.attention_mask(rows, span),
+            state.slots(rows, span),
             state.column,
         )
         return model.lm_head(hidden[:, -1])

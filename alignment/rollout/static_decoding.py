@@ -8,14 +8,18 @@ computes (256 rows x 512 new tokens). Here:
 - Slots. A batch's rows sit in `capacity` slots of fixed-address buffers (SlotState): each layer's keys and values
   (capacity, kv_heads, length, head_dim), where length is the prompt width plus max_tokens rounded up to a multiple
   of 64, and the rows' next tokens, positions, stream keys and logits. Prompts occupy columns [0, width) as prefilled
-  (left-padded); the token sampled at step t is written at column width + t. A step attends over all columns, masked
-  by position: a key counts where it is a real prompt token or a response column already written.
+  (left-padded); the token sampled at step t is written at column width + t. A step attends over the columns written
+  so far rounded up to a multiple of `span_multiple` (its span), masked by position: a key counts where it is a real
+  prompt token or a response column already written. Attending over the whole reserved length instead would read the
+  full cache every step (4.2 GB a step at 256 rows x (64 + 512) columns of the 1.5B shape, where the filled part
+  averages 2.35 GB).
 - One step = sample every slot's token from its logits (temperature, top-p, min_tokens' EOS ban, its own random stream:
   alignment/rollout/row_streams.py), write it and its log-prob into the row's output buffers, note the row's first EOS,
   then run the model on those tokens (the backend's `step_logits`). No host reads: on CUDA the whole step is captured
-  as a CUDA graph, one per batch-size bucket (powers of two up to the capacity) and sampling setting, replayed every
-  later step and call while the weights stay at the same addresses (weight loads copy in place; a moved parameter
-  recaptures). On the CPU the same step runs without capture.
+  as a CUDA graph, one per batch-size bucket (powers of two and three times powers of two, up to the capacity), span
+  and sampling setting, replayed every later step and call while the weights stay at the same addresses (weight loads
+  copy in place; a moved parameter recaptures). Within a call buckets only shrink and spans only grow, so a call
+  captures at most one graph per bucket and span it reaches. On the CPU the same step runs without capture.
 - The host syncs every `sync_every` steps. It launches the next window before reading the last one, so the GPU never
   waits on it: it copies the window's tokens and log-probs, ends rows at their first EOS, at a stop string (checked
   with the tokenizer exactly as the eager loop checks it, step by step) or at max_tokens, and discards whatever a row
@@ -38,6 +42,9 @@ from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.utils.faults import fault_point
 
 LENGTH_MULTIPLE = 64  # cache lengths are rounded up to this, so that later calls of a similar width reuse the graphs
+# a step attends over its columns rounded up to this: each span is a graph to capture, each column past the last one
+# written is read for nothing (at 64 the 1.5B shape's mean read at 256 x (64 + 512) is 2.58 GB against 2.35 filled)
+SPAN_MULTIPLE = 64
 
 
 @dataclass(frozen=True)
@@ -94,21 +101,29 @@ class SlotState:
         tensors = [t for v in vars(self).values() for t in (v if isinstance(v, list) else [v])]
         return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
-    def slots(self, rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each layer's (keys, values) of the first `rows` slots: (rows, kv_heads, length, head_dim) views."""
-        return [(k[:rows], v[:rows]) for k, v in zip(self.keys, self.values)]
+    def slots(self, rows: int, span: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (keys, values) of the first `rows` slots and `span` columns: (rows, kv_heads, span, head_dim)
+        views, written in place."""
+        return [(k[:rows, :, :span], v[:rows, :, :span]) for k, v in zip(self.keys, self.values)]
 
-    def attention_mask(self, rows: int) -> torch.Tensor:
-        """(rows, 1, 1, length) bool: the keys this step's tokens attend to."""
-        return (self.key_valid[:rows] & (self.columns <= self.column))[:, None, None, :]
+    def attention_mask(self, rows: int, span: int) -> torch.Tensor:
+        """(rows, 1, 1, span) bool: the keys among the first `span` columns this step's tokens attend to."""
+        return (self.key_valid[:rows, :span] & (self.columns[:span] <= self.column))[:, None, None, :]
 
 
-StepLogits = Callable[[SlotState, int], torch.Tensor]
+StepLogits = Callable[[SlotState, int, int], torch.Tensor]
 
 
 def bucket_for(rows: int, capacity: int) -> int:
-    """The slots a step runs for `rows` live rows: the next power of two, at most the capacity."""
-    return min(capacity, 1 << max(rows - 1, 0).bit_length())
+    """The slots a step runs for `rows` live rows: the next power of two or three times a power of two (so at most
+    half the slots run empty), at most the capacity."""
+    power = 1 << max(rows - 1, 0).bit_length()
+    return min(capacity, power * 3 // 4 if power >= 4 and rows <= power * 3 // 4 else power)
+
+
+def span_for(columns: int, length: int, multiple: int) -> int:
+    """The columns a step attends over when `columns` are written: rounded up to `multiple`, at most `length`."""
+    return min(length, -(-columns // multiple) * multiple)
 
 
 @dataclass
@@ -126,12 +141,13 @@ class _Window:
 class StaticDecoder:
     """Decodes batches along the static path for one model: its slot state and CUDA graphs, kept across calls.
 
-    step_logits(state, rows) runs the model on state.tokens[:rows] at state.positions[:rows], writing each layer's new
-    key and value at state.column of state.slots(rows) and attending under state.attention_mask(rows); it returns the
-    next-token logits (rows, vocab). It must read nothing back to the host. `weights()` lists the tensors a captured
-    step reads from the model (its parameters and buffers); when one moves, the graphs are captured again. Without
-    `keep`, the slots and graphs are freed after each batch: a model trained on the same device between rollouts
-    needs that memory back (as a vLLM engine sharing the policy's GPU sleeps), and captures again at the next one.
+    step_logits(state, rows, span) runs the model on state.tokens[:rows] at state.positions[:rows], writing each layer's
+    new key and value at state.column of state.slots(rows, span) and attending under state.attention_mask(rows, span);
+    it returns the next-token logits (rows, vocab). It must read nothing back to the host. `weights()` lists the
+    tensors a captured step reads from the model (its parameters and buffers); when one moves, the graphs are captured
+    again. Without `keep`, the slots and graphs are freed after each batch: a model trained on the same device between
+    rollouts needs that memory back (as a vLLM engine sharing the policy's GPU sleeps), and captures again at the next
+    one. `span_multiple`: a step attends over its columns rounded up to this (SPAN_MULTIPLE).
     """
 
     def __init__(
@@ -141,11 +157,14 @@ class StaticDecoder:
         weights: Callable[[], list[torch.Tensor]],
         sync_every: int,
         keep: bool = True,
+        span_multiple: int = SPAN_MULTIPLE,
     ) -> None:
         if sync_every < 1:
             raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        if span_multiple < 1:
+            raise ValueError(f"span_multiple must be >= 1, got {span_multiple}")
         self.step_logits, self.kv, self.weights, self.sync_every = step_logits, kv, weights, sync_every
-        self.keep = keep
+        self.keep, self.span_multiple = keep, span_multiple
         self.state: SlotState | None = None
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.pool = None
@@ -205,7 +224,7 @@ class StaticDecoder:
         slot_rows = list(range(rows))  # the row in each occupied slot, front slots first
         bucket = bucket_for(rows, state.capacity)
         if bucket > rows:  # empty slots compute a copy of slot 0 into the sink row
-            self._move(state, slot_rows, bucket)
+            self._move(state, slot_rows, bucket, width)
         tokens: list[list[int]] = [[] for _ in range(rows)]
         logprobs: list[list[float]] = [[] for _ in range(rows)]
         running = set(range(rows))
@@ -216,8 +235,9 @@ class StaticDecoder:
         def launch() -> None:
             nonlocal launched
             end = min(launched + self.sync_every, sampling.max_tokens)
-            for _ in range(launched, end):
-                self._run_step(state, bucket, sampling)
+            for step in range(launched, end):
+                span = span_for(width + step + 1, state.length, self.span_multiple)  # step writes column width + step
+                self._run_step(state, bucket, span, sampling)
             windows.append(self._read_back(state, rows, launched, end, device))
             launched = end
 
@@ -246,7 +266,7 @@ class StaticDecoder:
             if smaller < bucket:  # enqueued after the window already launched, which runs on the larger bucket
                 order = [slot for slot, row in enumerate(slot_rows) if row in running]
                 slot_rows = [slot_rows[slot] for slot in order]
-                self._move(state, order, smaller)
+                self._move(state, order, smaller, width + launched)
                 bucket = smaller
 
     # --- the device side ----------------------------------------------------------------------------------------
@@ -299,8 +319,8 @@ class StaticDecoder:
         state.step.zero_()
         state.column.fill_(width)
 
-    def _step(self, state: SlotState, bucket: int, sampling: SamplingConfig) -> None:
-        """One decode step for the first `bucket` slots; fixed shapes, no host reads."""
+    def _step(self, state: SlotState, bucket: int, span: int, sampling: SamplingConfig) -> None:
+        """One decode step for the first `bucket` slots, attending over `span` columns; fixed shapes, no host reads."""
         logits = state.logits[:bucket]
         if sampling.min_tokens > 0:  # no EOS before min_tokens
             logits.masked_fill_(state.eos & (state.step < state.min_tokens), float("-inf"))
@@ -312,19 +332,19 @@ class StaticDecoder:
         eos_step = torch.where(state.eos[chosen], state.step, state.length)
         state.first_eos.scatter_reduce_(0, rows, eos_step, "amin")
         state.tokens[:bucket] = chosen
-        state.logits[:bucket] = self.step_logits(state, bucket)
+        state.logits[:bucket] = self.step_logits(state, bucket, span)
         state.positions[:bucket] += 1
         state.column += 1
         state.step += 1
 
-    def _run_step(self, state: SlotState, bucket: int, sampling: SamplingConfig) -> None:
-        """A step, from its CUDA graph on CUDA: the first step of a bucket and setting runs as it is (the warm-up a
-        capture needs) and is then captured for the steps after it."""
+    def _run_step(self, state: SlotState, bucket: int, span: int, sampling: SamplingConfig) -> None:
+        """A step, from its CUDA graph on CUDA: the first step of a bucket, span and setting runs as it is (the
+        warm-up a capture needs) and is then captured for the steps after it."""
         device = state.logits.device
         if device.type != "cuda":
-            self._step(state, bucket, sampling)
+            self._step(state, bucket, span, sampling)
             return
-        key = (bucket, sampling.temperature, sampling.top_p, sampling.min_tokens > 0)
+        key = (bucket, span, sampling.temperature, sampling.top_p, sampling.min_tokens > 0)
         # a capture records the kernels of its own stream's device, and a replay launches on the current device:
         # both on the state's device, which need not be the current one (rollouts on cuda:1 beside a cuda:0 policy)
         with torch.cuda.device(device):
@@ -332,13 +352,21 @@ class StaticDecoder:
             if graph is not None:
                 graph.replay()
                 return
-            self._step(state, bucket, sampling)
+            self._step(state, bucket, span, sampling)
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
                 self.capture_stream = torch.cuda.Stream(device)  # torch's default one is on the first device used
+            # begun by hand: torch.cuda.graph would synchronize the device and empty the allocator's cache at each
+            # capture, and a call captures one graph per bucket and span it reaches (every call, beside training)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, self.pool, self.capture_stream, capture_error_mode="thread_local"):
-                self._step(state, bucket, sampling)  # recorded, not run
+            self.capture_stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(self.capture_stream):
+                graph.capture_begin(self.pool, capture_error_mode="thread_local")
+                try:
+                    self._step(state, bucket, span, sampling)  # recorded, not run
+                finally:
+                    graph.capture_end()
+            torch.cuda.current_stream(device).wait_stream(self.capture_stream)
             self.graphs[key] = graph
             self.captures += 1
 
@@ -362,15 +390,18 @@ class StaticDecoder:
         return _Window(start, end, tokens, logprobs, first_eos, ready)
 
     @staticmethod
-    def _move(state: SlotState, order: list[int], bucket: int) -> None:
+    def _move(state: SlotState, order: list[int], bucket: int, written: int) -> None:
         """Slot i takes slot order[i]'s contents for i < len(order); the rest of the first `bucket` copy slot
-        order[0] and write to the sink row."""
+        order[0] and write to the sink row. Of the caches, only the `written` columns the steps queued before have
+        filled are copied (the rest is written before it is attended to)."""
         device = state.tokens.device
         source = torch.tensor(order + [order[0]] * (bucket - len(order)))
         if device.type == "cuda":  # from pinned memory, so that the host does not wait for the steps queued before
             source = source.pin_memory()
         source = source.to(device, non_blocking=True)
-        for buffers in (*state.keys, *state.values, state.key_valid, state.tokens, state.positions, state.logits):
+        for buffers in (*state.keys, *state.values):
+            buffers[:bucket, :, :written] = buffers[source, :, :written]
+        for buffers in (state.key_valid, state.tokens, state.positions, state.logits):
             buffers[:bucket] = buffers[source]
         state.stream_keys[:bucket] = state.stream_keys[source]
         rows = state.row_of_slot[source]
