@@ -70,10 +70,10 @@ def sampling_log_probs(logits: torch.Tensor, temperature: float, top_p: float) -
     logits: (batch, vocab) -> (batch, vocab) float32, -inf outside the nucleus. Temperature 0 means greedy
     and reports the plain softmax.
     """
-    logits = logits.float()
     if temperature > 0 and temperature != 1:
-        logits = logits / temperature
-    log_probs = torch.log_softmax(logits, dim=-1)
+        log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    else:  # cast inside the kernel: no float32 copy of half-precision logits to write and read again
+        log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
     if temperature == 0 or top_p >= 1.0:
         return log_probs
     sorted_lp, order = log_probs.sort(dim=-1, descending=True)
