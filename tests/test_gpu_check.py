@@ -43,7 +43,7 @@ def test_the_tiny_check_runs_every_step_and_prints_only_json(tmp_path):
     assert rc == 0, stderr + "".join(log.read_text() for log in logs.iterdir())
     steps = {line["step"]: line["status"] for line in lines if line["figure"] == "gpu_check.step"}
     assert steps == dict.fromkeys(
-        ("tests", "precision", "hf_decode", "lm_sampler", "memory_plan", "hf_generate_compiled"), "ok"
+        ("tests", "precision", "chunked_head", "hf_decode", "lm_sampler", "memory_plan", "hf_generate_compiled"), "ok"
     )
     assert lines[0]["figure"] == "gpu_check.device" and lines[0]["cuda"] is None
 
@@ -55,6 +55,8 @@ def test_the_tiny_check_runs_every_step_and_prints_only_json(tmp_path):
     figures = Counter(line["figure"] for line in lines)
     assert figures["precision_gpu.step_s"] == 5  # fp32, bf16, bf16-mixed, fp16-mixed, bf16 checkpointed
     assert figures["memory_plan_gpu.plan_gib"] == 8  # four precisions, with and without checkpointing
+    head = {line["figure"]: line["value"] for line in lines if line["figure"].startswith("chunked_head.")}
+    assert head["chunked_head.fused_ms"] > 0 and head["chunked_head.matmuls_ms"] > 0
     decoded = {(line["figure"], line["path"], line["rows"]) for line in lines if "path" in line}
     for rows in (8, 4):
         for path in ("eager", "static", "generate"):
@@ -71,8 +73,10 @@ def test_steps_past_the_checks_time_are_reported_not_run(tmp_path):
     rc, lines, _ = gpu_check(tmp_path, "--tiny", GPU_CHECK_SECONDS="1")
     assert rc == 1
     steps = [line for line in lines if line["figure"] == "gpu_check.step"]
-    assert len(steps) == 6 and all(line["status"] == "not run: the check's time was spent" for line in steps)
-    assert not any(line["figure"].startswith(("precision_gpu", "lm_sampler", "memory_plan_gpu")) for line in lines)
+    assert len(steps) == 7 and all(line["status"] == "not run: the check's time was spent" for line in steps)
+    assert not any(
+        line["figure"].startswith(("precision_gpu", "chunked_head", "lm_sampler", "memory_plan_gpu")) for line in lines
+    )
 
 
 def test_an_unknown_argument_is_refused(tmp_path):

@@ -94,18 +94,20 @@ def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tens
     Overwrites float32 logits (they are the chunk's own).
 
     The max is subtracted before exp, so nothing overflows; the entropy is log(total) - sum_v p_v * shifted_v, two
-    O(log V) terms that do not cancel. -inf logits (p = 0) are clamped to the most negative float so that they add
-    0 rather than 0 * -inf = NaN.
+    O(log V) terms that do not cancel. Where a logit is -inf, p_v * shifted_v is 0 * -inf = NaN: the sum skips it
+    (nansum), as the word adds 0. Each pass over the (c, V) logits is one kernel, casting half-precision logits to
+    float32 as it shifts them and keeping one exp a word: about 38 bytes of memory traffic a logit in half
+    precision, where casting, shifting, clamping and multiplying one kernel at a time took 56.
     """
-    work = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    top = work.max(dim=-1, keepdim=True).values
-    work -= top
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    top = logits.max(dim=-1, keepdim=True).values.to(dtype)
+    work = logits.sub_(top) if logits.dtype == dtype else torch.sub(logits, top)  # the latter computes in float32
     chosen = work.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     probs = work.exp()
     total = probs.sum(dim=-1)
     log_total = total.log()
     # an elementwise product, not a matmul: TF32 (--tf32) would round a float32 matmul's inputs to 10 bits
-    weighted = work.clamp_(min=torch.finfo(work.dtype).min).mul_(probs).sum(dim=-1)
+    weighted = work.mul_(probs).nansum(dim=-1)
     return chosen - log_total, top.squeeze(-1) + log_total, log_total - weighted / total
 
 
@@ -151,16 +153,20 @@ class _ChunkedHead(torch.autograd.Function):
         grad_bias = torch.zeros_like(bias) if want_bias else None
         for start in range(0, hidden.shape[0], ctx.chunk):
             part = slice(start, start + ctx.chunk)
-            # d/dz_v of z_label - logsumexp(z) is onehot_v - p_v, times the upstream gradient
+            # d/dz_v of z_label - logsumexp(z) is onehot_v - p_v, times the upstream gradient (a loss scale is linear:
+            # it scales the upstream gradient alone), multiplied and cast to the weight's dtype in one kernel, the
+            # label's entry written apart
             probs = F.linear(hidden[part], weight, bias).to(log_totals.dtype)
-            probs -= log_totals[part, None]
-            probs.exp_()
-            upstream = grad_log_probs[part]
-            probs *= -upstream[:, None]
-            probs.scatter_add_(-1, labels[part, None], upstream[:, None])
+            probs.sub_(log_totals[part, None]).exp_()
+            upstream = grad_log_probs[part, None]
             if ctx.scale is not None:
-                probs = ctx.scale(probs)
-            grad_logits = probs.to(weight.dtype)
+                upstream = ctx.scale(upstream)
+            label_grads = ((1 - probs.gather(-1, labels[part, None])) * upstream).to(weight.dtype)
+            if probs.dtype == weight.dtype:
+                grad_logits = probs.mul_(-upstream)
+            else:
+                grad_logits = torch.mul(probs, -upstream, out=torch.empty_like(probs, dtype=weight.dtype))
+            grad_logits.scatter_(-1, labels[part, None], label_grads)
             del probs
             if grad_hidden is not None:
                 grad_hidden[part] = grad_logits @ weight

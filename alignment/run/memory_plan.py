@@ -227,20 +227,17 @@ def activation_bytes(shape: ModelShape, work: Workload) -> int:
 def head_bytes(shape: ModelShape, work: Workload) -> int:
     """The log-prob head's peak (alignment/models/chunked_head.py), for one chunk of response tokens at a time.
 
-    Forward: the chunk's logits in the compute dtype, their float32 copy shifted in place and its exp (8 bytes a
-    word in float32, where the copy is the logits). Backward: the logits recomputed, their float32 probabilities
-    turned into the logit gradient in place (a scaled copy under loss scaling) and cast back, no two of them more
-    than 8 bytes a word, beside the head's weight gradient, new in the compute dtype until it is added into .grad
-    or the master's. Throughout: the response tokens' gathered hidden states and their gradient, and three floats a
-    token kept between forward and backward.
+    Forward: the chunk's logits in the compute dtype, their shifted float32 copy and its exp (8 bytes a word in
+    float32, where the copy is the logits). Backward: the logits recomputed beside their float32 copy, which turns
+    into probabilities in place, then the probabilities beside the logit gradient in the compute dtype (b + 4 bytes
+    a word; in float32 all of it in place, 4), beside the head's weight gradient, new in the compute dtype until it
+    is added into .grad or the master's. Throughout: the response tokens' gathered hidden states and their gradient,
+    and three floats a token kept between forward and backward.
     """
     b, vocab, hidden = work.dtype_bytes, shape.vocab, shape.hidden
     scored = work.micro_batch * work.response_tokens
     words = min(scored, chunk_tokens(vocab)) * vocab
-    if b < 4:
-        forward, backward = b + 8, max(b + 4, 8 if work.mode.loss_scaling else 4 + b)
-    else:
-        forward, backward = 8, 4
+    forward, backward = (b + 8, b + 4) if b < 4 else (8, 4)
     return max(words * forward, words * backward + vocab * hidden * b) + scored * (2 * hidden * b + 12)
 
 
