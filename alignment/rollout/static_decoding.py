@@ -17,9 +17,10 @@ computes (256 rows x 512 new tokens). Here:
   alignment/rollout/row_streams.py), write it and its log-prob into the row's output buffers, note the row's first EOS,
   then run the model on those tokens (the backend's `step_logits`). No host reads: on CUDA the whole step is captured
   as a CUDA graph, one per batch-size bucket (powers of two and three times powers of two, up to the capacity), span
-  and sampling setting, replayed every later step and call while the weights stay at the same addresses (weight loads
-  copy in place; a moved parameter recaptures). Within a call buckets only shrink and spans only grow, so a call
-  captures at most one graph per bucket and span it reaches. On the CPU the same step runs without capture.
+  and sampling setting (with or without the EOS ban of the steps before min_tokens), replayed every later step and
+  call while the weights stay at the same addresses (weight loads copy in place; a moved parameter recaptures).
+  Within a call buckets only shrink and spans only grow, so a call captures at most one graph per bucket and span it
+  reaches. On the CPU the same step runs without capture.
 - The host syncs every `sync_every` steps. It launches the next window before reading the last one, so the GPU never
   waits on it: it copies the window's tokens and log-probs, ends rows at their first EOS, at a stop string (checked
   with the tokenizer exactly as the eager loop checks it, step by step) or at max_tokens, and discards whatever a row
@@ -83,7 +84,6 @@ class SlotState:
         self.columns = torch.arange(length, device=device)
         self.column = zeros(1)  # where this step's token goes
         self.step = zeros()  # the step being sampled
-        self.min_tokens = zeros()
         self.eos = zeros(vocab, dtype=torch.bool)  # the EOS tokens
         # per slot
         self.tokens = zeros(capacity)  # the token the step feeds
@@ -237,7 +237,7 @@ class StaticDecoder:
             end = min(launched + self.sync_every, sampling.max_tokens)
             for step in range(launched, end):
                 span = span_for(width + step + 1, state.length, self.span_multiple)  # step writes column width + step
-                self._run_step(state, bucket, span, sampling)
+                self._run_step(state, bucket, span, step < sampling.min_tokens, sampling)
             windows.append(self._read_back(state, rows, launched, end, device))
             launched = end
 
@@ -315,15 +315,16 @@ class StaticDecoder:
         state.first_eos[:rows] = state.length
         state.eos.zero_()
         state.eos[torch.tensor(list(eos_ids), dtype=torch.long, device=state.eos.device)] = True
-        state.min_tokens.fill_(sampling.min_tokens)
         state.step.zero_()
         state.column.fill_(width)
 
-    def _step(self, state: SlotState, bucket: int, span: int, sampling: SamplingConfig) -> None:
-        """One decode step for the first `bucket` slots, attending over `span` columns; fixed shapes, no host reads."""
+    def _step(self, state: SlotState, bucket: int, span: int, ban_eos: bool, sampling: SamplingConfig) -> None:
+        """One decode step for the first `bucket` slots, attending over `span` columns, EOS banned where the step is
+        before min_tokens (`ban_eos`, known on the host, so later steps do not pass over the logits for it); fixed
+        shapes, no host reads."""
         logits = state.logits[:bucket]
-        if sampling.min_tokens > 0:  # no EOS before min_tokens
-            logits.masked_fill_(state.eos & (state.step < state.min_tokens), float("-inf"))
+        if ban_eos:
+            logits.masked_fill_(state.eos, float("-inf"))
         chosen, chosen_lp = choose_tokens(logits, sampling, state.stream_keys[:bucket], state.step)
         rows = state.row_of_slot[:bucket]
         at = rows * state.length + state.step
@@ -337,14 +338,14 @@ class StaticDecoder:
         state.column += 1
         state.step += 1
 
-    def _run_step(self, state: SlotState, bucket: int, span: int, sampling: SamplingConfig) -> None:
+    def _run_step(self, state: SlotState, bucket: int, span: int, ban_eos: bool, sampling: SamplingConfig) -> None:
         """A step, from its CUDA graph on CUDA: the first step of a bucket, span and setting runs as it is (the
         warm-up a capture needs) and is then captured for the steps after it."""
         device = state.logits.device
         if device.type != "cuda":
-            self._step(state, bucket, span, sampling)
+            self._step(state, bucket, span, ban_eos, sampling)
             return
-        key = (bucket, span, sampling.temperature, sampling.top_p, sampling.min_tokens > 0)
+        key = (bucket, span, ban_eos, sampling.temperature, sampling.top_p)
         # a capture records the kernels of its own stream's device, and a replay launches on the current device:
         # both on the state's device, which need not be the current one (rollouts on cuda:1 beside a cuda:0 policy)
         with torch.cuda.device(device):
@@ -352,7 +353,7 @@ class StaticDecoder:
             if graph is not None:
                 graph.replay()
                 return
-            self._step(state, bucket, span, sampling)
+            self._step(state, bucket, span, ban_eos, sampling)
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
                 self.capture_stream = torch.cuda.Stream(device)  # torch's default one is on the first device used
@@ -363,7 +364,7 @@ class StaticDecoder:
             with torch.cuda.stream(self.capture_stream):
                 graph.capture_begin(self.pool, capture_error_mode="thread_local")
                 try:
-                    self._step(state, bucket, span, sampling)  # recorded, not run
+                    self._step(state, bucket, span, ban_eos, sampling)  # recorded, not run
                 finally:
                     graph.capture_end()
             torch.cuda.current_stream(device).wait_stream(self.capture_stream)
