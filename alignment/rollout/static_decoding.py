@@ -7,15 +7,17 @@ computes (256 rows x 512 new tokens). Here:
 
 - Slots. A batch's rows sit in `capacity` slots of fixed-address buffers (SlotState): each layer's keys and values
   (capacity, kv_heads, length, head_dim), where length is the prompt width plus max_tokens rounded up to a multiple
-  of 64, and the rows' next tokens, positions, stream keys and logits. Prompts occupy columns [0, width) as prefilled
+  of 64, and the rows' last tokens, positions and stream keys. Prompts occupy columns [0, width) as prefilled
   (left-padded); the token sampled at step t is written at column width + t. A step attends over the columns written
   so far rounded up to a multiple of `span_multiple` (its span), masked by position: a key counts where it is a real
   prompt token or a response column already written. Attending over the whole reserved length instead would read the
   full cache every step (4.2 GB a step at 256 rows x (64 + 512) columns of the 1.5B shape, where the filled part
   averages 2.35 GB).
-- One step = sample every slot's token from its logits (temperature, top-p, min_tokens' EOS ban, its own random stream:
-  alignment/rollout/row_streams.py), write it and its log-prob into the row's output buffers, note the row's first EOS,
-  then run the model on those tokens (the backend's `step_logits`). No host reads: on CUDA the whole step is captured
+- The first token of every row is sampled from the prefill's logits. Then one step = run the model on every slot's
+  last token (the backend's `step_logits`), sample each slot's next token from the logits it returns (temperature,
+  top-p, min_tokens' EOS ban, its own random stream: alignment/rollout/row_streams.py), write it and its log-prob into
+  the row's output buffers and note the row's first EOS; the logits live only inside the step. No host reads: on
+  CUDA the whole step is captured
   as a CUDA graph, one per batch-size bucket (powers of two and three times powers of two, up to the capacity), span
   and sampling setting (with or without the EOS ban of the steps before min_tokens), replayed every later step and
   call while the weights stay at the same addresses (weight loads copy in place; a moved parameter recaptures).
@@ -72,8 +74,8 @@ class Prefill:
 class SlotState:
     """The fixed-address tensors a step reads and writes, for `capacity` slots and caches of `length` columns."""
 
-    def __init__(self, capacity: int, length: int, kv: KVSpec, vocab: int, logits_dtype: torch.dtype, device):
-        self.capacity, self.length, self.vocab = capacity, length, vocab
+    def __init__(self, capacity: int, length: int, kv: KVSpec, vocab: int, device: torch.device):
+        self.capacity, self.length, self.vocab, self.device = capacity, length, vocab, device
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
@@ -82,14 +84,13 @@ class SlotState:
         self.values = [zeros(capacity, kv.kv_heads, length, kv.head_dim, dtype=kv.dtype) for _ in range(kv.layers)]
         self.key_valid = zeros(capacity, length, dtype=torch.bool)  # real prompt tokens and every response column
         self.columns = torch.arange(length, device=device)
-        self.column = zeros(1)  # where this step's token goes
+        self.column = zeros(1)  # where the step's input token goes
         self.step = zeros()  # the step being sampled
         self.eos = zeros(vocab, dtype=torch.bool)  # the EOS tokens
         # per slot
-        self.tokens = zeros(capacity)  # the token the step feeds
+        self.tokens = zeros(capacity)  # the token the step feeds: the last one sampled
         self.positions = zeros(capacity)
         self.stream_keys = zeros(capacity)
-        self.logits = zeros(capacity, vocab, dtype=logits_dtype)
         self.row_of_slot = zeros(capacity)  # the row whose outputs a slot writes; `capacity` for an empty slot
         # per row, the last one a sink for empty slots
         self.out_tokens = zeros(capacity + 1, length)
@@ -219,7 +220,7 @@ class StaticDecoder:
     ) -> Iterator[tuple[int, Rollout]]:
         prompts, width = prefill.prompt_mask.shape
         rows, device = prompts * n, prefill.logits.device
-        state = self._state_for(rows, width + sampling.max_tokens, prefill.logits)
+        state = self._state_for(rows, width + sampling.max_tokens, prefill.logits.shape[-1], device)
         self._start(state, prefill, n, eos_ids, sampling, generator)
         slot_rows = list(range(rows))  # the row in each occupied slot, front slots first
         bucket = bucket_for(rows, state.capacity)
@@ -235,8 +236,9 @@ class StaticDecoder:
         def launch() -> None:
             nonlocal launched
             end = min(launched + self.sync_every, sampling.max_tokens)
-            for step in range(launched, end):
-                span = span_for(width + step + 1, state.length, self.span_multiple)  # step writes column width + step
+            for step in range(max(launched, 1), end):  # step 0 was sampled from the prefill's logits
+                # step t feeds the token of step t - 1, written at column width + t - 1
+                span = span_for(width + step, state.length, self.span_multiple)
                 self._run_step(state, bucket, span, step < sampling.min_tokens, sampling)
             windows.append(self._read_back(state, rows, launched, end, device))
             launched = end
@@ -266,24 +268,20 @@ class StaticDecoder:
             if smaller < bucket:  # enqueued after the window already launched, which runs on the larger bucket
                 order = [slot for slot, row in enumerate(slot_rows) if row in running]
                 slot_rows = [slot_rows[slot] for slot in order]
-                self._move(state, order, smaller, width + launched)
+                self._move(state, order, smaller, width + launched - 1)
                 bucket = smaller
 
     # --- the device side ----------------------------------------------------------------------------------------
 
-    def _state_for(self, rows: int, needed: int, logits: torch.Tensor) -> SlotState:
+    def _state_for(self, rows: int, needed: int, vocab: int, device: torch.device) -> SlotState:
         """The slot state, reused when it holds `rows` rows of `needed` columns, else allocated anew (no graphs)."""
         state = self.state
-        if (
-            state is None
-            or state.capacity < rows
-            or state.length < needed
-            or (state.vocab, state.logits.dtype, state.logits.device) != (logits.shape[-1], logits.dtype, logits.device)
-        ):
+        fits = state is not None and state.capacity >= rows and state.length >= needed
+        if not fits or (state.vocab, state.device) != (vocab, device):
             self.release()
             state = None  # the old buffers go before the new ones are allocated
             length = -(-needed // LENGTH_MULTIPLE) * LENGTH_MULTIPLE
-            state = SlotState(rows, length, self.kv, logits.shape[-1], logits.dtype, logits.device)
+            state = SlotState(rows, length, self.kv, vocab, device)
             self.state = state
         addresses = [t.data_ptr() for t in self.weights()]
         if addresses != self.addresses:
@@ -300,7 +298,8 @@ class StaticDecoder:
         sampling: SamplingConfig,
         generator: torch.Generator | None,
     ) -> None:
-        """The prefilled prompts into slots 0 .. rows - 1 (row = prompt * n + sample), the step counters at 0."""
+        """The prefilled prompts into slots 0 .. rows - 1 (row = prompt * n + sample) and their first tokens sampled
+        from the prefill's logits (step 0)."""
         prompts, width = prefill.prompt_mask.shape
         rows = prompts * n
         for buffers, prompt in zip((*state.keys, *state.values), (*prefill.keys, *prefill.values), strict=True):
@@ -308,7 +307,6 @@ class StaticDecoder:
             grouped[:, :, :, :width] = prompt[:, None]
         state.key_valid[:rows, :width] = prefill.prompt_mask.repeat_interleave(n, dim=0)
         state.key_valid[:rows, width:] = True
-        state.logits[:rows] = prefill.logits.repeat_interleave(n, dim=0)
         state.positions[:rows] = prefill.positions.repeat_interleave(n)
         state.stream_keys[:rows] = stream_keys(rows, sampling, generator, state.stream_keys.device)
         state.row_of_slot[:rows] = torch.arange(rows, device=state.row_of_slot.device)
@@ -317,31 +315,38 @@ class StaticDecoder:
         state.eos[torch.tensor(list(eos_ids), dtype=torch.long, device=state.eos.device)] = True
         state.step.zero_()
         state.column.fill_(width)
+        self._sample(state, prefill.logits.repeat_interleave(n, dim=0), sampling.min_tokens > 0, sampling)
 
     def _step(self, state: SlotState, bucket: int, span: int, ban_eos: bool, sampling: SamplingConfig) -> None:
-        """One decode step for the first `bucket` slots, attending over `span` columns, EOS banned where the step is
-        before min_tokens (`ban_eos`, known on the host, so later steps do not pass over the logits for it); fixed
-        shapes, no host reads."""
-        logits = state.logits[:bucket]
+        """One decode step for the first `bucket` slots: the model on their last tokens, attending over `span`
+        columns, then their next tokens sampled; fixed shapes, no host reads."""
+        logits = self.step_logits(state, bucket, span)
+        state.positions[:bucket] += 1
+        state.column += 1
+        self._sample(state, logits, ban_eos, sampling)
+
+    @staticmethod
+    def _sample(state: SlotState, logits: torch.Tensor, ban_eos: bool, sampling: SamplingConfig) -> None:
+        """The first len(logits) slots' tokens of the current step, drawn from `logits` (slots, vocab), which it
+        may overwrite; EOS banned where the step is before min_tokens (`ban_eos`, known on the host, so later steps
+        do not pass over the logits for it)."""
+        slots = len(logits)
         if ban_eos:
             logits.masked_fill_(state.eos, float("-inf"))
-        chosen, chosen_lp = choose_tokens(logits, sampling, state.stream_keys[:bucket], state.step)
-        rows = state.row_of_slot[:bucket]
+        chosen, chosen_lp = choose_tokens(logits, sampling, state.stream_keys[:slots], state.step)
+        rows = state.row_of_slot[:slots]
         at = rows * state.length + state.step
         state.out_tokens.view(-1).index_copy_(0, at, chosen)
         state.out_logprobs.view(-1).index_copy_(0, at, chosen_lp.float())
         eos_step = torch.where(state.eos[chosen], state.step, state.length)
         state.first_eos.scatter_reduce_(0, rows, eos_step, "amin")
-        state.tokens[:bucket] = chosen
-        state.logits[:bucket] = self.step_logits(state, bucket, span)
-        state.positions[:bucket] += 1
-        state.column += 1
+        state.tokens[:slots] = chosen
         state.step += 1
 
     def _run_step(self, state: SlotState, bucket: int, span: int, ban_eos: bool, sampling: SamplingConfig) -> None:
         """A step, from its CUDA graph on CUDA: the first step of a bucket, span and setting runs as it is (the
         warm-up a capture needs) and is then captured for the steps after it."""
-        device = state.logits.device
+        device = state.device
         if device.type != "cuda":
             self._step(state, bucket, span, ban_eos, sampling)
             return
@@ -402,7 +407,7 @@ class StaticDecoder:
         source = source.to(device, non_blocking=True)
         for buffers in (*state.keys, *state.values):
             buffers[:bucket, :, :written] = buffers[source, :, :written]
-        for buffers in (state.key_valid, state.tokens, state.positions, state.logits):
+        for buffers in (state.key_valid, state.tokens, state.positions):
             buffers[:bucket] = buffers[source]
         state.stream_keys[:bucket] = state.stream_keys[source]
         rows = state.row_of_slot[source]
