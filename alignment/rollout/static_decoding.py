@@ -6,23 +6,22 @@ H100 the hf backend decoded the 1.5B model that way at 2.5% of the bandwidth bou
 computes (256 rows x 512 new tokens). Here:
 
 - Slots. A batch's rows sit in `capacity` slots of fixed-address buffers (SlotState): each layer's keys and values
-  (capacity, kv_heads, length, head_dim), where length is the prompt width plus max_tokens rounded up to a multiple
-  of 64, and the rows' last tokens, positions and stream keys. Prompts occupy columns [0, width) as prefilled
-  (left-padded); the token sampled at step t is written at column width + t. A step attends over the columns written
-  so far rounded up to a multiple of `span_multiple` (its span), masked by position: a key counts where it is a real
-  prompt token or a response column already written. Attending over the whole reserved length instead would read the
-  full cache every step (4.2 GB a step at 256 rows x (64 + 512) columns of the 1.5B shape, where the filled part
-  averages 2.35 GB).
+  (capacity, kv_heads, length, head_dim), where length is the prompt width plus max_tokens rounded up to a multiple of
+  64, and the rows' last tokens, positions and stream keys. Prompts occupy columns [0, width) as prefilled
+  (left-padded); the token sampled at step t is fed at step t + 1, which writes its key and value at column width + t.
+  A step attends over the columns written so far rounded up to a multiple of `span_multiple` (its span), masked by
+  position: a key counts where it is a real prompt token or a response column already written. Attending over the
+  whole reserved length instead would read the full cache every step (4.2 GB a step at 256 rows x (64 + 512) columns
+  of the 1.5B shape, where the filled part averages 2.35 GB).
 - The first token of every row is sampled from the prefill's logits. Then one step = run the model on every slot's
   last token (the backend's `step_logits`), sample each slot's next token from the logits it returns (temperature,
   top-p, min_tokens' EOS ban, its own random stream: alignment/rollout/row_streams.py), write it and its log-prob into
-  the row's output buffers and note the row's first EOS; the logits live only inside the step. No host reads: on
-  CUDA the whole step is captured
-  as a CUDA graph, one per batch-size bucket (powers of two and three times powers of two, up to the capacity), span
-  and sampling setting (with or without the EOS ban of the steps before min_tokens), replayed every later step and
-  call while the weights stay at the same addresses (weight loads copy in place; a moved parameter recaptures).
-  Within a call buckets only shrink and spans only grow, so a call captures at most one graph per bucket and span it
-  reaches. On the CPU the same step runs without capture.
+  the row's output buffers and note the row's first EOS; the logits live only inside the step. No host reads: on CUDA
+  the whole step is captured as a CUDA graph, one per batch-size bucket (powers of two and three times powers of two,
+  up to the capacity), span and sampling setting (with or without the EOS ban of the steps before min_tokens),
+  replayed every later step and call while the weights stay at the same addresses (weight loads copy in place; a moved
+  parameter recaptures). Within a call buckets only shrink and spans only grow, so a call captures at most one graph
+  per bucket and span it reaches. On the CPU the same step runs without capture.
 - The host syncs every `sync_every` steps. It launches the next window before reading the last one, so the GPU never
   waits on it: it copies the window's tokens and log-probs, ends rows at their first EOS, at a stop string (checked
   with the tokenizer exactly as the eager loop checks it, step by step) or at max_tokens, and discards whatever a row
