@@ -19,12 +19,13 @@ import torch
 from alignment.grpo.sampler import rollout_sampling
 from alignment.models.loading import load_model_and_tokenizer
 from alignment.prompts import format_prompt
-from alignment.ray.actors import Learner
+from alignment.ray.actors import Learner, spawn
 from alignment.ray.cluster import ActorFailure
 from alignment.ray.driver import train_grpo_ray
 from alignment.ray.env import ray
 from alignment.ray.learner_group import LearnerGroup
 from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.run.cpu_allocator import started_retaining
 from tests.test_ray_strategies import TASK, check_rows, config_for, logged
 
 QUESTIONS = [0, 1, 2, 3]
@@ -113,3 +114,19 @@ def test_a_dead_learner_rank_stops_the_run_and_it_resumes(cluster, tiny_model_di
     rows = [row for row in logged(config) if "loss" in row]
     assert [row["grpo_step"] for row in rows] == [1, 2, 3]
     check_rows(rows, max_lag=1)
+
+
+def test_a_cpu_actor_starts_with_the_allocator_settings_so_never_calls_mallopt(cluster):
+    """glibc's mallopt is MT-Unsafe, and an actor's process runs Ray's and gloo's threads before any policy loads:
+    an actor holding no GPU (a learner rank on the CPU) has the settings from its start-up environment instead."""
+
+    class Probe:  # defined in here, Ray ships it by value
+        def started(self) -> bool:
+            return started_retaining()
+
+    actor = spawn(Probe, 0, 0)
+    try:
+        assert ray.get(actor.started.remote(), timeout=120) is True
+    finally:
+        ray.kill(actor)
+    assert started_retaining() is False  # the test's own process was started without them

@@ -44,6 +44,7 @@ from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
 from alignment.rollout.streaming import Barrier, FinishedGroup, StreamFeed, Unit
 from alignment.run.checkpoint import load_checkpoint, save_checkpoint
+from alignment.run.cpu_allocator import RETAIN_FREED_MEMORY_ENV
 from alignment.run.memory_plan import OWN_GPU_SHARE
 from alignment.run.setup import PhaseTimer, build_engine, load_policy, model_dtype
 from alignment.utils.console import quiet_libraries
@@ -382,7 +383,11 @@ class ColocatedWorker(Generator, Learner):
 def spawn(cls: type, cpus: float, gpus: float, *args: Any, control: bool = False) -> Any:
     """A remote instance of `cls` holding these resources; never restarted by Ray (a death ends the run, or the async
     driver replaces it). `control`: a "control" concurrency group of one thread beside the default one, for calls
-    that must run while a long call (a stream) does."""
+    that must run while a long call (a stream) does.
+
+    An actor holding no GPU keeps its freed memory as a script's CPU run does (alignment/run/cpu_allocator.py), set
+    when its process starts: calling mallopt later, among Ray's and gloo's threads, breaks glibc's rules."""
     groups = {"concurrency_groups": {"control": 1}} if control else {}
     remote = ray.remote(enable_tensor_transport=True, max_restarts=0, **groups)(cls)
-    return remote.options(num_cpus=cpus, num_gpus=gpus).remote(*args)
+    env = {} if gpus else {"runtime_env": {"env_vars": RETAIN_FREED_MEMORY_ENV}}
+    return remote.options(num_cpus=cpus, num_gpus=gpus, **env).remote(*args)
