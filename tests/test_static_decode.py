@@ -67,10 +67,12 @@ def assert_same_rollouts(static, eager) -> None:
     assert worst <= TOLERANCE, worst
 
 
-def step_rows(decoder: StaticDecoder, span_multiple: int = 8) -> list[int]:
-    """Record the slots each decode step runs (the bucket) from now on; steps attend over spans of `span_multiple`
-    columns (8: spans change within the tests' 24 tokens), each checked against the column the step writes."""
+def step_rows(decoder: StaticDecoder, span_multiple: int = 8) -> tuple[list[int], set[int]]:
+    """Record the slots each decode step runs (the bucket) and the spans it attends over from now on; spans of
+    `span_multiple` columns (8: they change within the tests' 24 tokens), each checked against the column the step
+    writes."""
     rows: list[int] = []
+    spans: set[int] = set()
     step = decoder.step_logits
     decoder.span_multiple = span_multiple
 
@@ -81,10 +83,8 @@ def step_rows(decoder: StaticDecoder, span_multiple: int = 8) -> list[int]:
         spans.add(span)
         return step(state, bucket, span)
 
-    spans: set[int] = set()
     decoder.step_logits = recording
-    decoder.spans = spans
-    return rows
+    return rows, spans
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
@@ -92,12 +92,12 @@ def test_hf_static_path_samples_what_the_eager_loop_samples(tiny_model, tokenize
     sampling = SETTINGS[setting]
     eager = hf_engine(tiny_model, tokenizer, "eager").generate(PROMPTS, 3, sampling)
     engine = hf_engine(tiny_model, tokenizer, "static", sync_every=3)
-    buckets = step_rows(engine.static_decoder())
+    buckets, spans = step_rows(engine.static_decoder())
     static = engine.generate(PROMPTS, 3, sampling)
     assert_same_rollouts(static, eager)
     # 12 rows run in a bucket of 12 (the capacity), then 8, 6, 4, 3, 2, 1 as they end
     assert buckets[0] == 12 and buckets == sorted(buckets, reverse=True) and set(buckets) <= {12, 8, 6, 4, 3, 2, 1}
-    assert len(engine.static_decoder().spans) > 1  # steps attended over more columns as rows grew
+    assert len(spans) > 1  # steps attended over more columns as rows grew
     if sampling.temperature > 0:  # (greedy rows of a random model repeat one token: none ends)
         assert len({len(r.token_ids) for r in eager}) > 3  # rows really ended at different steps
         assert len(set(buckets)) > 1, buckets  # the rows still running moved to fewer slots
@@ -108,8 +108,9 @@ def test_transformer_lm_static_path_samples_what_the_eager_loop_samples(lm, sett
     sampling = SETTINGS[setting]
     eager = lm_engine(lm, "eager").generate(PROMPTS, 3, sampling)
     engine = lm_engine(lm, "static", sync_every=3)
-    buckets = step_rows(engine.static_decoder())
+    buckets, spans = step_rows(engine.static_decoder())
     assert_same_rollouts(engine.generate(PROMPTS, 3, sampling), eager)
+    assert len(spans) > 1
     if sampling.temperature > 0:
         assert len(set(buckets)) > 1, buckets  # the rows still running moved to fewer slots
 
