@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from transformers import Cache, PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.distributed.sharding import is_sharded
-from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path
+from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, check_sync_every, decode_path
 from alignment.rollout.decoding import (
     decode_rows,
     default_memory_budget,
@@ -59,9 +59,7 @@ class HFRolloutEngine:
         self.memory_budget_bytes = memory_budget_bytes
         self.progress = progress
         self.decode = check_decode(decode)
-        if sync_every < 1:
-            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
-        self.sync_every = sync_every
+        self.sync_every = check_sync_every(sync_every)
         self.keep_decode_state = keep_decode_state
         self._static: StaticDecoder | None = None  # built at the first static batch
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None

@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerBase
 
 from alignment.distributed.sharding import is_sharded
 from alignment.models.transformer_lm import TransformerLM
-from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, decode_path
+from alignment.rollout.decode_choice import SYNC_EVERY, Decode, check_decode, check_sync_every, decode_path
 from alignment.rollout.decoding import default_memory_budget, generate_in_groups, load_unless_shared, prompt_token_ids
 from alignment.rollout.forward_tape import ForwardTape
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig
@@ -53,9 +53,7 @@ class TransformerLMRolloutEngine:
         self.eos_ids = list(eos_ids) if eos_ids is not None else [tokenizer.eos_token_id]
         self.tape: ForwardTape | None = None  # set by ForwardTape.recording: the sampler says which tokens it feeds
         self.decode = check_decode(decode)
-        if sync_every < 1:
-            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
-        self.sync_every = sync_every
+        self.sync_every = check_sync_every(sync_every)
         self.keep_decode_state = keep_decode_state
         self._static: StaticDecoder | None = None  # built at the first static batch
 

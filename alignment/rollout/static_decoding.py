@@ -39,14 +39,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from alignment.rollout.decode_choice import SPAN_MULTIPLE, check_sync_every
 from alignment.rollout.decoding import choose_tokens, finish_rollout, stop_hits, stop_tail, stream_keys
 from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.utils.faults import fault_point
 
 LENGTH_MULTIPLE = 64  # cache lengths are rounded up to this, so that later calls of a similar width reuse the graphs
-# a step attends over its columns rounded up to this: each span is a graph to capture, each column past the last one
-# written is read for nothing (at 64 the 1.5B shape's mean read at 256 x (64 + 512) is 2.58 GB against 2.35 filled)
-SPAN_MULTIPLE = 64
 
 
 @dataclass(frozen=True)
@@ -159,8 +157,7 @@ class StaticDecoder:
         keep: bool = True,
         span_multiple: int = SPAN_MULTIPLE,
     ) -> None:
-        if sync_every < 1:
-            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        check_sync_every(sync_every)
         if span_multiple < 1:
             raise ValueError(f"span_multiple must be >= 1, got {span_multiple}")
         self.step_logits, self.kv, self.weights, self.sync_every = step_logits, kv, weights, sync_every
