@@ -14,7 +14,7 @@ import typer
 from torch import nn
 
 from alignment.models.chunked_head import chunk_tokens, fused_log_probs_and_entropy
-from bench.decode_bound import Figures, device_name, measured_bandwidth, sync, timed
+from bench.decode_bound import Figures, device_name, measured_bandwidth, timed
 
 
 def main(
@@ -66,7 +66,6 @@ def main(
         run()
     fused_s = min(timed(fused, dev)[0] for _ in range(repeats))
     matmul_s = min(timed(matmuls, dev)[0] for _ in range(repeats))
-    sync(dev)
     logits = tokens * vocab
     figures.emit("fused_ms", 1e3 * fused_s, "ms", dtype=str(dtype).removeprefix("torch."))
     figures.emit("matmuls_ms", 1e3 * matmul_s, "ms")

@@ -1,5 +1,5 @@
 """What the decode benches share (bench/hf_generation_throughput.py, bench/lm_sampler.py): the memory-bandwidth bound
-of decoding, the copy bandwidth it rests on, and figures printed as JSON lines.
+of decoding, the copy bandwidth it rests on, figures printed as JSON lines, and the static path's two options.
 
 Each decode step reads every weight once plus the live KV cache, so a batch of `rows` sequences decodes at most
     tokens/s <= rows / ((weight_bytes + mean_kv_bytes) / bandwidth),
@@ -15,6 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import typer
+
+from alignment.rollout.decode_choice import SPAN_MULTIPLE, SYNC_EVERY
+
+SYNC_EVERY_OPTION = typer.Option(SYNC_EVERY, help="Static path: decode steps between host syncs.")
+SPAN_MULTIPLE_OPTION = typer.Option(
+    SPAN_MULTIPLE,
+    min=1,
+    help="Static path: a step attends over its columns rounded up to this (at least the whole reserved length: every "
+    "column, every step).",
+)
 
 
 def sync(device: torch.device) -> None:

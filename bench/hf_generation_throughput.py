@@ -31,11 +31,18 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from alignment.grpo.synthetic import QWEN_MATH_15B, TINY
 from alignment.models.synthetic_tokenizer import word_tokenizer
-from alignment.rollout.decode_choice import SYNC_EVERY
 from alignment.rollout.hf_engine import HFRolloutEngine, kv_cache_bytes_per_token
 from alignment.rollout.interface import SamplingConfig
-from alignment.rollout.static_decoding import SPAN_MULTIPLE
-from bench.decode_bound import Bound, Figures, device_name, measured_bandwidth, sync, timed
+from bench.decode_bound import (
+    SPAN_MULTIPLE_OPTION,
+    SYNC_EVERY_OPTION,
+    Bound,
+    Figures,
+    device_name,
+    measured_bandwidth,
+    sync,
+    timed,
+)
 
 
 class DecodePath(str, Enum):
@@ -122,13 +129,8 @@ def main(
     ),
     device: str | None = typer.Option(None, help="Device (default: cuda:0 when present, else cpu)."),
     layers: int | None = typer.Option(None, help="Layers of the model (default: the shape's)."),
-    sync_every: int = typer.Option(SYNC_EVERY, help="Static path: decode steps between host syncs."),
-    span_multiple: int = typer.Option(
-        SPAN_MULTIPLE,
-        min=1,
-        help="Static path: a step attends over its columns rounded up to this (at least the whole "
-        "reserved length: every column, every step).",
-    ),
+    sync_every: int = SYNC_EVERY_OPTION,
+    span_multiple: int = SPAN_MULTIPLE_OPTION,
     compile_timeout: float = typer.Option(300.0, help="Seconds generate_compiled's child gets per call."),
     repeats: int = typer.Option(1, help="Timed calls per figure of eager, static and generate; the best counts."),
     threads: int | None = typer.Option(None, help="torch threads on the CPU (default: torch's; --tiny: 1)."),

@@ -32,12 +32,19 @@ from alignment.grpo.synthetic import random_lm
 from alignment.models.lm_checkpoint import llama_config, load_transformer_lm
 from alignment.models.synthetic_tokenizer import word_tokenizer
 from alignment.models.transformer_lm import TransformerConfig, to_llama_state_dict
-from alignment.rollout.decode_choice import SYNC_EVERY
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.lm_engine import kv_cache_bytes_per_token
 from alignment.rollout.lm_sampler import sample, static_decoder
-from alignment.rollout.static_decoding import SPAN_MULTIPLE
-from bench.decode_bound import Bound, Figures, device_name, measured_bandwidth, sync, timed
+from bench.decode_bound import (
+    SPAN_MULTIPLE_OPTION,
+    SYNC_EVERY_OPTION,
+    Bound,
+    Figures,
+    device_name,
+    measured_bandwidth,
+    sync,
+    timed,
+)
 
 SHAPE_15B = TransformerConfig(
     vocab_size=151936, d_model=1536, n_layers=28, n_heads=12, n_kv_heads=2, d_ff=8960, rope_theta=10000.0
@@ -71,13 +78,8 @@ def main(
     repeats: int = typer.Option(1, help="Timed calls per figure; the best is reported."),
     device: str | None = typer.Option(None, help="Device (default: cuda:0 when present, else cpu)."),
     layers: int | None = typer.Option(None, help="Layers of the random model (default: the shape's)."),
-    sync_every: int = typer.Option(SYNC_EVERY, help="Static path: decode steps between host syncs."),
-    span_multiple: int = typer.Option(
-        SPAN_MULTIPLE,
-        min=1,
-        help="Static path: a step attends over its columns rounded up to this (at least the whole "
-        "reserved length: every column, every step).",
-    ),
+    sync_every: int = SYNC_EVERY_OPTION,
+    span_multiple: int = SPAN_MULTIPLE_OPTION,
     until_eos: bool = typer.Option(
         False, help="Rows end at EOS (min_tokens 0; --model's chat template on the prompts) instead of at full length."
     ),
