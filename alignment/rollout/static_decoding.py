@@ -125,7 +125,7 @@ def span_for(columns: int, length: int, multiple: int) -> int:
 
 
 @dataclass
-class _Window:
+class Window:
     """Steps [start, end) launched; their outputs copied to the host once `ready` has passed."""
 
     start: int
@@ -226,7 +226,7 @@ class StaticDecoder:
         logprobs: list[list[float]] = [[] for _ in range(rows)]
         running = set(range(rows))
         tail = stop_tail(sampling.stop) if sampling.stop else 0
-        windows: deque[_Window] = deque()
+        windows: deque[Window] = deque()
         launched = 0
 
         def launch() -> None:
@@ -246,7 +246,7 @@ class StaticDecoder:
                 launch()  # the device works on the next window while the host reads this one
             if window.ready is not None:
                 window.ready.synchronize()
-            ended = self._end_rows(window, tokens, logprobs, running, tokenizer, sampling, tail)
+            ended = self.end_rows(window, tokens, logprobs, running, tokenizer, sampling, tail)
             if window.start == 0:
                 fault_point("rollout")
             if bar is not None:
@@ -373,7 +373,7 @@ class StaticDecoder:
             self.captures += 1
 
     @staticmethod
-    def _read_back(state: SlotState, rows: int, start: int, end: int, device: torch.device) -> _Window:
+    def _read_back(state: SlotState, rows: int, start: int, end: int, device: torch.device) -> Window:
         """Copy steps [start, end) of the rows' outputs to the host, asynchronously on CUDA."""
         pinned = device.type == "cuda"
 
@@ -389,7 +389,7 @@ class StaticDecoder:
         if pinned:
             ready = torch.cuda.Event()
             ready.record(torch.cuda.current_stream(device))  # the copies' stream, on their device
-        return _Window(start, end, tokens, logprobs, first_eos, ready)
+        return Window(start, end, tokens, logprobs, first_eos, ready)
 
     @staticmethod
     def _move(state: SlotState, order: list[int], bucket: int, written: int) -> None:
@@ -413,8 +413,8 @@ class StaticDecoder:
     # --- the host side ------------------------------------------------------------------------------------------
 
     @staticmethod
-    def _end_rows(
-        window: _Window,
+    def end_rows(
+        window: Window,
         tokens: list[list[int]],
         logprobs: list[list[float]],
         running: set[int],
