@@ -2,18 +2,28 @@
 `fused_log_probs_and_entropy` at the handouts' micro-batch (2 x 1,536 tokens, d_model 1,536, a 151,936-word
 vocabulary), beside the same four head matmuls alone (the forward, backward's recompute, the hidden states' and the
 weight's gradients). What the head adds to its matmuls is its elementwise work over the (tokens x vocab) logits,
-which is memory-bound: the bench also reports it as bytes a logit at the measured copy bandwidth.
+which is memory-bound: the bench also reports it as bytes a logit at the measured copy bandwidth. On a GPU it times
+that work both ways: Triton's kernels (alignment/models/head_kernels.py, what a CUDA head takes) and the chain of
+torch kernels the CPU takes.
 
     uv run python bench/chunked_head.py --json              # CUDA when present, bfloat16 under autocast
     uv run python bench/chunked_head.py --tiny --json       # toy sizes on the CPU, in seconds
 """
+
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 import typer
 from torch import nn
 
-from alignment.models.chunked_head import chunk_tokens, fused_log_probs_and_entropy
+from alignment.models.chunked_head import (
+    TORCH_OPS,
+    ElementwiseOps,
+    chunk_tokens,
+    elementwise_ops,
+    fused_log_probs_and_entropy,
+)
 from bench.decode_bound import Figures, device_name, measured_bandwidth, timed
 
 
@@ -41,9 +51,9 @@ def main(
     hidden = torch.randn(tokens, d_model, device=dev, dtype=dtype, generator=generator).requires_grad_()
     labels = torch.randint(0, vocab, (tokens,), device=dev, generator=generator)
 
-    def fused() -> int:
+    def fused(ops: ElementwiseOps) -> int:
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
-            log_probs, entropy = fused_log_probs_and_entropy(hidden, head, labels)
+            log_probs, entropy = fused_log_probs_and_entropy(hidden, head, labels, ops=ops)
         log_probs.sum().backward()
         hidden.grad = head.weight.grad = None
         return tokens
@@ -62,16 +72,18 @@ def main(
 
     bandwidth = measured_bandwidth(dev)
     figures.emit("copy_bandwidth", bandwidth / 1e9, "GB/s")
-    for run in (fused, matmuls):  # warm-up: kernels chosen, memory cached
-        run()
-    fused_s = min(timed(fused, dev)[0] for _ in range(repeats))
+    kernels = elementwise_ops(hidden)
+    paths = {"torch": TORCH_OPS} | ({} if kernels is TORCH_OPS else {"triton": kernels})
+    matmuls()  # warm-up: kernels chosen, memory cached
     matmul_s = min(timed(matmuls, dev)[0] for _ in range(repeats))
-    logits = tokens * vocab
-    figures.emit("fused_ms", 1e3 * fused_s, "ms", dtype=str(dtype).removeprefix("torch."))
     figures.emit("matmuls_ms", 1e3 * matmul_s, "ms")
-    extra = max(fused_s - matmul_s, 0.0)
-    figures.emit("elementwise_ms", 1e3 * extra, "ms")
-    figures.emit("elementwise_bytes_per_logit", extra * bandwidth / logits, "bytes")
+    for name, ops in paths.items():
+        fused(ops)  # warm-up (Triton compiles its kernels here)
+        fused_s = min(timed(partial(fused, ops), dev)[0] for _ in range(repeats))
+        extra = max(fused_s - matmul_s, 0.0)
+        figures.emit("fused_ms", 1e3 * fused_s, "ms", ops=name, dtype=str(dtype).removeprefix("torch."))
+        figures.emit("elementwise_ms", 1e3 * extra, "ms", ops=name)
+        figures.emit("elementwise_bytes_per_logit", extra * bandwidth / (tokens * vocab), "bytes", ops=name)
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ if not path.exists():
 print(json.dumps(line))
 EOF
 step precision 90 "$PYTHON" bench/precision_gpu.py --json "${LEARNER[@]}"
-step chunked_head 30 "$PYTHON" bench/chunked_head.py --json "${LEARNER[@]}"
+step chunked_head 40 "$PYTHON" bench/chunked_head.py --json "${LEARNER[@]}"
 # the goals' paths first: a step cut off by its time has measured them
 step hf_decode 120 "$PYTHON" bench/hf_generation_throughput.py --json "${DECODE[@]}" \
   --paths static --paths eager --paths generate

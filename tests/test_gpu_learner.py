@@ -20,6 +20,7 @@ import pytest
 import torch
 from torch import nn
 
+import alignment.models.chunked_head as chunked_head
 from alignment.grpo.synthetic import (
     QWEN_MATH_15B,
     TINY,
@@ -193,6 +194,32 @@ def test_chunked_log_probs_on_cuda_equal_the_whole_logits():
         for mine, theirs in zip((hidden.grad, head.weight.grad), reference):  # relative to the largest gradient
             scale = theirs.double().abs().max().item()
             torch.testing.assert_close(mine.double(), theirs.double(), rtol=0, atol=tolerance * scale)
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_heads_triton_kernels_equal_its_torch_ops(dtype):
+    """The head's compiled kernels (alignment/models/head_kernels.py), which a CUDA head takes, against the chain of
+    torch kernels the CPU takes: forward and backward at the handout's vocabulary, chunks of 384 tokens of 1,000."""
+    torch.manual_seed(0)
+    head = nn.Linear(256, 151936, bias=False, device="cuda", dtype=dtype)
+    hidden = torch.randn(1000, 256, device="cuda", dtype=dtype)
+    labels = torch.randint(0, 151936, (1000,), device="cuda")
+    upstream = torch.randn(1000, device="cuda")
+    kernels = chunked_head.elementwise_ops(hidden)
+    assert kernels is not chunked_head.TORCH_OPS
+    results = []
+    for ops in (chunked_head.TORCH_OPS, kernels):
+        h = hidden.clone().requires_grad_()
+        log_probs, entropy = fused_log_probs_and_entropy(h, head, labels, chunk=384, ops=ops)
+        (log_probs * upstream).sum().backward()
+        results.append((log_probs, entropy, h.grad, head.weight.grad))
+        head.weight.grad = None
+    for mine, theirs in zip(results[1], results[0], strict=True):  # relative to the largest value
+        scale = theirs.double().abs().max().item()
+        tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(mine.double(), theirs.double(), rtol=0, atol=tolerance * scale)
 
 
 @cuda

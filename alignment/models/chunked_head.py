@@ -20,6 +20,7 @@ multiplies each chunk's float32 logit gradient before it is cast to float16, as 
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -77,16 +78,46 @@ def unsupported(head: nn.Module) -> str | None:
 
 
 def fused_log_probs_and_entropy(
-    hidden: torch.Tensor, head: nn.Linear, labels: torch.Tensor, chunk: int | None = None
+    hidden: torch.Tensor,
+    head: nn.Linear,
+    labels: torch.Tensor,
+    chunk: int | None = None,
+    ops: "ElementwiseOps | None" = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log softmax(head(hidden))[label], entropy of softmax(head(hidden))), never holding more than `chunk` tokens'
     logits (default `chunk_tokens`); only the first is differentiable (in `hidden`, the weight and the bias).
 
     hidden: (tokens, d_model) in the head's dtype; labels: (tokens,) -> (tokens,), (tokens,) in float32 (float64
-    for a float64 head). The head must pass `unsupported`.
+    for a float64 head). The head must pass `unsupported`. `ops`: the work on each chunk's logits (default
+    `elementwise_ops(hidden)`).
     """
     chunk = chunk or chunk_tokens(head.out_features)
-    return _ChunkedHead.apply(hidden, head.weight, head.bias, labels, chunk, _SCALERS.get(head))
+    ops = ops or elementwise_ops(hidden)
+    return _ChunkedHead.apply(hidden, head.weight, head.bias, labels, chunk, _SCALERS.get(head), ops)
+
+
+@dataclass(frozen=True)
+class ElementwiseOps:
+    """What the head does to a chunk's logits: `stats` (logits (c, V), labels (c,) -> label log-probs, log-sum-exps
+    and entropies, (c,) each) and `grad` (logits, log-sum-exps, labels, upstream gradient (c,), dtype -> the
+    gradient of the label log-probs times the upstream one, (c, V) in dtype), which takes the logits in the
+    log-sum-exps' dtype where `float_logits`. Either may overwrite the logits."""
+
+    stats: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.dtype], torch.Tensor]
+    float_logits: bool
+
+
+def elementwise_ops(hidden: torch.Tensor) -> ElementwiseOps:
+    """Triton's kernels (alignment/models/head_kernels.py: each logit read about twice) for hidden states on a GPU in
+    float16, bfloat16 or float32 where Triton imports; torch's chain of kernels otherwise."""
+    if hidden.is_cuda and hidden.dtype in (torch.float16, torch.bfloat16, torch.float32):
+        try:
+            from alignment.models import head_kernels
+        except ImportError:  # torch without Triton (a build for another platform)
+            return TORCH_OPS
+        return ElementwiseOps(head_kernels.chunk_stats, head_kernels.chunk_grad, float_logits=False)
+    return TORCH_OPS
 
 
 def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -111,6 +142,28 @@ def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tens
     return chosen - log_total, top.squeeze(-1) + log_total, log_total - weighted / total
 
 
+def _chunk_grad(
+    logits: torch.Tensor, log_totals: torch.Tensor, labels: torch.Tensor, upstream: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """d/dz_v of z_label - logsumexp(z), onehot_v - p_v, times each row's upstream gradient, in `dtype`: logits (c, V)
+    in log_totals' dtype (at least float32), which it overwrites; log_totals, labels and upstream (c,) -> (c, V).
+
+    A loss scale is linear, so it scales the upstream gradient alone; the probabilities are multiplied by it and cast
+    to `dtype` in one kernel and the label's entry is written apart: about 30 bytes of memory traffic a logit in half
+    precision."""
+    probs = logits.sub_(log_totals[:, None]).exp_()
+    upstream = upstream[:, None]
+    label_grads = ((1 - probs.gather(-1, labels[:, None])) * upstream).to(dtype)
+    if probs.dtype == dtype:
+        grad_logits = probs.mul_(-upstream)
+    else:
+        grad_logits = torch.mul(probs, -upstream, out=torch.empty_like(probs, dtype=dtype))
+    return grad_logits.scatter_(-1, labels[:, None], label_grads)
+
+
+TORCH_OPS = ElementwiseOps(_chunk_stats, _chunk_grad, float_logits=True)
+
+
 class _ChunkedHead(torch.autograd.Function):
     """hidden @ W^T + b reduced to per-token label log-probs and entropies, chunk by chunk; see the module docs."""
 
@@ -125,6 +178,7 @@ class _ChunkedHead(torch.autograd.Function):
         labels: torch.Tensor,
         chunk: int,
         scale: Callable[[torch.Tensor], torch.Tensor] | None,
+        ops: ElementwiseOps,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         out_dtype = torch.promote_types(hidden.dtype, torch.float32)
         tokens = hidden.shape[0]
@@ -133,10 +187,10 @@ class _ChunkedHead(torch.autograd.Function):
         for start in range(0, tokens, chunk):
             part = slice(start, start + chunk)
             logits = F.linear(hidden[part], weight, bias)
-            log_probs[part], log_totals[part], entropy[part] = _chunk_stats(logits, labels[part])
+            log_probs[part], log_totals[part], entropy[part] = ops.stats(logits, labels[part])
             del logits
         ctx.save_for_backward(hidden, weight, bias, labels, log_totals)
-        ctx.chunk, ctx.scale = chunk, scale
+        ctx.chunk, ctx.scale, ctx.ops = chunk, scale, ops
         ctx.mark_non_differentiable(entropy)
         return log_probs, entropy
 
@@ -153,21 +207,12 @@ class _ChunkedHead(torch.autograd.Function):
         grad_bias = torch.zeros_like(bias) if want_bias else None
         for start in range(0, hidden.shape[0], ctx.chunk):
             part = slice(start, start + ctx.chunk)
-            # d/dz_v of z_label - logsumexp(z) is onehot_v - p_v, times the upstream gradient (a loss scale is linear:
-            # it scales the upstream gradient alone), multiplied and cast to the weight's dtype in one kernel, the
-            # label's entry written apart
-            probs = F.linear(hidden[part], weight, bias).to(log_totals.dtype)
-            probs.sub_(log_totals[part, None]).exp_()
-            upstream = grad_log_probs[part, None]
-            if ctx.scale is not None:
-                upstream = ctx.scale(upstream)
-            label_grads = ((1 - probs.gather(-1, labels[part, None])) * upstream).to(weight.dtype)
-            if probs.dtype == weight.dtype:
-                grad_logits = probs.mul_(-upstream)
-            else:
-                grad_logits = torch.mul(probs, -upstream, out=torch.empty_like(probs, dtype=weight.dtype))
-            grad_logits.scatter_(-1, labels[part, None], label_grads)
-            del probs
+            upstream = grad_log_probs[part] if ctx.scale is None else ctx.scale(grad_log_probs[part])
+            logits = F.linear(hidden[part], weight, bias)
+            if ctx.ops.float_logits:  # a float32 copy that replaces the half-precision logits at once
+                logits = logits.to(log_totals.dtype)
+            grad_logits = ctx.ops.grad(logits, log_totals[part], labels[part], upstream, weight.dtype)
+            del logits
             if grad_hidden is not None:
                 grad_hidden[part] = grad_logits @ weight
             if grad_weight is not None:
@@ -175,4 +220,4 @@ class _ChunkedHead(torch.autograd.Function):
             if grad_bias is not None:
                 grad_bias += grad_logits.sum(dim=0)
             del grad_logits  # before the next chunk's logits exist
-        return grad_hidden, grad_weight, grad_bias, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
