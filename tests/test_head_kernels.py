@@ -1,6 +1,8 @@
 """The chunked head's Triton kernels (alignment/models/head_kernels.py) against its torch ops, in Triton's interpreter
 on the CPU: a chunk's label log-probs, log-sum-exps and entropies, the logit gradient, and the whole chunked head
-forward and backward on them. The compiled kernels on a GPU: tests/test_gpu_learner.py.
+forward and backward on them; and compiled for the GPUs users train on (Triton compiles without one), each within
+the registers that keep every program of a chunk resident and with nothing spilled. The compiled kernels run on a
+GPU in tests/test_gpu_learner.py.
 
 Triton interprets only where TRITON_INTERPRET=1 is set before it is imported (its own library functions, such as
 tl.max, are kernels defined then), so the checks run in a pytest of their own, started with it."""
@@ -9,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,6 +40,53 @@ def test_the_kernels_in_tritons_interpreter():
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert " passed" in run.stdout and " failed" not in run.stdout
+
+
+TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def resource_usage(kernel, signature: dict[str, str], capability: int) -> dict[str, int]:
+    """REG, STACK, LOCAL and SHARED of `kernel` compiled for a CUDA GPU of `capability` (90: H100), at MAX_BLOCK and
+    8 warps as chunk_stats and chunk_grad launch it, read from the cubin with the cuobjdump Triton ships; `signature`
+    gives each argument's Triton type."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from alignment.models.head_kernels import MAX_BLOCK
+
+    types = signature | {"BLOCK": "constexpr"}
+    ordered = {name: types[name] for name in kernel.arg_names}
+    source = ASTSource(fn=kernel, signature=ordered, constexprs={"BLOCK": MAX_BLOCK})
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": 8})
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    cubin = Path(os.environ.get("TMPDIR", "/tmp")) / f"head_kernel_{os.getpid()}.cubin"
+    cubin.write_bytes(compiled.asm["cubin"])
+    try:
+        report = subprocess.run([cuobjdump, "--dump-resource-usage", cubin], capture_output=True, text=True, check=True)
+    finally:
+        cubin.unlink()
+    line = report.stdout.strip().splitlines()[-1]  # "REG:71 STACK:0 SHARED:1024 LOCAL:0 ..."
+    return {key: int(value) for key, value in (item.split(":")[:2] for item in line.split()) if value.isdigit()}
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the interpreted run defines the kernels for the interpreter, not to compile")
+@pytest.mark.parametrize("capability", [80, 90])  # A100, H100
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_kernels_compile_for_the_gpus_users_train_on(dtype, capability):
+    from alignment.models import head_kernels
+
+    logits = "*" + TRITON_TYPES[dtype]
+    rows = {"labels": "*i64", "vocab": "i32", "row_stride": "i32"}
+    stats = {"logits": logits, "log_probs": "*fp32", "log_totals": "*fp32", "entropy": "*fp32"} | rows
+    usages = [resource_usage(head_kernels._stats_kernel, stats, capability)]
+    for grad in {dtype, torch.float32}:  # the gradient in the logits' dtype (in place) or in float32
+        grads = {"logits": logits, "log_totals": "*fp32", "upstream": "*fp32", "grad": "*" + TRITON_TYPES[grad]}
+        usages.append(resource_usage(head_kernels._grad_kernel, grads | rows, capability))
+    for usage in usages:
+        assert usage["LOCAL"] == 0 and usage["STACK"] == 0, usage  # nothing spilled to local memory
+        # 8 warps x 32 threads at this many registers: 3 programs an SM (65,536 registers), a chunk's 384 rows at once
+        assert usage["REG"] <= 80, usage
 
 
 @pytest.fixture(scope="module")
