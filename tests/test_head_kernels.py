@@ -85,8 +85,8 @@ def test_the_kernels_compile_for_the_gpus_users_train_on(dtype, capability):
         usages.append(resource_usage(head_kernels._grad_kernel, grads | rows, capability))
     for usage in usages:
         assert usage["LOCAL"] == 0 and usage["STACK"] == 0, usage  # nothing spilled to local memory
-        # 8 warps x 32 threads at this many registers: 3 programs an SM (65,536 registers), a chunk's 384 rows at once
-        assert usage["REG"] <= 80, usage
+        # three programs of 8 warps x 32 threads fit an SM's 65,536 registers: an H100's 132 SMs hold a chunk's 384 rows
+        assert 3 * 8 * 32 * usage["REG"] <= 65536, usage
 
 
 @pytest.fixture(scope="module")
