@@ -26,7 +26,7 @@ from alignment.models.transformer_lm import TransformerConfig, TransformerLM
 from alignment.rollout.hf_static import hf_step_logits, kv_spec
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.lm_sampler import lm_kv_spec, lm_step_logits
-from alignment.rollout.static_decoding import KVSpec, SlotState, StaticDecoder
+from alignment.rollout.static_decoding import KVSpec, Prefill, SlotState, StaticDecoder
 from tests.conftest import tiny_config
 
 VOCAB = 640  # not a multiple of the sampler's 128-entry blocks: its padding is part of the step
@@ -125,3 +125,18 @@ def test_the_recorder_sees_what_a_capture_cannot_take():
                 state.out_logprobs.mul_(scale)
             records.append(recorder.ops)
         assert records[0] != records[1]
+
+
+def test_a_batch_is_put_into_the_slots_on_the_device():
+    """Outside the capture: the prefilled prompts, their rows' streams and first tokens (StaticDecoder._start) on fake
+    CUDA tensors, where an operation mixing a CPU tensor of one or more dimensions with CUDA ones raises."""
+    config = TransformerConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
+    with FakeTensorMode(), torch.device("cuda"):
+        model = TransformerLM(config).eval()
+        decoder = StaticDecoder(lm_step_logits(model), lm_kv_spec(model), lambda: [*model.parameters()], sync_every=4)
+        state = SlotState(CAPACITY, LENGTH, decoder.kv, VOCAB, torch.device("cuda"))
+        kv = [torch.randn(3, 2, 20, 16) for _ in range(2)]
+        prefill = Prefill(torch.randn(3, VOCAB), kv, kv, torch.ones(3, 20, dtype=torch.bool), torch.full((3,), 20))
+        for sampling in SETTINGS.values():
+            decoder._start(state, prefill, 4, [5, 6], sampling, None)
+            assert state.tokens.device.type == "cuda" and state.tokens.shape == (CAPACITY,)
