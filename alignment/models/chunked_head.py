@@ -109,8 +109,8 @@ class ElementwiseOps:
 
 
 def elementwise_ops(hidden: torch.Tensor) -> ElementwiseOps:
-    """Triton's kernels (alignment/models/head_kernels.py: each logit read about twice) for hidden states on a GPU in
-    float16, bfloat16 or float32 where Triton imports; torch's chain of kernels otherwise."""
+    """Triton's kernels (alignment/models/head_kernels.py: each logit read twice forward and once backward) for hidden
+    states on a GPU in float16, bfloat16 or float32 where Triton imports; torch's chain of kernels otherwise."""
     if hidden.is_cuda and hidden.dtype in (torch.float16, torch.bfloat16, torch.float32):
         try:
             from alignment.models import head_kernels

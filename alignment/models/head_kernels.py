@@ -82,7 +82,7 @@ def chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tenso
     block = _block(vocab)
     _stats_kernel[(rows,)](
         logits, labels, log_probs, log_totals, entropy, vocab, logits.stride(0), BLOCK=block, num_warps=8
-    )  # fmt: skip
+    )
     return log_probs, log_totals, entropy
 
 
@@ -97,5 +97,5 @@ def chunk_grad(
     grad = logits if logits.dtype == dtype else torch.empty_like(logits, dtype=dtype)
     _grad_kernel[(rows,)](
         logits, labels, log_totals, upstream, grad, vocab, logits.stride(0), BLOCK=_block(vocab), num_warps=8
-    )  # fmt: skip
+    )
     return grad
