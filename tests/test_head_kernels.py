@@ -9,6 +9,7 @@ tl.max, are kernels defined then), so the checks run in a pytest of their own, s
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,8 @@ def test_the_kernels_in_tritons_interpreter():
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and " failed" not in run.stdout
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed and int(passed.group(1)) >= 16, run.stdout[-2000:]  # every interpreted check ran
 
 
 TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
