@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,18 @@ def test_the_chunked_head_on_the_kernels_matches_it_on_torch_ops(kernels, dtype)
 
 def test_the_kernels_serve_cuda_heads_only():
     assert chunked_head.elementwise_ops(torch.zeros(2, 3)) is TORCH_OPS  # on the CPU, torch's ops
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the interpreter runs the kernels on the CPU, which compiled ones cannot")
+def test_where_the_kernels_do_not_run_a_warning_says_why_and_torchs_ops_serve():
+    """Compiled kernels cannot launch on CPU tensors: the same failure, seen as a missing C compiler would be."""
+    chunked_head.kernels_run_on.cache_clear()
+    with pytest.warns(UserWarning, match="Triton kernels do not run on cpu"):
+        assert not chunked_head.kernels_run_on(torch.device("cpu"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # tried once: the answer is kept, no second warning
+        assert not chunked_head.kernels_run_on(torch.device("cpu"))
+    chunked_head.kernels_run_on.cache_clear()
 
 
 @interpreted
