@@ -8,9 +8,10 @@ Each run (--runs; default fp32, bf16, bf16-mixed, fp16-mixed, and bf16 with grad
 Qwen2ForCausalLM of Qwen2.5-Math-1.5B's shape with random weights in the precision's compute dtype and the library's
 GRPO learner over it (alignment/grpo/synthetic.py: no download, no tokenizer), then takes --steps optimizer steps
 of --micro-batches microbatches, each of --micro-batch sequences of --prompt-tokens + --response-tokens random
-tokens (the handout's: 2 x (512 + 1,024)), as a GRPO train phase takes them: log-probs of the response tokens
-(the head fused with the log-softmax in chunks, rows packed), the handouts' loss backpropagated per microbatch,
-the gradient clipped, fused AdamW at lr 1e-5 in the precision. Figures, per run:
+tokens (the handout's: 2 x (512 + 1,024); with --shared-prompts a microbatch's rows continue one prompt, as a
+GRPO group's do, and are scored with the prompt once), as a GRPO train phase takes them: log-probs of the response
+tokens (the head fused with the log-softmax in chunks, rows packed), the handouts' loss backpropagated per
+microbatch, the gradient clipped, fused AdamW at lr 1e-5 in the precision. Figures, per run:
 
 - step_s: the median seconds of an optimizer step after the first (which allocates AdamW's states);
 - tokens_per_s: the tokens fed per step over step_s;
@@ -54,7 +55,8 @@ def measure(run: str, shape: dict[str, Any], args: argparse.Namespace, device: t
     policy = random_policy(shape, precision, device, checkpointing)
     rows = args.micro_batch * args.micro_batches
     learner = synthetic_learner(policy, precision, rows, args.micro_batch)
-    batch = synthetic_rows(rows, args.prompt_tokens, args.response_tokens, shape["vocab_size"])
+    group = args.micro_batch if args.shared_prompts else 1
+    batch = synthetic_rows(rows, args.prompt_tokens, args.response_tokens, shape["vocab_size"], group=group)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     seconds, skipped = [], 0
@@ -126,6 +128,11 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=2, help="sequences per microbatch")
     parser.add_argument("--prompt-tokens", type=int, default=None, help="default 512 (--tiny: 16)")
     parser.add_argument("--response-tokens", type=int, default=None, help="default 1024 (--tiny: 32)")
+    parser.add_argument(
+        "--shared-prompts",
+        action="store_true",
+        help="each microbatch's rows continue one prompt, as a GRPO group's do (scored with the prompt once)",
+    )
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per run; the first is not timed")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100 SXM: 989)")
     parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True, help="TF32 float32 matmuls")
@@ -142,6 +149,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     context = {"device": name, "torch": torch.__version__, "tiny": args.tiny, "tf32": args.tf32}
     context |= {"micro_batches": args.micro_batches, "micro_batch": args.micro_batch}
+    context |= {"shared_prompts": args.shared_prompts}
     log = sys.stderr if args.json else sys.stdout
     print(json.dumps(context), file=log, flush=True)
     for run in args.runs:

@@ -43,7 +43,17 @@ def test_the_tiny_check_runs_every_step_and_prints_only_json(tmp_path):
     assert rc == 0, stderr + "".join(log.read_text() for log in logs.iterdir())
     steps = {line["step"]: line["status"] for line in lines if line["figure"] == "gpu_check.step"}
     assert steps == dict.fromkeys(
-        ("tests", "precision", "chunked_head", "hf_decode", "lm_sampler", "memory_plan", "hf_generate_compiled"), "ok"
+        (
+            "tests",
+            "precision",
+            "precision_shared",
+            "chunked_head",
+            "hf_decode",
+            "lm_sampler",
+            "memory_plan",
+            "hf_generate_compiled",
+        ),
+        "ok",
     )
     assert lines[0]["figure"] == "gpu_check.device" and lines[0]["cuda"] is None
 
@@ -53,7 +63,9 @@ def test_the_tiny_check_runs_every_step_and_prints_only_json(tmp_path):
     assert 'classname="tests.test_gpu_learner"' in report and 'classname="tests.test_gpu_rollout"' in report
 
     figures = Counter(line["figure"] for line in lines)
-    assert figures["precision_gpu.step_s"] == 5  # fp32, bf16, bf16-mixed, fp16-mixed, bf16 checkpointed
+    steps = [line for line in lines if line["figure"] == "precision_gpu.step_s"]
+    # fp32, bf16, bf16-mixed, fp16-mixed, bf16 checkpointed; then bf16-mixed over microbatches that share prompts
+    assert [line["shared_prompts"] for line in steps] == [False] * 5 + [True]
     assert figures["memory_plan_gpu.plan_gib"] == 8  # four precisions, with and without checkpointing
     head = {line["figure"]: line["value"] for line in lines if line["figure"].startswith("chunked_head.")}
     assert head["chunked_head.fused_ms"] > 0 and head["chunked_head.matmuls_ms"] > 0
@@ -73,7 +85,7 @@ def test_steps_past_the_checks_time_are_reported_not_run(tmp_path):
     rc, lines, _ = gpu_check(tmp_path, "--tiny", GPU_CHECK_SECONDS="1")
     assert rc == 1
     steps = [line for line in lines if line["figure"] == "gpu_check.step"]
-    assert len(steps) == 7 and all(line["status"] == "not run: the check's time was spent" for line in steps)
+    assert len(steps) == 8 and all(line["status"] == "not run: the check's time was spent" for line in steps)
     assert not any(
         line["figure"].startswith(("precision_gpu", "chunked_head", "lm_sampler", "memory_plan_gpu")) for line in lines
     )

@@ -151,3 +151,18 @@ def test_packing_is_chosen_for_short_responses_on_sdpa_only(tiny_model):
     assert packing_pays(model, *demo)
     model.config._attn_implementation = "flash_attention_2"  # takes no prepared 4D mask
     assert not packing_pays(model, *demo)
+
+
+def test_synthetic_rows_in_groups_share_their_prompts_and_are_scored_with_them_once():
+    """bench/precision_gpu.py --shared-prompts: rows in groups of 2 continue one prompt each (their responses differ),
+    so each microbatch of 2 scores one distinct prompt."""
+    from alignment.grpo.synthetic import synthetic_rows
+
+    rows = synthetic_rows(6, 5, 7, 50, group=2)
+    prompts, responses = rows.input_ids[:, :5], rows.input_ids[:, 5:]
+    assert torch.equal(prompts[0::2], prompts[1::2]) and not torch.equal(prompts[0], prompts[2])
+    assert not torch.equal(responses[0], responses[1])
+    unique, inverse = shared_prompt.prompt_groups(rows.input_ids, rows.response_mask)
+    assert len(unique) == 3 and torch.equal(inverse[0::2], inverse[1::2]) and len(set(inverse.tolist())) == 3
+    apart = synthetic_rows(6, 5, 7, 50)  # the default: a prompt of its own for each row
+    assert len(shared_prompt.prompt_groups(apart.input_ids, apart.response_mask)[0]) == 6

@@ -71,13 +71,16 @@ def random_lm(config: TransformerConfig, device: str | torch.device, dtype: torc
     return model.to(device, dtype).eval()
 
 
-def synthetic_rows(rows: int, prompt_tokens: int, response_tokens: int, vocab: int, seed: int = 0) -> RolloutBatch:
+def synthetic_rows(
+    rows: int, prompt_tokens: int, response_tokens: int, vocab: int, seed: int = 0, group: int = 1
+) -> RolloutBatch:
     """`rows` rows of prompt_tokens + response_tokens random tokens fed to the model, the last response_tokens of
     them scored, advantages +1 and -1 in turn, and the sampler's log-probs 0 (on the CPU, as a learner receives
-    them)."""
+    them). Consecutive rows in groups of `group` continue the same prompt, as a GRPO group's rows do."""
     generator = torch.Generator().manual_seed(seed)
     length = prompt_tokens + response_tokens
     tokens = torch.randint(0, vocab, (rows, length + 1), generator=generator)
+    tokens[:, :prompt_tokens] = tokens[torch.arange(rows) // group * group, :prompt_tokens]
     response = torch.zeros(rows, length, dtype=torch.bool)
     response[:, prompt_tokens:] = True
     signs = torch.tensor([1.0, -1.0]).repeat((rows + 1) // 2)[:rows, None]
