@@ -15,7 +15,8 @@ microbatch, the gradient clipped, fused AdamW at lr 1e-5 in the precision. Figur
 
 - step_s: the median seconds of an optimizer step after the first (which allocates AdamW's states);
 - tokens_per_s: the tokens fed per step over step_s;
-- mfu: 6 x parameters x tokens per step / step_s / --peak-tflops (989: an H100 SXM's dense bfloat16 peak);
+- mfu: 6 x parameters x tokens per step / step_s / --peak-tflops (989: an H100 SXM's dense bfloat16 peak); with
+  --shared-prompts every row's prompt still counts, so it is the step's effective rate, above what the GPU computes;
 - peak_gib: torch.cuda.max_memory_allocated over every step; plan_gib: the memory plan's training phase
   (alignment/run/memory_plan.py), which should be at or above peak_gib and within 10% of it.
 
