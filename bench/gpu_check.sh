@@ -102,6 +102,7 @@ step precision 90 "$PYTHON" bench/precision_gpu.py --json "${LEARNER[@]}"
 # a GRPO microbatch: its rows continue one prompt, which the learner scores once
 step precision_shared 30 "$PYTHON" bench/precision_gpu.py --json --runs bf16-mixed --shared-prompts "${LEARNER[@]}"
 step chunked_head 40 "$PYTHON" bench/chunked_head.py --json "${LEARNER[@]}"
+step sampling 20 "$PYTHON" bench/sampling.py --json "${LEARNER[@]}"
 # the goals' paths first: a step cut off by its time has measured them
 step hf_decode 120 "$PYTHON" bench/hf_generation_throughput.py --json "${DECODE[@]}" \
   --paths static --paths eager --paths generate

@@ -48,6 +48,7 @@ def test_the_tiny_check_runs_every_step_and_prints_only_json(tmp_path):
             "precision",
             "precision_shared",
             "chunked_head",
+            "sampling",
             "hf_decode",
             "lm_sampler",
             "memory_plan",
@@ -69,6 +70,8 @@ def test_the_tiny_check_runs_every_step_and_prints_only_json(tmp_path):
     assert figures["memory_plan_gpu.plan_gib"] == 8  # four precisions, with and without checkpointing
     head = {line["figure"]: line["value"] for line in lines if line["figure"].startswith("chunked_head.")}
     assert head["chunked_head.fused_ms"] > 0 and head["chunked_head.matmuls_ms"] > 0
+    draws = [line for line in lines if line["figure"] == "sampling.draw_ms"]
+    assert [line["path"] for line in draws] == ["torch"] and draws[0]["value"] > 0  # the kernel needs a GPU
     decoded = {(line["figure"], line["path"], line["rows"]) for line in lines if "path" in line}
     for rows in (8, 4):
         for path in ("eager", "static", "generate"):
@@ -85,9 +88,10 @@ def test_steps_past_the_checks_time_are_reported_not_run(tmp_path):
     rc, lines, _ = gpu_check(tmp_path, "--tiny", GPU_CHECK_SECONDS="1")
     assert rc == 1
     steps = [line for line in lines if line["figure"] == "gpu_check.step"]
-    assert len(steps) == 8 and all(line["status"] == "not run: the check's time was spent" for line in steps)
+    assert len(steps) == 9 and all(line["status"] == "not run: the check's time was spent" for line in steps)
     assert not any(
-        line["figure"].startswith(("precision_gpu", "chunked_head", "lm_sampler", "memory_plan_gpu")) for line in lines
+        line["figure"].startswith(("precision_gpu", "chunked_head", "sampling", "lm_sampler", "memory_plan_gpu"))
+        for line in lines
     )
 
 

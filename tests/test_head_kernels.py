@@ -2,18 +2,9 @@
 on the CPU: a chunk's label log-probs, log-sum-exps and entropies, the logit gradient, and the whole chunked head
 forward and backward on them; and compiled for the GPUs users train on (Triton compiles without one), each within
 the registers that keep every program of a chunk resident and with nothing spilled. The compiled kernels run on a
-GPU in tests/test_gpu_learner.py.
-
-Triton interprets only where TRITON_INTERPRET=1 is set before it is imported (its own library functions, such as
-tl.max, are kernels defined then), so the checks run in a pytest of their own, started with it."""
+GPU in tests/test_gpu_learner.py."""
 
 import math
-import os
-import re
-import subprocess
-import sys
-import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,75 +12,30 @@ from torch import nn
 
 import alignment.models.chunked_head as chunked_head
 from alignment.models.chunked_head import TORCH_OPS, ElementwiseOps, fused_log_probs_and_entropy
+from tests.triton_checks import TRITON_TYPES, assert_resident, compiled, interpreted, resource_usage, run_interpreted
 
 HALF = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3}  # a unit in the last place, relative
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(
-    not INTERPRETED, reason="run by test_the_kernels_in_tritons_interpreter, in a pytest with TRITON_INTERPRET=1"
-)
 
 
 def test_the_kernels_in_tritons_interpreter():
-    """This module's kernel checks, in a pytest started with TRITON_INTERPRET=1: all of them pass."""
-    if INTERPRETED:
-        pytest.skip("this is the interpreted run itself")
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", __file__],
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    passed = re.search(r"(\d+) passed", run.stdout)
-    assert passed and int(passed.group(1)) >= 16, run.stdout[-2000:]  # every interpreted check ran
+    """This module's kernel checks, in a pytest started with TRITON_INTERPRET=1: all 16 of them pass."""
+    run_interpreted(__file__, checks=16)
 
 
-TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-
-
-def resource_usage(kernel, signature: dict[str, str], capability: int) -> dict[str, int]:
-    """REG, STACK, LOCAL and SHARED of `kernel` compiled for a CUDA GPU of `capability` (90: H100), at MAX_BLOCK and
-    8 warps as chunk_stats and chunk_grad launch it, read from the cubin with the cuobjdump Triton ships; `signature`
-    gives each argument's Triton type."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from alignment.models.head_kernels import MAX_BLOCK
-
-    types = signature | {"BLOCK": "constexpr"}
-    ordered = {name: types[name] for name in kernel.arg_names}
-    source = ASTSource(fn=kernel, signature=ordered, constexprs={"BLOCK": MAX_BLOCK})
-    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": 8})
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    cubin = Path(os.environ.get("TMPDIR", "/tmp")) / f"head_kernel_{os.getpid()}.cubin"
-    cubin.write_bytes(compiled.asm["cubin"])
-    try:
-        report = subprocess.run([cuobjdump, "--dump-resource-usage", cubin], capture_output=True, text=True, check=True)
-    finally:
-        cubin.unlink()
-    line = report.stdout.strip().splitlines()[-1]  # "REG:71 STACK:0 SHARED:1024 LOCAL:0 ..."
-    return {key: int(value) for key, value in (item.split(":")[:2] for item in line.split()) if value.isdigit()}
-
-
-@pytest.mark.skipif(INTERPRETED, reason="the interpreted run defines the kernels for the interpreter, not to compile")
+@compiled
 @pytest.mark.parametrize("capability", [80, 90])  # A100, H100
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_the_kernels_compile_for_the_gpus_users_train_on(dtype, capability):
     from alignment.models import head_kernels
 
+    constants = {"BLOCK": head_kernels.MAX_BLOCK}  # as chunk_stats and chunk_grad launch them at 151,936 words
     logits = "*" + TRITON_TYPES[dtype]
     rows = {"labels": "*i64", "vocab": "i32", "row_stride": "i32"}
     stats = {"logits": logits, "log_probs": "*fp32", "log_totals": "*fp32", "entropy": "*fp32"} | rows
-    usages = [resource_usage(head_kernels._stats_kernel, stats, capability)]
+    assert_resident(resource_usage(head_kernels._stats_kernel, stats, constants, capability))
     for grad in {dtype, torch.float32}:  # the gradient in the logits' dtype (in place) or in float32
         grads = {"logits": logits, "log_totals": "*fp32", "upstream": "*fp32", "grad": "*" + TRITON_TYPES[grad]}
-        usages.append(resource_usage(head_kernels._grad_kernel, grads | rows, capability))
-    for usage in usages:
-        assert usage["LOCAL"] == 0 and usage["STACK"] == 0, usage  # nothing spilled to local memory
-        # three programs of 8 warps x 32 threads fit an SM's 65,536 registers: an H100's 132 SMs hold a chunk's 384 rows
-        assert 3 * 8 * 32 * usage["REG"] <= 65536, usage
+        assert_resident(resource_usage(head_kernels._grad_kernel, grads | rows, constants, capability))
 
 
 @pytest.fixture(scope="module")
@@ -177,18 +123,6 @@ def test_the_chunked_head_on_the_kernels_matches_it_on_torch_ops(kernels, dtype)
 
 def test_the_kernels_serve_cuda_heads_only():
     assert chunked_head.elementwise_ops(torch.zeros(2, 3)) is TORCH_OPS  # on the CPU, torch's ops
-
-
-@pytest.mark.skipif(INTERPRETED, reason="the interpreter runs the kernels on the CPU, which compiled ones cannot")
-def test_where_the_kernels_do_not_run_a_warning_says_why_and_torchs_ops_serve():
-    """Compiled kernels cannot launch on CPU tensors: the same failure, seen as a missing C compiler would be."""
-    chunked_head.kernels_run_on.cache_clear()
-    with pytest.warns(UserWarning, match="Triton kernels do not run on cpu"):
-        assert not chunked_head.kernels_run_on(torch.device("cpu"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # tried once: the answer is kept, no second warning
-        assert not chunked_head.kernels_run_on(torch.device("cpu"))
-    chunked_head.kernels_run_on.cache_clear()
 
 
 @interpreted

@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 
 from alignment.models.transformer_lm import TransformerConfig, TransformerLM
+from alignment.rollout import decoding
 from alignment.rollout.hf_static import hf_step_logits, kv_spec
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.lm_sampler import lm_kv_spec, lm_step_logits
@@ -93,15 +94,36 @@ def check_step(decoder: StaticDecoder, vocab: int) -> None:
             assert args == replayed_args, op
 
 
+@pytest.fixture(params=["torch", "triton"])
+def sampler(request, monkeypatch):
+    """Which draw the step makes at a temperature with no nucleus: torch's, or the Triton kernel's
+    (alignment/rollout/sampling_kernel.py), an operator of torch's with a fake form, as a GPU where Triton runs has it.
+    Fake tensors launch no Triton kernel, so the question is answered here rather than by trying one."""
+    if request.param == "triton":
+        import alignment.rollout.sampling_kernel  # noqa: F401 - registers the operator
+    monkeypatch.setattr(decoding, "triton_runs_on", lambda device: request.param == "triton")
+    return request.param
+
+
+def test_the_kernels_draw_is_in_the_step(sampler):
+    with FakeTensorMode(), torch.device("cuda"):
+        config = TransformerConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
+        model = TransformerLM(config).eval()
+        decoder = StaticDecoder(lm_step_logits(model), lm_kv_spec(model), lambda: [*model.parameters()], sync_every=4)
+        state = SlotState(CAPACITY, LENGTH, decoder.kv, VOCAB, torch.device("cuda"))
+        ops = [op for op, _ in recorded_step(decoder, state, 8, 64, SETTINGS["sampled, EOS banned"]).ops]
+    assert ("alignment.sample_rows.default" in ops) == (sampler == "triton")
+
+
 @pytest.mark.parametrize("kind", HF_MODELS)
-def test_the_hf_static_step_can_be_captured(kind):
+def test_the_hf_static_step_can_be_captured(kind, sampler):
     with FakeTensorMode(), torch.device("cuda"):
         model = HF_MODELS[kind](tiny_config(kind, VOCAB, 0)).eval()
         decoder = StaticDecoder(hf_step_logits(model), kv_spec(model), lambda: [*model.parameters()], sync_every=4)
         check_step(decoder, VOCAB)
 
 
-def test_the_transformer_lm_static_step_can_be_captured():
+def test_the_transformer_lm_static_step_can_be_captured(sampler):
     config = TransformerConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)
     with FakeTensorMode(), torch.device("cuda"):
         model = TransformerLM(config).eval()
@@ -127,7 +149,7 @@ def test_the_recorder_sees_what_a_capture_cannot_take():
         assert records[0] != records[1]
 
 
-def test_a_batch_is_put_into_the_slots_on_the_device():
+def test_a_batch_is_put_into_the_slots_on_the_device(sampler):
     """Outside the capture: the prefilled prompts, their rows' streams and first tokens (StaticDecoder._start) on fake
     CUDA tensors, where an operation mixing a CPU tensor of one or more dimensions with CUDA ones raises."""
     config = TransformerConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128)

@@ -19,10 +19,8 @@ the embedding's parameter itself, so both uses add into one gradient. fp16-mixed
 multiplies each chunk's float32 logit gradient before it is cast to float16, as the plain path's head hook does.
 """
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -31,6 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.hooks import RemovableHandle
+
+from alignment.utils.triton_support import triton_runs_on
 
 CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk: 384 tokens at a 151,936-word vocabulary (441 to 64s)
 
@@ -112,36 +112,17 @@ class ElementwiseOps:
 
 def elementwise_ops(hidden: torch.Tensor) -> ElementwiseOps:
     """Triton's kernels (alignment/models/head_kernels.py: each logit read twice forward and once backward) for hidden
-    states on a GPU in float16, bfloat16 or float32 where they run (`kernels_run_on`); torch's chain of kernels
-    otherwise."""
+    states on a GPU in float16, bfloat16 or float32 where Triton runs (alignment/utils/triton_support.py); torch's
+    chain of kernels otherwise."""
     if (
         hidden.is_cuda
         and hidden.dtype in (torch.float16, torch.bfloat16, torch.float32)
-        and kernels_run_on(hidden.device)
+        and triton_runs_on(hidden.device)
     ):
         from alignment.models import head_kernels
 
         return ElementwiseOps(head_kernels.chunk_stats, head_kernels.chunk_grad, float_logits=False)
     return TORCH_OPS
-
-
-@cache
-def kernels_run_on(device: torch.device) -> bool:
-    """Whether the head's Triton kernels build and run on `device`, tried once on a row of 8 logits. Triton compiles
-    its launcher with the machine's C compiler and Python headers at first use, and a torch build may come without
-    Triton: where either is missing, a warning says so and torch's ops serve."""
-    try:
-        from alignment.models import head_kernels
-
-        head_kernels.chunk_stats(torch.zeros(1, 8, device=device), torch.zeros(1, dtype=torch.long, device=device))
-    except Exception as error:  # any failure to import, build or launch leaves the work to torch's ops
-        warnings.warn(
-            f"the LM head's Triton kernels do not run on {device} ({type(error).__name__}: {error}); "
-            "its elementwise work runs as torch kernels instead",
-            stacklevel=2,
-        )
-        return False
-    return True
 
 
 def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

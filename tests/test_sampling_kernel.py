@@ -1,0 +1,91 @@
+"""The sampling kernel (alignment/rollout/sampling_kernel.py) against the torch draw it stands in for
+(decoding.sample_tokens_at over the log-softmax's exp), in Triton's interpreter on the CPU: the same tokens from the
+same uniforms, the same log-probs, never a token of probability 0, at the ends of the CDF too; and compiled for the
+GPUs users train on. On a GPU: tests/test_gpu_rollout.py."""
+
+import pytest
+import torch
+
+from alignment.rollout.decoding import sample_tokens_at, sampling_log_probs
+from tests.triton_checks import TRITON_TYPES, assert_resident, compiled, interpreted, resource_usage, run_interpreted
+
+
+def test_the_kernel_in_tritons_interpreter():
+    """This module's kernel checks, in a pytest started with TRITON_INTERPRET=1: all 11 of them pass."""
+    run_interpreted(__file__, checks=11)
+
+
+@compiled
+@pytest.mark.parametrize("capability", [80, 90])  # A100, H100
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_kernel_compiles_for_the_gpus_users_train_on(dtype, capability):
+    from alignment.rollout import sampling_kernel
+
+    signature = {"logits": "*" + TRITON_TYPES[dtype], "uniforms": "*fp64", "tokens": "*i64", "log_probs": "*fp32"}
+    signature |= {"vocab": "i32", "row_stride": "i32", "inverse_temperature": "fp32"}
+    usage = resource_usage(sampling_kernel._sample_kernel, signature, {"BLOCK": sampling_kernel.BLOCK}, capability)
+    assert_resident(usage, programs=2)  # two programs an SM: an H100's 132 SMs draw a decode batch of 256 rows at once
+
+
+def torch_draw(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float):
+    log_probs = sampling_log_probs(logits, temperature, 1.0)
+    tokens = sample_tokens_at(log_probs.exp(), uniforms)
+    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+@interpreted
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 1.3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_kernel_draws_what_the_torch_path_draws(dtype, temperature):
+    """64 rows of 5,000 words (three blocks, the last ragged), a banned stretch of -inf as min_tokens' EOS ban makes."""
+    from alignment.rollout.sampling_kernel import sample_rows
+
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(64, 5000, generator=generator) * 3).to(dtype)
+    logits[:, 1000:1100] = float("-inf")
+    uniforms = torch.rand(64, dtype=torch.float64, generator=generator)
+    tokens, log_probs = sample_rows(logits, uniforms, temperature)
+    expected_tokens, _ = torch_draw(logits, uniforms, temperature)
+    assert tokens.dtype == torch.long and log_probs.dtype == torch.float32
+    # the same tokens but where a point lies within rounding of a boundary between two: then the CDF moves by less than
+    # 1e-6 between the two draws (the sums run in another order)
+    probs = sampling_log_probs(logits, temperature, 1.0).double().exp()
+    ends = probs.cumsum(dim=-1) / probs.sum(dim=-1, keepdim=True)
+    differ = (tokens != expected_tokens).nonzero().flatten().tolist()
+    assert len(differ) <= 2, differ
+    for row in differ:
+        low, high = sorted((tokens[row].item(), expected_tokens[row].item()))
+        assert ends[row, high - 1] - ends[row, low - 1] < 1e-6, (row, low, high)
+    expected_log_probs = sampling_log_probs(logits, temperature, 1.0).gather(-1, tokens[:, None]).squeeze(-1)
+    torch.testing.assert_close(log_probs, expected_log_probs, rtol=0, atol=5e-6)
+
+
+@interpreted
+def test_the_ends_of_the_cdf_take_tokens_of_nonzero_probability():
+    """A point of 0 takes the first word of nonzero probability, a point within rounding of 1 the last, however many
+    -inf words come before or after them."""
+    from alignment.rollout.sampling_kernel import sample_rows
+
+    logits = torch.full((3, 3000), float("-inf"))
+    logits[0, 2500:2600] = 0.0  # only words 2500..2599: the first and the last in the third block
+    logits[1, :] = torch.linspace(-5, 5, 3000)
+    logits[1, 2990:] = float("-inf")
+    logits[2, 7] = 4.0  # one word alone holds all the mass
+    for point, expected in ((0.0, [2500, 0, 7]), (1 - 2**-53, [2599, 2989, 7])):
+        tokens, log_probs = sample_rows(logits, torch.full((3,), point, dtype=torch.float64), 1.0)
+        assert tokens.tolist() == expected
+        assert torch.isfinite(log_probs).all() and log_probs[2] == 0
+    assert torch.equal(tokens, torch_draw(logits, torch.full((3,), 1 - 2**-53, dtype=torch.float64), 1.0)[0])
+
+
+@interpreted
+def test_bad_input_is_refused_by_name():
+    from alignment.rollout.sampling_kernel import sample_rows
+
+    uniforms = torch.zeros(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="temperature above 0"):
+        sample_rows(torch.zeros(2, 8), uniforms, 0.0)
+    with pytest.raises(ValueError, match="rows contiguous"):
+        sample_rows(torch.zeros(8, 2).t(), uniforms, 1.0)
+    with pytest.raises(ValueError, match="float64"):
+        sample_rows(torch.zeros(2, 8, dtype=torch.float64), uniforms, 1.0)
