@@ -5,8 +5,9 @@
 #   bash bench/gpu_check.sh           # one CUDA GPU: Qwen2.5-Math-1.5B's shape, random weights, within 6 minutes
 #   bash bench/gpu_check.sh --tiny    # the same steps on the CPU at toy sizes (the test suite runs it)
 #
-# Needs torch, transformers, peft and pytest: no vLLM, Ray, datasets, network or weights (random weights of real
-# shapes, a synthetic tokenizer). It runs from the repository root with PYTHONPATH=. under $PYTHON (default python3).
+# Needs torch (and the Triton its Linux builds bring), transformers, peft and pytest: no vLLM, Ray, datasets, network
+# or weights (random weights of real shapes, a synthetic tokenizer). It runs from the repository root with
+# PYTHONPATH=. under $PYTHON (default python3).
 # The steps share GPU_CHECK_SECONDS (default 330): each gets the smaller of its own cap and the time left, and the
 # peer number that may never finish (transformers' generate, compiled) goes last with whatever remains. A step that
 # fails or runs out of time is reported ({"figure": "gpu_check.step", "status": ...}) and the next one still runs;
