@@ -9,9 +9,9 @@ writes nothing but the token and its log-prob (4 bytes a logit):
 1. each lane's running max of z / T and its float64 sum of exp(z / T - max), rescaled as the max grows;
 2. exp(z / T - max) again, block by block, summed in float64 as in pass 1 (and as sample_tokens_at keeps its CDF),
    so that the point u x total and the running sums it is set against round alike: the token is where the running
-   sum first passes the point. A token of probability 0 (-inf, as min_tokens' EOS ban
-   makes) adds nothing to the total, so it is never where the total passes the point; a point at or past the end by
-   rounding takes the row's last token of nonzero probability, as sample_tokens_at's does.
+   sum first passes the point. A token of probability 0 (-inf, as min_tokens' EOS ban makes) adds nothing to the
+   sum, so it is never where the sum passes the point; a point at or past the end by rounding takes the row's last
+   token of nonzero probability, as sample_tokens_at's does.
 
 The log-prob is z / T - max - log(total) in float32, as the log-softmax's. Tokens are those sample_tokens_at draws
 from the same uniforms but where a point falls within rounding of a boundary between two tokens (the sums are taken
