@@ -42,20 +42,22 @@ def test_the_tiny_check_runs_every_step_and_prints_only_json(tmp_path):
     logs = tmp_path / "logs"
     assert rc == 0, stderr + "".join(log.read_text() for log in logs.iterdir())
     steps = {line["step"]: line["status"] for line in lines if line["figure"] == "gpu_check.step"}
-    assert steps == dict.fromkeys(
-        (
+    # the goals' steps first, so that a check cut short has measured them
+    assert list(steps.items()) == [
+        (name, "ok")
+        for name in (
             "tests",
             "precision",
-            "precision_shared",
-            "chunked_head",
-            "sampling",
             "hf_decode",
             "lm_sampler",
             "memory_plan",
+            "sampling",
+            "chunked_head",
+            "precision_shared",
+            "hf_eager",
             "hf_generate_compiled",
-        ),
-        "ok",
-    )
+        )
+    ]
     assert lines[0]["figure"] == "gpu_check.device" and lines[0]["cuda"] is None
 
     tests = next(line for line in lines if line["figure"] == "gpu_check.tests")
@@ -64,9 +66,9 @@ def test_the_tiny_check_runs_every_step_and_prints_only_json(tmp_path):
     assert 'classname="tests.test_gpu_learner"' in report and 'classname="tests.test_gpu_rollout"' in report
 
     figures = Counter(line["figure"] for line in lines)
-    steps = [line for line in lines if line["figure"] == "precision_gpu.step_s"]
+    runs = [line for line in lines if line["figure"] == "precision_gpu.step_s"]
     # fp32, bf16, bf16-mixed, fp16-mixed, bf16 checkpointed; then bf16-mixed over microbatches that share prompts
-    assert [line["shared_prompts"] for line in steps] == [False] * 5 + [True]
+    assert [line["shared_prompts"] for line in runs] == [False] * 5 + [True]
     assert figures["memory_plan_gpu.plan_gib"] == 8  # four precisions, with and without checkpointing
     head = {line["figure"]: line["value"] for line in lines if line["figure"].startswith("chunked_head.")}
     assert head["chunked_head.fused_ms"] > 0 and head["chunked_head.matmuls_ms"] > 0
@@ -88,7 +90,7 @@ def test_steps_past_the_checks_time_are_reported_not_run(tmp_path):
     rc, lines, _ = gpu_check(tmp_path, "--tiny", GPU_CHECK_SECONDS="1")
     assert rc == 1
     steps = [line for line in lines if line["figure"] == "gpu_check.step"]
-    assert len(steps) == 9 and all(line["status"] == "not run: the check's time was spent" for line in steps)
+    assert len(steps) == 10 and all(line["status"] == "not run: the check's time was spent" for line in steps)
     assert not any(
         line["figure"].startswith(("precision_gpu", "chunked_head", "sampling", "lm_sampler", "memory_plan_gpu"))
         for line in lines
