@@ -1,8 +1,9 @@
 """The chunked head's Triton kernels (alignment/models/head_kernels.py) against its torch ops, in Triton's interpreter
 on the CPU: a chunk's label log-probs, log-sum-exps and entropies, the logit gradient, and the whole chunked head
 forward and backward on them; and compiled for the GPUs users train on (Triton compiles without one), each within
-the registers that keep every program of a chunk resident and with nothing spilled. The compiled kernels run on a
-GPU in tests/test_gpu_learner.py."""
+the registers that keep every program of a chunk resident and with nothing spilled. The interpreted tests run in a
+pytest of their own that tests/test_triton_support.py starts; the compiled kernels run on a GPU in
+tests/test_gpu_learner.py."""
 
 import math
 
@@ -12,14 +13,9 @@ from torch import nn
 
 import alignment.models.chunked_head as chunked_head
 from alignment.models.chunked_head import TORCH_OPS, ElementwiseOps, fused_log_probs_and_entropy
-from tests.triton_checks import TRITON_TYPES, assert_resident, compiled, interpreted, resource_usage, run_interpreted
+from tests.triton_checks import TRITON_TYPES, assert_resident, compiled, interpreted, resource_usage
 
 HALF = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3}  # a unit in the last place, relative
-
-
-def test_the_kernels_in_tritons_interpreter():
-    """This module's kernel checks, in a pytest started with TRITON_INTERPRET=1: all 16 of them pass."""
-    run_interpreted(__file__, checks=16)
 
 
 @compiled

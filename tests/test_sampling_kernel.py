@@ -1,18 +1,14 @@
 """The sampling kernel (alignment/rollout/sampling_kernel.py) against the torch draw it stands in for
 (decoding.sample_tokens_at over the log-softmax's exp), in Triton's interpreter on the CPU: the same tokens from the
 same uniforms, the same log-probs, never a token of probability 0, at the ends of the CDF too; and compiled for the
-GPUs users train on. On a GPU: tests/test_gpu_rollout.py."""
+GPUs users train on. The interpreted tests run in a pytest of their own that tests/test_triton_support.py starts; on a
+GPU: tests/test_gpu_rollout.py."""
 
 import pytest
 import torch
 
 from alignment.rollout.decoding import sample_tokens_at, sampling_log_probs
-from tests.triton_checks import TRITON_TYPES, assert_resident, compiled, interpreted, resource_usage, run_interpreted
-
-
-def test_the_kernel_in_tritons_interpreter():
-    """This module's kernel checks, in a pytest started with TRITON_INTERPRET=1: all 11 of them pass."""
-    run_interpreted(__file__, checks=11)
+from tests.triton_checks import TRITON_TYPES, assert_resident, compiled, interpreted, resource_usage
 
 
 @compiled

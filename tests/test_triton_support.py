@@ -1,6 +1,6 @@
 """triton_runs_on (alignment/utils/triton_support.py): where Triton runs its probe kernel (here, in its interpreter) the
 library's kernels serve; where it cannot build or launch one, they step aside for torch's, with a warning that says
-why, once."""
+why, once. And the run of every Triton kernel check in Triton's interpreter (tests/triton_checks.py)."""
 
 import warnings
 
@@ -23,8 +23,10 @@ def test_where_triton_does_not_run_a_warning_says_why_and_torchs_kernels_serve()
     triton_runs_on.cache_clear()
 
 
-def test_the_probe_in_tritons_interpreter():
-    run_interpreted(__file__, checks=1)
+def test_the_kernels_in_tritons_interpreter():
+    """The interpreted checks of the probe (below), the head's kernels (16) and the sampling kernel (11), in one pytest
+    started with TRITON_INTERPRET=1: all of them pass."""
+    run_interpreted(checks=28)
 
 
 @interpreted

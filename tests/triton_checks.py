@@ -15,18 +15,24 @@ import pytest
 import torch
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not INTERPRETED, reason="run again, and checked, in a pytest with TRITON_INTERPRET=1")
+interpreted = pytest.mark.skipif(
+    not INTERPRETED, reason="run by tests/test_triton_support.py in a pytest with TRITON_INTERPRET=1, which it checks"
+)
+ROOT = Path(__file__).resolve().parents[1]
+# the modules with `interpreted` tests: one pytest runs them all again (a pytest starts in some seconds)
+INTERPRETED_MODULES = ("tests/test_head_kernels.py", "tests/test_sampling_kernel.py", "tests/test_triton_support.py")
 compiled = pytest.mark.skipif(INTERPRETED, reason="the interpreted run defines the kernels for the interpreter")
 TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def run_interpreted(module_file: str, checks: int) -> None:
-    """Run the tests of `module_file` in a pytest with TRITON_INTERPRET=1: it passes, and at least `checks` tests
-    (its interpreted ones) ran."""
+def run_interpreted(checks: int) -> None:
+    """Run INTERPRETED_MODULES in one pytest with TRITON_INTERPRET=1: it passes, and at least `checks` tests (their
+    interpreted ones) ran."""
     if INTERPRETED:
         pytest.skip("this is the interpreted run itself")
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", module_file],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *INTERPRETED_MODULES],
+        cwd=ROOT,
         env={**os.environ, "TRITON_INTERPRET": "1"},
         capture_output=True,
         text=True,
