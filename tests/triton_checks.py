@@ -1,9 +1,11 @@
-"""What the Triton kernels' tests share (tests/test_head_kernels.py, tests/test_sampling_kernel.py): running a test
-module again under Triton's interpreter, and compiling a kernel for a GPU that is not here.
+"""What the Triton kernels' tests share (tests/test_head_kernels.py, tests/test_sampling_kernel.py,
+tests/test_triton_support.py): running their interpreted checks under Triton's interpreter, and compiling a kernel for
+a GPU that is not here.
 
 Triton interprets only where TRITON_INTERPRET=1 is set before it is imported (its own library functions, such as
-tl.max, are kernels defined then), so a module's interpreted checks run in a pytest of its own, started with it; the
-first run skips them and asserts that the second passed them all."""
+tl.max, are kernels defined then), so the interpreted checks run in a pytest of their own, started with it; the
+suite's run skips them, and one of its tests (in tests/test_triton_support.py) asserts that the second run passed them
+all."""
 
 import os
 import re
