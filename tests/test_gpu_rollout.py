@@ -154,11 +154,11 @@ def test_transformer_lm_sampler_on_cuda_end_to_end(tokenizer):
 
 
 def test_the_sampling_kernel_draws_what_the_torch_path_draws_on_cuda():
-    """alignment/rollout/sampling_kernel.py, compiled, against decoding.sample_tokens_at over the log-softmax's exp:
+    """alignment/kernels/sampling.py, compiled, against decoding.sample_tokens_at over the log-softmax's exp:
     256 rows of Qwen2.5's 151,936 words in bfloat16 with the EOS ban's -inf, as the 1.5B decode step draws them."""
+    from alignment.kernels.sampling import sample_rows
     from alignment.rollout.decoding import choose_tokens, sample_tokens_at, sampling_log_probs
     from alignment.rollout.row_streams import row_uniforms
-    from alignment.rollout.sampling_kernel import sample_rows
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     logits = (torch.randn(256, 151936, device="cuda", generator=generator) * 3).bfloat16()

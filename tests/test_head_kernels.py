@@ -1,4 +1,4 @@
-"""The chunked head's Triton kernels (alignment/models/head_kernels.py) against its torch ops, in Triton's interpreter
+"""The chunked head's Triton kernels (alignment/kernels/head.py) against its torch ops, in Triton's interpreter
 on the CPU: a chunk's label log-probs, log-sum-exps and entropies, the logit gradient, and the whole chunked head
 forward and backward on them; and compiled for the GPUs users train on (Triton compiles without one), each within
 the registers that keep every program of a chunk resident and with nothing spilled. The interpreted tests run in a
@@ -22,7 +22,7 @@ HALF = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3}  # a unit in the last place
 @pytest.mark.parametrize("capability", [80, 90])  # A100, H100
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_the_kernels_compile_for_the_gpus_users_train_on(dtype, capability):
-    from alignment.models import head_kernels
+    from alignment.kernels import head as head_kernels
 
     constants = {"BLOCK": head_kernels.MAX_BLOCK}  # as chunk_stats and chunk_grad launch them at 151,936 words
     logits = "*" + TRITON_TYPES[dtype]
@@ -36,7 +36,7 @@ def test_the_kernels_compile_for_the_gpus_users_train_on(dtype, capability):
 
 @pytest.fixture(scope="module")
 def kernels():
-    from alignment.models import head_kernels
+    from alignment.kernels import head as head_kernels
 
     return head_kernels
 

@@ -1,4 +1,4 @@
-"""triton_runs_on (alignment/utils/triton_support.py): where Triton runs its probe kernel (here, in its interpreter) the
+"""triton_runs_on (alignment/kernels/support.py): where Triton runs its probe kernel (here, in its interpreter) the
 library's kernels serve; where it cannot build or launch one, they step aside for torch's, with a warning that says
 why, once. And the run of every Triton kernel check in Triton's interpreter (tests/triton_checks.py)."""
 
@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from alignment.utils.triton_support import triton_runs_on
+from alignment.kernels.support import triton_runs_on
 from tests.triton_checks import compiled, interpreted, run_interpreted
 
 

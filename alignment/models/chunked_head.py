@@ -30,7 +30,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.hooks import RemovableHandle
 
-from alignment.utils.triton_support import triton_runs_on
+from alignment.kernels.support import triton_runs_on
 
 CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk: 384 tokens at a 151,936-word vocabulary (441 to 64s)
 
@@ -111,15 +111,15 @@ class ElementwiseOps:
 
 
 def elementwise_ops(hidden: torch.Tensor) -> ElementwiseOps:
-    """Triton's kernels (alignment/models/head_kernels.py: each logit read twice forward and once backward) for hidden
-    states on a GPU in float16, bfloat16 or float32 where Triton runs (alignment/utils/triton_support.py); torch's
+    """Triton's kernels (alignment/kernels/head.py: each logit read twice forward and once backward) for hidden
+    states on a GPU in float16, bfloat16 or float32 where Triton runs (alignment/kernels/support.py); torch's
     chain of kernels otherwise."""
     if (
         hidden.is_cuda
         and hidden.dtype in (torch.float16, torch.bfloat16, torch.float32)
         and triton_runs_on(hidden.device)
     ):
-        from alignment.models import head_kernels
+        from alignment.kernels import head as head_kernels
 
         return ElementwiseOps(head_kernels.chunk_stats, head_kernels.chunk_grad, float_logits=False)
     return TORCH_OPS

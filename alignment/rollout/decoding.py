@@ -17,11 +17,11 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from alignment.kernels.support import triton_runs_on
 from alignment.rollout.forward_tape import ForwardTape, module_forwards
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig, prompt_seed
 from alignment.rollout.row_streams import row_keys, row_uniforms
 from alignment.utils.faults import fault_point
-from alignment.utils.triton_support import triton_runs_on
 
 STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
 FEW_ROWS = 64  # up to this many rows, a CPU linear layer multiplies as W @ x^T
@@ -131,9 +131,9 @@ def choose_tokens(
     """Each row's next token and its log-prob under the distribution it is drawn from: the argmax at temperature 0,
     else a draw at the row's step-th uniform (alignment/rollout/row_streams.py). logits: (rows, vocab); keys: (rows,)
     the rows' stream keys -> (rows,) int64 tokens, (rows,) float32 log-probs. On a GPU where Triton runs, a draw
-    with no nucleus to cut is one kernel that reads the logits twice (alignment/rollout/sampling_kernel.py)."""
+    with no nucleus to cut is one kernel that reads the logits twice (alignment/kernels/sampling.py)."""
     if sampling.temperature > 0 and sampling.top_p >= 1.0 and logits.is_cuda and triton_runs_on(logits.device):
-        from alignment.rollout.sampling_kernel import sample_rows
+        from alignment.kernels.sampling import sample_rows
 
         return sample_rows(logits, row_uniforms(keys, step), sampling.temperature)
     return choose_tokens_in_torch(logits, sampling, keys, step)

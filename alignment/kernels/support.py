@@ -1,5 +1,5 @@
 """Whether Triton kernels run on a device, asked once per device by the library's kernels (the LM head's,
-alignment/models/head_kernels.py; sampling's, alignment/rollout/sampling_kernel.py).
+alignment/kernels/head.py; sampling's, alignment/kernels/sampling.py).
 
 Triton compiles each kernel at its first launch, and builds its launcher then with the machine's C compiler and
 Python headers; a torch build may also come without Triton. Where any of that is missing, the first use of a kernel
@@ -17,7 +17,7 @@ import torch
 def triton_runs_on(device: torch.device) -> bool:
     """Whether a Triton kernel builds and runs on `device` (a CUDA device; the CPU has no compiled Triton here)."""
     try:
-        from alignment.utils.triton_probe import add_one
+        from alignment.kernels.probe import add_one
 
         ones = add_one(torch.zeros(8, device=device))
         if not bool((ones == 1).all()):
