@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from alignment.kernels.support import on_device
+
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_BLOCK = 4096  # logits a program holds at once: 16 KB of float32 per accumulator, 16 per thread at 8 warps
 
@@ -79,10 +81,10 @@ def chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tenso
     _check(logits)
     rows, vocab = logits.shape
     log_probs, log_totals, entropy = (torch.empty(rows, dtype=torch.float32, device=logits.device) for _ in range(3))
-    block = _block(vocab)
-    _stats_kernel[(rows,)](
-        logits, labels, log_probs, log_totals, entropy, vocab, logits.stride(0), BLOCK=block, num_warps=8
-    )
+    with on_device(logits):
+        _stats_kernel[(rows,)](
+            logits, labels, log_probs, log_totals, entropy, vocab, logits.stride(0), BLOCK=_block(vocab), num_warps=8
+        )
     return log_probs, log_totals, entropy
 
 
@@ -95,7 +97,8 @@ def chunk_grad(
     rows, vocab = logits.shape
     upstream = upstream.float().contiguous()
     grad = logits if logits.dtype == dtype else torch.empty_like(logits, dtype=dtype)
-    _grad_kernel[(rows,)](
-        logits, labels, log_totals, upstream, grad, vocab, logits.stride(0), BLOCK=_block(vocab), num_warps=8
-    )
+    with on_device(logits):
+        _grad_kernel[(rows,)](
+            logits, labels, log_totals, upstream, grad, vocab, logits.stride(0), BLOCK=_block(vocab), num_warps=8
+        )
     return grad

@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from alignment.kernels.support import on_device
+
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BLOCK = 2048  # logits a program holds at once
 
@@ -62,12 +64,8 @@ def _sample_kernel(logits, uniforms, tokens, log_probs, vocab, row_stride, inver
     tl.store(log_probs + row, chosen_logit - row_top - tl.log(row_total).to(tl.float32))
 
 
-# an operator of torch's, so that a decode step on fake tensors (tests/test_static_capture.py) dispatches it as well
-@torch.library.custom_op("alignment::sample_rows", mutates_args=())
-def sample_rows(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's token drawn from softmax(logits / temperature) at its uniform point, and its log-prob: logits
-    (rows, vocab) of DTYPES with rows contiguous, uniforms (rows,) float64 in [0, 1) -> (rows,) int64, (rows,)
-    float32."""
+def draw_rows(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """sample_rows's work: the kernel launched under the logits' device (alignment/kernels/support.py's on_device)."""
     if logits.dtype not in DTYPES or logits.stride(1) != 1 or temperature <= 0:
         raise ValueError(
             f"sample_rows takes (rows, vocab) logits of {DTYPES} with rows contiguous and a temperature above 0, got "
@@ -77,18 +75,21 @@ def sample_rows(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float
     tokens = torch.empty(rows, dtype=torch.long, device=logits.device)
     log_probs = torch.empty(rows, dtype=torch.float32, device=logits.device)
     block = min(BLOCK, triton.next_power_of_2(vocab))
-    _sample_kernel[(rows,)](
-        logits,
-        uniforms.double(),
-        tokens,
-        log_probs,
-        vocab,
-        logits.stride(0),
-        1.0 / temperature,
-        BLOCK=block,
-        num_warps=8,
-    )
+    uniforms = uniforms.to(logits.device, torch.float64)
+    with on_device(logits):
+        _sample_kernel[(rows,)](
+            logits, uniforms, tokens, log_probs, vocab, logits.stride(0), 1.0 / temperature, BLOCK=block, num_warps=8
+        )
     return tokens, log_probs
+
+
+# an operator of torch's, so that a decode step on fake tensors (tests/test_static_capture.py) dispatches it as well
+@torch.library.custom_op("alignment::sample_rows", mutates_args=())
+def sample_rows(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's token drawn from softmax(logits / temperature) at its uniform point, and its log-prob: logits
+    (rows, vocab) of DTYPES with rows contiguous, uniforms (rows,) float64 in [0, 1) -> (rows,) int64, (rows,)
+    float32."""
+    return draw_rows(logits, uniforms, temperature)
 
 
 @sample_rows.register_fake
