@@ -12,8 +12,7 @@ from functools import partial
 import torch
 import typer
 
-from alignment.kernels.support import triton_runs_on
-from alignment.rollout.decoding import choose_tokens, choose_tokens_in_torch
+from alignment.rollout.decoding import choose_tokens, choose_tokens_in_torch, sampling_kernel_serves
 from alignment.rollout.interface import SamplingConfig
 from bench.decode_bound import Figures, device_name, measured_bandwidth, timed
 
@@ -38,7 +37,7 @@ def main(
     bandwidth = measured_bandwidth(dev)
     figures.emit("copy_bandwidth", bandwidth / 1e9, "GB/s")
     paths = {"torch": choose_tokens_in_torch}
-    if dev.type == "cuda" and triton_runs_on(dev):
+    if dev.type == "cuda" and sampling_kernel_serves(logits):  # checked against torch's draw at its first use
         paths["triton"] = choose_tokens
 
     def draw(choose) -> int:

@@ -101,7 +101,7 @@ def sampler(request, monkeypatch):
     Fake tensors launch no Triton kernel, so the question is answered here rather than by trying one."""
     if request.param == "triton":
         import alignment.kernels.sampling  # noqa: F401 - registers the operator
-    monkeypatch.setattr(decoding, "triton_runs_on", lambda device: request.param == "triton")
+    monkeypatch.setattr(decoding, "sampling_kernel_serves", lambda logits: request.param == "triton")
     return request.param
 
 

@@ -9,7 +9,10 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from alignment.kernels.support import triton_runs_on
+from alignment.kernels import support
+from alignment.kernels.support import forget_verdicts, kernel_serves, triton_runs_on, use_kernels
+from alignment.models.chunked_head import TORCH_OPS, check_head_kernels
+from alignment.rollout.decoding import check_sampling_kernel, sample_tokens_at, sampling_log_probs
 from tests.triton_checks import compiled, interpreted, run_interpreted
 
 
@@ -26,9 +29,9 @@ def test_where_triton_does_not_run_a_warning_says_why_and_torchs_kernels_serve()
 
 
 def test_the_kernels_in_tritons_interpreter():
-    """The interpreted checks of the probe (below), the head's kernels (16) and the sampling kernel (11), in one pytest
-    started with TRITON_INTERPRET=1: all of them pass."""
-    run_interpreted(checks=28)
+    """The interpreted checks of the probe and the first-use checks (below: 4), the head's kernels (16) and the sampling
+    kernel (11), in one pytest started with TRITON_INTERPRET=1: all of them pass."""
+    run_interpreted(checks=31)
 
 
 @interpreted
@@ -96,3 +99,101 @@ def test_every_launch_runs_on_its_tensors_device(monkeypatch):
     assert gpus.current == 0  # each guard restored the device it found
     kernels["sample"][(4,)]()  # what a launch outside the guard would see
     assert kernels["sample"].launches == [1, 0]
+
+
+@pytest.fixture
+def fresh_verdicts():
+    """Every device's verdicts forgotten before and after, --kernels auto after."""
+    forget_verdicts()
+    yield
+    use_kernels("auto")
+    forget_verdicts()
+
+
+@compiled
+def test_a_kernel_that_fails_its_first_use_check_warns_once_by_name_and_torch_serves(fresh_verdicts, monkeypatch):
+    gpus = TwoGPUs()
+    monkeypatch.setattr(torch.cuda, "device", gpus.device)
+    monkeypatch.setattr(support, "triton_runs_on", lambda device: True)
+    cuda1 = torch.device("cuda:1")
+    checked = []
+
+    def failing(device, dtype):
+        checked.append((device, dtype, gpus.current))  # under the device's guard
+        raise RuntimeError("out of resource: shared memory, Required: 262144, Hardware limit: 232448")
+
+    with pytest.warns(UserWarning, match=r"Triton sampling kernel failed its first-use check on cuda:1 for torch.bf"):
+        assert not kernel_serves("sampling", cuda1, torch.bfloat16, failing)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the verdict is kept: no second check, no second warning
+        assert not kernel_serves("sampling", cuda1, torch.bfloat16, failing)
+        assert kernel_serves("sampling", cuda1, torch.float32, lambda device, dtype: None)  # each dtype its own
+    assert checked == [(cuda1, torch.bfloat16, 1)]
+    use_kernels("triton")  # asked for by name, a failed check is an error
+    with pytest.raises(RuntimeError, match="--kernels triton: the Triton sampling kernel cannot serve on cuda:1"):
+        kernel_serves("sampling", cuda1, torch.bfloat16, failing)
+    use_kernels("torch")  # nothing is tried
+    assert not kernel_serves("head", cuda1, torch.float16, failing) and len(checked) == 1
+    with pytest.raises(ValueError, match="--kernels 'tritn' is not one of auto, torch, triton"):
+        use_kernels("tritn")
+
+
+def torch_draw(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float):
+    log_probs = sampling_log_probs(logits, temperature, 1.0)
+    tokens = sample_tokens_at(log_probs.exp(), uniforms)
+    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+@compiled
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (lambda tokens, log_probs: (tokens + 1, log_probs), "misses its point|outside the vocabulary"),
+        (lambda tokens, log_probs: (tokens.fill_(1000), log_probs), "rows .* drew tokens"),  # a banned word
+        (lambda tokens, log_probs: (tokens, log_probs + 1e-4), "log-probs"),
+        (lambda tokens, log_probs: (tokens.fill_(0), log_probs.fill_(float("nan"))), "drew tokens|log-probs"),
+    ],
+)
+def test_the_sampling_check_refuses_a_kernel_that_draws_wrongly(monkeypatch, wrong, message):
+    from alignment.kernels import sampling
+
+    monkeypatch.setattr(sampling, "sample_rows", torch_draw)
+    check_sampling_kernel(torch.device("cpu"), torch.float32)  # the torch draw itself passes
+    monkeypatch.setattr(sampling, "sample_rows", lambda *args: wrong(*torch_draw(*args)))
+    with pytest.raises(AssertionError, match=message):
+        check_sampling_kernel(torch.device("cpu"), torch.float32)
+
+
+@compiled
+@pytest.mark.parametrize("part", ["stats", "grad"])
+def test_the_head_check_refuses_kernels_that_compute_wrongly(monkeypatch, part):
+    from alignment.kernels import head
+
+    def stats(logits, labels):
+        return TORCH_OPS.stats(logits.float(), labels)
+
+    def grad(logits, log_totals, labels, upstream, dtype):
+        return TORCH_OPS.grad(logits.float(), log_totals, labels, upstream, dtype)
+
+    monkeypatch.setattr(head, "chunk_stats", stats)
+    monkeypatch.setattr(head, "chunk_grad", grad)
+    check_head_kernels(torch.device("cpu"), torch.bfloat16)  # torch's ops pass
+    if part == "stats":
+        monkeypatch.setattr(head, "chunk_stats", lambda *args: (*stats(*args)[:2], stats(*args)[2] * 1.001))
+        match = "entropies"
+    else:
+        monkeypatch.setattr(head, "chunk_grad", lambda *args: grad(*args).index_fill_(-1, torch.tensor([77]), 0.5))
+        match = "gradient"
+    with pytest.raises(AssertionError, match=match):
+        check_head_kernels(torch.device("cpu"), torch.bfloat16)
+
+
+@interpreted
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_real_kernels_pass_their_first_use_checks(dtype, fresh_verdicts):
+    """The checks a GPU runs at first use, on the kernels themselves (in Triton's interpreter): they pass, so a
+    device where the kernels compute as they do here keeps them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernel_serves("sampling", torch.device("cpu"), dtype, check_sampling_kernel)
+        assert kernel_serves("head", torch.device("cpu"), dtype, check_head_kernels)

@@ -62,10 +62,12 @@ def kernel_choice() -> Kernels:
     return _choice[0]
 
 
-def on_device(tensor: torch.Tensor) -> AbstractContextManager:
-    """Inside, `tensor`'s CUDA device is current, and with it that device's current stream, where a Triton kernel
-    launches; nothing changes for a tensor elsewhere (the CPU, where only Triton's interpreter launches)."""
-    return torch.cuda.device(tensor.device) if tensor.device.type == "cuda" else nullcontext()
+def on_device(place: torch.Tensor | torch.device) -> AbstractContextManager:
+    """Inside, the CUDA device of `place` (a tensor or a device) is current, and with it that device's current stream,
+    where a Triton kernel launches; nothing changes for a place elsewhere (the CPU, where only Triton's interpreter
+    launches)."""
+    device = place.device if isinstance(place, torch.Tensor) else place
+    return torch.cuda.device(device) if device.type == "cuda" else nullcontext()
 
 
 @cache
@@ -111,7 +113,7 @@ def _failure(name: str, device: torch.device, dtype: torch.dtype, check: Check) 
     if not triton_runs_on(device):  # which warned
         return "Triton kernels do not run there"
     try:
-        with torch.no_grad(), torch.autocast(device.type, enabled=False), on_device(torch.empty(0, device=device)):
+        with torch.no_grad(), torch.autocast(device.type, enabled=False), on_device(device):
             check(device, dtype)
     except Exception as error:  # a failure to compile or launch, or a mismatch: the work stays with torch's kernels
         reason = f"{type(error).__name__}: {str(error).strip()[:500]}"

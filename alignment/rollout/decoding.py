@@ -17,7 +17,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from alignment.kernels.support import triton_runs_on
+from alignment.kernels.support import kernel_serves
 from alignment.rollout.forward_tape import ForwardTape, module_forwards
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig, prompt_seed
 from alignment.rollout.row_streams import row_keys, row_uniforms
@@ -132,11 +132,56 @@ def choose_tokens(
     else a draw at the row's step-th uniform (alignment/rollout/row_streams.py). logits: (rows, vocab); keys: (rows,)
     the rows' stream keys -> (rows,) int64 tokens, (rows,) float32 log-probs. On a GPU where Triton runs, a draw
     with no nucleus to cut is one kernel that reads the logits twice (alignment/kernels/sampling.py)."""
-    if sampling.temperature > 0 and sampling.top_p >= 1.0 and logits.is_cuda and triton_runs_on(logits.device):
+    if sampling.temperature > 0 and sampling.top_p >= 1.0 and logits.is_cuda and sampling_kernel_serves(logits):
         from alignment.kernels.sampling import sample_rows
 
         return sample_rows(logits, row_uniforms(keys, step), sampling.temperature)
     return choose_tokens_in_torch(logits, sampling, keys, step)
+
+
+def sampling_kernel_serves(logits: torch.Tensor) -> bool:
+    """Whether the Triton sampling kernel draws from `logits`: --kernels allows it and it passed its first-use check
+    on their device and dtype (alignment/kernels/support.py)."""
+    return logits.dtype in KERNEL_DTYPES and kernel_serves(
+        "sampling", logits.device, logits.dtype, check_sampling_kernel
+    )
+
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # the sampling kernel's
+
+
+def check_sampling_kernel(device: torch.device, dtype: torch.dtype) -> None:
+    """The sampling kernel against the torch draw it replaces, on `device` in `dtype`: 16 rows of 3,088 words (two of
+    its blocks, the last ragged) at temperature 0.7, a stretch of -inf as min_tokens' EOS ban makes, points at both
+    ends of the CDF among them. Each row's token must be of nonzero probability with the row's point inside its
+    stretch of the CDF (to 1e-6: the sums run in another order), and its log-prob the log-softmax's (to 5e-6, the
+    CPU tests' tolerance). Raises an AssertionError saying what differs."""
+    from alignment.kernels.sampling import sample_rows
+
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(16, 3088, generator=generator) * 3).to(dtype)
+    logits[:, 1000:1100] = float("-inf")
+    uniforms = torch.rand(16, dtype=torch.float64, generator=generator)
+    uniforms[0], uniforms[1] = 0.0, 1 - 2**-53
+    logits, uniforms = logits.to(device), uniforms.to(device)
+    tokens, log_probs = sample_rows(logits, uniforms, 0.7)
+    expected = sampling_log_probs(logits, 0.7, 1.0)
+    tokens, log_probs, expected, uniforms = tokens.cpu(), log_probs.cpu(), expected.cpu(), uniforms.cpu()
+    if not ((tokens >= 0) & (tokens < logits.shape[1])).all():
+        raise AssertionError(f"tokens outside the vocabulary: {tokens.tolist()}")
+    probs = expected.double().exp()
+    ends = probs.cumsum(dim=-1) / probs.sum(dim=-1, keepdim=True)
+    end = ends.gather(-1, tokens[:, None]).squeeze(-1)
+    start = end - probs.gather(-1, tokens[:, None]).squeeze(-1) / probs.sum(dim=-1)
+    held = (probs.gather(-1, tokens[:, None]).squeeze(-1) > 0) & (start - 1e-6 <= uniforms) & (uniforms <= end + 1e-6)
+    if not held.all():
+        rows = (~held).nonzero().flatten().tolist()
+        raise AssertionError(
+            f"rows {rows} drew tokens {tokens[rows].tolist()}, whose stretch of the CDF misses the point"
+        )
+    torch.testing.assert_close(
+        log_probs, expected.gather(-1, tokens[:, None]).squeeze(-1), rtol=0, atol=5e-6, msg=lambda m: f"log-probs: {m}"
+    )
 
 
 def choose_tokens_in_torch(
