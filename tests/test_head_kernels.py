@@ -127,3 +127,28 @@ def test_bad_logits_are_refused_by_name(kernels):
         kernels.chunk_stats(torch.zeros(2, 8, dtype=torch.float64), torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="contiguous"):
         kernels.chunk_stats(torch.zeros(8, 2).t(), torch.zeros(2, dtype=torch.long))
+
+
+@compiled
+def test_labels_are_checked_before_the_kernels_read_them():
+    """Their dtype, shape and layout at each launch (no host read); their range once per head call, where a label past
+    the vocabulary would have the kernel read another row's logit."""
+    from alignment.kernels import head
+
+    logits = torch.zeros(4, 50)
+    for labels, what in (
+        (torch.zeros(4, dtype=torch.int32), "int32 labels"),
+        (torch.zeros(8, dtype=torch.long)[::2], r"strides \(2,\)"),
+        (torch.zeros(3, dtype=torch.long), r"shape \(3,\)"),
+    ):
+        with pytest.raises(ValueError, match=f"labels of shape .4,., int64, contiguous.*{what}"):
+            head.chunk_stats(logits, labels)
+        with pytest.raises(ValueError, match=what):
+            head.chunk_grad(logits, torch.zeros(4), labels, torch.ones(4), torch.float32)
+    kernels_like = ElementwiseOps(TORCH_OPS.stats, TORCH_OPS.grad, float_logits=True)  # not torch's own: checked
+    linear = nn.Linear(8, 50)
+    for bad in (50, -1):
+        labels = torch.tensor([3, bad, 7])
+        with pytest.raises(ValueError, match=f"labels must be word ids in \\[0, 50\\), got labels from {min(bad, 3)}"):
+            fused_log_probs_and_entropy(torch.randn(3, 8), linear, labels, ops=kernels_like)
+    fused_log_probs_and_entropy(torch.randn(3, 8), linear, torch.tensor([3, 49, 0]), ops=kernels_like)

@@ -85,3 +85,19 @@ def test_bad_input_is_refused_by_name():
         sample_rows(torch.zeros(8, 2).t(), uniforms, 1.0)
     with pytest.raises(ValueError, match="float64"):
         sample_rows(torch.zeros(2, 8, dtype=torch.float64), uniforms, 1.0)
+
+
+@interpreted
+def test_a_row_with_nothing_to_draw_from_draws_minus_one():
+    """All -inf (a vocabulary banned whole), a NaN (an fp16 overflow), an inf: token -1 and a NaN log-prob, never a
+    silent token 0; the rows beside them draw as before."""
+    from alignment.kernels.sampling import sample_rows
+
+    generator = torch.Generator().manual_seed(2)
+    logits = torch.randn(5, 3000, generator=generator)
+    uniforms = torch.rand(5, dtype=torch.float64, generator=generator)
+    clean_tokens, clean_lp = sample_rows(logits, uniforms, 1.0)
+    logits[1], logits[2, 2500], logits[3, 10] = float("-inf"), float("nan"), float("inf")
+    tokens, log_probs = sample_rows(logits, uniforms, 1.0)
+    assert tokens[1:4].tolist() == [-1, -1, -1] and log_probs[1:4].isnan().all()
+    assert torch.equal(tokens[[0, 4]], clean_tokens[[0, 4]]) and torch.equal(log_probs[[0, 4]], clean_lp[[0, 4]])

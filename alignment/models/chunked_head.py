@@ -95,6 +95,10 @@ def fused_log_probs_and_entropy(
     """
     chunk = chunk or chunk_tokens(head.out_features)
     ops = ops or elementwise_ops(hidden)
+    if ops is not TORCH_OPS:  # Triton's kernels read each row's label logit unchecked
+        from alignment.kernels.head import check_labels
+
+        check_labels(labels, head.out_features)
     return _ChunkedHead.apply(hidden, head.weight, head.bias, labels, chunk, _SCALERS.get(head), ops)
 
 

@@ -153,9 +153,10 @@ KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # the sampling k
 def check_sampling_kernel(device: torch.device, dtype: torch.dtype) -> None:
     """The sampling kernel against the torch draw it replaces, on `device` in `dtype`: 16 rows of 3,088 words (two of
     its blocks, the last ragged) at temperature 0.7, a stretch of -inf as min_tokens' EOS ban makes, points at both
-    ends of the CDF among them. Each row's token must be of nonzero probability with the row's point inside its
-    stretch of the CDF (to 1e-6: the sums run in another order), and its log-prob the log-softmax's (to 5e-6, the
-    CPU tests' tolerance). Raises an AssertionError saying what differs."""
+    ends of the CDF among them, and two rows with nothing to draw from (all -inf; a NaN), which must draw -1. Each
+    other row's token must be of nonzero probability with the row's point inside its stretch of the CDF (to 1e-6:
+    the sums run in another order), and its log-prob the log-softmax's (to 5e-6, the CPU tests' tolerance). Raises
+    an AssertionError saying what differs."""
     from alignment.kernels.sampling import sample_rows
 
     generator = torch.Generator().manual_seed(0)
@@ -163,8 +164,12 @@ def check_sampling_kernel(device: torch.device, dtype: torch.dtype) -> None:
     logits[:, 1000:1100] = float("-inf")
     uniforms = torch.rand(16, dtype=torch.float64, generator=generator)
     uniforms[0], uniforms[1] = 0.0, 1 - 2**-53
+    logits[14], logits[15, 7] = float("-inf"), float("nan")  # rows with nothing to draw from: token -1
     logits, uniforms = logits.to(device), uniforms.to(device)
     tokens, log_probs = sample_rows(logits, uniforms, 0.7)
+    if tokens[14:].tolist() != [-1, -1]:
+        raise AssertionError(f"rows of no finite logits or a NaN drew {tokens[14:].tolist()}, not -1")
+    logits, uniforms, tokens, log_probs = logits[:14], uniforms[:14], tokens[:14], log_probs[:14]
     expected = sampling_log_probs(logits, 0.7, 1.0)
     tokens, log_probs, expected, uniforms = tokens.cpu(), log_probs.cpu(), expected.cpu(), uniforms.cpu()
     if not ((tokens >= 0) & (tokens < logits.shape[1])).all():
@@ -194,7 +199,32 @@ def choose_tokens_in_torch(
         chosen = log_probs.argmax(dim=-1)
     else:
         chosen = sample_tokens_at(log_probs.exp(), row_uniforms(keys, step))
-    return chosen, log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+    return flag_non_finite(chosen, log_probs)
+
+
+def flag_non_finite(chosen: torch.Tensor, log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chosen tokens, their log-probs), token -1 where a row's log-probs are NaN: its logits held a NaN or no finite
+    value (log_softmax makes the whole row NaN then), as the sampling kernel marks such a row. chosen (rows,),
+    log_probs (rows, vocab) -> (rows,), (rows,); no host sync."""
+    chosen = chosen.clamp(0, log_probs.shape[-1] - 1)  # a NaN row's draw may land anywhere, even in the padding
+    chosen_lp = log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+    return torch.where(chosen_lp.isnan(), -1, chosen), chosen_lp
+
+
+class NonFiniteLogits(RuntimeError):
+    """A row's next-token logits held a NaN or no finite value: nothing can be drawn from them."""
+
+
+def check_drawn(tokens: Sequence[int], rows: Sequence[int], step: int) -> None:
+    """A NonFiniteLogits naming the step and the first row whose token is -1 (decoding.flag_non_finite, the sampling
+    kernel): tokens[i] was drawn for rows[i] at `step`, read on the host already."""
+    for row, token in zip(rows, tokens):
+        if token < 0:
+            raise NonFiniteLogits(
+                f"decode step {step}, row {row}: its next-token logits hold a NaN or no finite value (all -inf), as an "
+                "overflow in float16 or a vocabulary banned whole makes; nothing can be drawn from them, so the "
+                "rollout stops here (try --precision bf16-mixed where float16 overflows)"
+            )
 
 
 def stop_tail(stop: tuple[str, ...]) -> int:
@@ -286,7 +316,9 @@ def decode_rows(
         chosen, chosen_lp = choose_tokens(logits, sampling, keys, step)
         done = torch.isin(chosen, eos).tolist()
         step_version = None if version is None else version()
-        for row, token, lp in zip(live, chosen.tolist(), chosen_lp.tolist()):
+        chosen_list = chosen.tolist()
+        check_drawn(chosen_list, live, step)
+        for row, token, lp in zip(live, chosen_list, chosen_lp.tolist()):
             tokens[row].append(token)
             logprobs[row].append(lp)
             if versions is not None:

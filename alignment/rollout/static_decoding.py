@@ -29,7 +29,10 @@ computes (256 rows x 512 new tokens). Here:
 - The host syncs every `sync_every` steps. It launches the next window before reading the last one, so the GPU never
   waits on it: it copies the window's tokens and log-probs, ends rows at their first EOS, at a stop string (checked
   with the tokenizer exactly as the eager loop checks it, step by step) or at max_tokens, and discards whatever a row
-  sampled after its end. When the rows still running fit a smaller bucket, they move to the front slots.
+  sampled after its end. When the rows still running fit a smaller bucket, they move to the front slots. A row
+  whose logits held a NaN or no finite value drew token -1 (alignment/rollout/decoding.py's flag_non_finite, the
+  sampling kernel): the host, reading the window, stops the rollout with an error naming the step and the row
+  (the step fed it token 0, so that nothing reads outside the embedding meanwhile).
 
 Each row's tokens, log-probs and finish reason are those of the eager loop (the same prefill, the same draws); the log-
 probs agree to rounding, since a fixed-length masked attention and other batch sizes sum in another order.
@@ -46,7 +49,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from alignment.rollout.decode_choice import SPAN_MULTIPLE, check_sync_every
-from alignment.rollout.decoding import choose_tokens, finish_rollout, stop_hits, stop_tail, stream_keys
+from alignment.rollout.decoding import check_drawn, choose_tokens, finish_rollout, stop_hits, stop_tail, stream_keys
 from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.utils.faults import fault_point
 
@@ -344,9 +347,10 @@ class StaticDecoder:
         at = rows * state.length + state.step
         state.out_tokens.view(-1).index_copy_(0, at, chosen)
         state.out_logprobs.view(-1).index_copy_(0, at, chosen_lp.float())
-        eos_step = torch.where(state.eos[chosen], state.step, state.length)
+        fed = chosen.clamp(min=0)  # a row of non-finite logits drew -1, kept in its output for the host to report
+        eos_step = torch.where(state.eos[fed], state.step, state.length)
         state.first_eos.scatter_reduce_(0, rows, eos_step, "amin")
-        state.tokens[:slots] = chosen
+        state.tokens[:slots] = fed
         state.step += 1
 
     def _run_step(self, state: SlotState, bucket: int, span: int, ban_eos: bool, sampling: SamplingConfig) -> None:
@@ -540,6 +544,7 @@ class StaticDecoder:
             if sampling.stop and step + 1 >= sampling.min_tokens:
                 tails = [tokens[row][max(0, step + 1 - tail) : step + 1] for row in live]
                 hits = stop_hits(tokenizer, tails, sampling.stop)
+            check_drawn([tokens[row][step] for row in live], live, step)
             for row, hit in zip(live, hits):
                 if hit or eos_at[row] == step:
                     ended.append((row, step + 1, "stop"))
