@@ -22,8 +22,9 @@ computes (256 rows x 512 new tokens). Here:
   replayed every later step and call while the weights stay at the same addresses (weight loads copy in place; a moved
   parameter recaptures). Within a call buckets only shrink and spans only grow, so a call captures at most one graph
   per bucket and span it reaches. On the CPU the same step runs without capture.
-- A graph's first replay is checked: the state a step writes is kept, the graph replayed, its outputs (tokens,
-  log-probs, the KV column it wrote) set against the same step run eagerly from the same state. A capture that fails,
+- A graph's first replay is checked, once per bucket, span and setting: the state a step writes is kept, the graph
+  replayed, its outputs (tokens, log-probs, the KV column it wrote) set against the same step run eagerly from the
+  same state. A capture that fails,
   or a replay that differs, warns once, and the decoder's steps run uncaptured from then on: the batch finishes with
   the same tokens, at the eager step's speed.
 - The host syncs every `sync_every` steps. It launches the next window before reading the last one, so the GPU never
@@ -178,6 +179,7 @@ class StaticDecoder:
         self.addresses: list[int] = []
         self.captures = 0  # graphs captured so far (tests check that later calls reuse them)
         self.unchecked: set[tuple] = set()  # graphs not yet replayed, whose first replay is checked
+        self.checked: set[tuple] = set()  # keys whose graph passed that check (kept across releases and recaptures)
         self.uncaptured: str | None = None  # why steps no longer run as CUDA graphs (a capture failed or differed)
 
     def held_bytes(self) -> int:
@@ -370,6 +372,7 @@ class StaticDecoder:
             if graph is not None:
                 if key in self.unchecked:
                     self.unchecked.discard(key)
+                    self.checked.add(key)
                     self._checked_replay(state, graph, bucket, span, ban_eos, sampling)
                 else:
                     graph.replay()
@@ -381,7 +384,8 @@ class StaticDecoder:
                 self._give_up(f"capturing a decode step failed ({type(error).__name__}: {str(error).strip()[:300]})")
                 return
             self.graphs[key] = graph
-            self.unchecked.add(key)
+            if key not in self.checked:  # a key's graph checked once serves unchecked when captured again
+                self.unchecked.add(key)
             self.captures += 1
 
     @staticmethod
