@@ -75,7 +75,8 @@ step() {
         fi ;;
       *)
         failed=1
-        if grep -qE "OutOfMemoryError|out of memory" "$LOGS/$name.log"; then
+        # (pytest's report, in NAME.out, holds its tests' errors)
+        if grep -qsE "OutOfMemoryError|out of memory" "$LOGS/$name.log" "$LOGS/$name.out"; then
           status="failed: out of GPU memory (see $name.log)"
         else
           status="failed with exit status $rc (see $name.log)"
