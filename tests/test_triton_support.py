@@ -205,3 +205,27 @@ def test_the_real_kernels_pass_their_first_use_checks(dtype, fresh_verdicts):
         )  # (numpy's RuntimeWarnings at the rows of -inf are the interpreter's)
         assert kernel_serves("sampling", torch.device("cpu"), dtype, check_sampling_kernel)
         assert kernel_serves("head", torch.device("cpu"), dtype, check_head_kernels)
+
+
+class FailingLaunch:
+    """Stands in for a Triton kernel whose launch fails as a GPU short of shared memory fails it."""
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            raise RuntimeError("out of resource: shared memory, Required: 264192, Hardware limit: 232448")
+
+        return launch
+
+
+@compiled
+@pytest.mark.parametrize("name, kernel", [("sampling", "_sample_kernel"), ("head", "_stats_kernel")])
+def test_a_kernel_whose_launch_fails_at_first_use_leaves_its_work_to_torch(fresh_verdicts, monkeypatch, name, kernel):
+    """The real first-use checks, through the real launchers, with the launch failing: a warning naming the kernel and
+    the reason, and the verdict torch's."""
+    from alignment.kernels import head, sampling
+
+    monkeypatch.setattr(support, "triton_runs_on", lambda device: True)
+    monkeypatch.setattr(sampling if name == "sampling" else head, kernel, FailingLaunch())
+    check = check_sampling_kernel if name == "sampling" else check_head_kernels
+    with pytest.warns(UserWarning, match=f"Triton {name} kernel failed its first-use check on cpu .*out of resource"):
+        assert not kernel_serves(name, torch.device("cpu"), torch.bfloat16, check)
