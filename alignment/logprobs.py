@@ -6,7 +6,7 @@ from transformers import PreTrainedModel
 
 from alignment.models.chunked_head import fused_log_probs_and_entropy, unsupported
 from alignment.models.packed_rows import NAME as PACKED_ATTENTION
-from alignment.models.packed_rows import SEGMENTS, PackedRows, pack_rows
+from alignment.models.packed_rows import SEGMENTS, PackedRows, pack_rows, packing_rows
 from alignment.models.transformer_lm import TransformerLM
 
 
@@ -98,7 +98,10 @@ def head_log_probs_and_entropy(
 
 
 def packs_rows(model: nn.Module) -> bool:
-    """Whether `model` takes packed rows: our TransformerLM, or a transformers model on `sdpa_packed` attention."""
+    """Whether `model` takes packed rows: our TransformerLM, or a transformers model on `sdpa_packed` attention, where
+    the process packs rows (--packed-rows)."""
+    if not packing_rows():
+        return False
     if isinstance(model, TransformerLM):
         return True
     return getattr(getattr(model, "config", None), "_attn_implementation", None) == PACKED_ATTENTION

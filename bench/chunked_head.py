@@ -3,7 +3,7 @@
 vocabulary), beside the same four head matmuls alone (the forward, backward's recompute, the hidden states' and the
 weight's gradients). What the head adds to its matmuls is its elementwise work over the (tokens x vocab) logits,
 which is memory-bound: the bench also reports it as bytes a logit at the measured copy bandwidth. On a GPU it times
-that work both ways: Triton's kernels (alignment/models/head_kernels.py, what a CUDA head takes) and the chain of
+that work both ways: Triton's kernels (alignment/kernels/head.py, what a CUDA head takes) and the chain of
 torch kernels the CPU takes.
 
     uv run python bench/chunked_head.py --json              # CUDA when present, bfloat16 under autocast

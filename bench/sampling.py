@@ -1,5 +1,5 @@
 """One draw of every row's next token, as a decode step makes it: the Triton kernel a GPU takes
-(alignment/rollout/sampling_kernel.py) beside torch's kernels (decoding.choose_tokens_in_torch: the float32
+(alignment/kernels/sampling.py) beside torch's kernels (decoding.choose_tokens_in_torch: the float32
 log-softmax, its exp, the block sums that pick each row's token), at temperature 1 with no nucleus, with the bytes
 of memory traffic a logit each comes to at the measured copy bandwidth.
 
@@ -12,9 +12,8 @@ from functools import partial
 import torch
 import typer
 
-from alignment.rollout.decoding import choose_tokens, choose_tokens_in_torch
+from alignment.rollout.decoding import choose_tokens, choose_tokens_in_torch, sampling_kernel_serves
 from alignment.rollout.interface import SamplingConfig
-from alignment.utils.triton_support import triton_runs_on
 from bench.decode_bound import Figures, device_name, measured_bandwidth, timed
 
 
@@ -38,7 +37,7 @@ def main(
     bandwidth = measured_bandwidth(dev)
     figures.emit("copy_bandwidth", bandwidth / 1e9, "GB/s")
     paths = {"torch": choose_tokens_in_torch}
-    if dev.type == "cuda" and triton_runs_on(dev):
+    if dev.type == "cuda" and sampling_kernel_serves(logits):  # checked against torch's draw at its first use
         paths["triton"] = choose_tokens
 
     def draw(choose) -> int:

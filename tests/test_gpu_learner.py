@@ -200,7 +200,7 @@ def test_chunked_log_probs_on_cuda_equal_the_whole_logits():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_the_heads_triton_kernels_equal_its_torch_ops(dtype):
-    """The head's compiled kernels (alignment/models/head_kernels.py), which a CUDA head takes, against the chain of
+    """The head's compiled kernels (alignment/kernels/head.py), which a CUDA head takes, against the chain of
     torch kernels the CPU takes: forward and backward at the handout's vocabulary, chunks of 384 tokens of 1,000."""
     torch.manual_seed(0)
     head = nn.Linear(256, 151936, bias=False, device="cuda", dtype=dtype)

@@ -154,11 +154,11 @@ def test_transformer_lm_sampler_on_cuda_end_to_end(tokenizer):
 
 
 def test_the_sampling_kernel_draws_what_the_torch_path_draws_on_cuda():
-    """alignment/rollout/sampling_kernel.py, compiled, against decoding.sample_tokens_at over the log-softmax's exp:
+    """alignment/kernels/sampling.py, compiled, against decoding.sample_tokens_at over the log-softmax's exp:
     256 rows of Qwen2.5's 151,936 words in bfloat16 with the EOS ban's -inf, as the 1.5B decode step draws them."""
+    from alignment.kernels.sampling import sample_rows
     from alignment.rollout.decoding import choose_tokens, sample_tokens_at, sampling_log_probs
     from alignment.rollout.row_streams import row_uniforms
-    from alignment.rollout.sampling_kernel import sample_rows
 
     generator = torch.Generator(device="cuda").manual_seed(0)
     logits = (torch.randn(256, 151936, device="cuda", generator=generator) * 3).bfloat16()
@@ -174,3 +174,25 @@ def test_the_sampling_kernel_draws_what_the_torch_path_draws_on_cuda():
         torch.testing.assert_close(log_probs, expected.gather(-1, tokens[:, None]).squeeze(-1), rtol=0, atol=5e-6)
         chosen, _ = choose_tokens(logits, SamplingConfig(temperature=temperature), keys, 5)
         assert torch.equal(chosen, tokens)  # the decode loops draw with the kernel on CUDA
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs: tensors off the current device")
+def test_the_kernels_run_on_their_tensors_device():
+    """The sampling kernel and the head's kernels given tensors on cuda:1 while cuda:0 is current (a sampler beside the
+    policy's GPU): each launches there and computes what torch's kernels compute there."""
+    from alignment.kernels import head
+    from alignment.kernels.sampling import sample_rows
+    from alignment.models.chunked_head import TORCH_OPS
+    from alignment.rollout.decoding import sampling_log_probs
+
+    generator = torch.Generator(device="cuda:1").manual_seed(0)
+    logits = (torch.randn(64, 50000, device="cuda:1", generator=generator) * 3).bfloat16()
+    labels = torch.randint(0, 50000, (64,), device="cuda:1", generator=generator)
+    uniforms = torch.rand(64, device="cuda:1", dtype=torch.float64, generator=generator)
+    with torch.cuda.device(0):
+        tokens, log_probs = sample_rows(logits, uniforms, 0.7)
+        stats = head.chunk_stats(logits, labels)
+    expected = sampling_log_probs(logits, 0.7, 1.0).gather(-1, tokens[:, None]).squeeze(-1)
+    torch.testing.assert_close(log_probs, expected, rtol=0, atol=5e-6)
+    for mine, theirs in zip(stats, TORCH_OPS.stats(logits.clone(), labels), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=2e-5)

@@ -1,4 +1,4 @@
-"""The chunked head's Triton kernels (alignment/models/head_kernels.py) against its torch ops, in Triton's interpreter
+"""The chunked head's Triton kernels (alignment/kernels/head.py) against its torch ops, in Triton's interpreter
 on the CPU: a chunk's label log-probs, log-sum-exps and entropies, the logit gradient, and the whole chunked head
 forward and backward on them; and compiled for the GPUs users train on (Triton compiles without one), each within
 the registers that keep every program of a chunk resident and with nothing spilled. The interpreted tests run in a
@@ -22,7 +22,7 @@ HALF = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3}  # a unit in the last place
 @pytest.mark.parametrize("capability", [80, 90])  # A100, H100
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_the_kernels_compile_for_the_gpus_users_train_on(dtype, capability):
-    from alignment.models import head_kernels
+    from alignment.kernels import head as head_kernels
 
     constants = {"BLOCK": head_kernels.MAX_BLOCK}  # as chunk_stats and chunk_grad launch them at 151,936 words
     logits = "*" + TRITON_TYPES[dtype]
@@ -36,7 +36,7 @@ def test_the_kernels_compile_for_the_gpus_users_train_on(dtype, capability):
 
 @pytest.fixture(scope="module")
 def kernels():
-    from alignment.models import head_kernels
+    from alignment.kernels import head as head_kernels
 
     return head_kernels
 
@@ -127,3 +127,28 @@ def test_bad_logits_are_refused_by_name(kernels):
         kernels.chunk_stats(torch.zeros(2, 8, dtype=torch.float64), torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="contiguous"):
         kernels.chunk_stats(torch.zeros(8, 2).t(), torch.zeros(2, dtype=torch.long))
+
+
+@compiled
+def test_labels_are_checked_before_the_kernels_read_them():
+    """Their dtype, shape and layout at each launch (no host read); their range once per head call, where a label past
+    the vocabulary would have the kernel read another row's logit."""
+    from alignment.kernels import head
+
+    logits = torch.zeros(4, 50)
+    for labels, what in (
+        (torch.zeros(4, dtype=torch.int32), "int32 labels"),
+        (torch.zeros(8, dtype=torch.long)[::2], r"strides \(2,\)"),
+        (torch.zeros(3, dtype=torch.long), r"shape \(3,\)"),
+    ):
+        with pytest.raises(ValueError, match=f"labels of shape .4,., int64, contiguous.*{what}"):
+            head.chunk_stats(logits, labels)
+        with pytest.raises(ValueError, match=what):
+            head.chunk_grad(logits, torch.zeros(4), labels, torch.ones(4), torch.float32)
+    kernels_like = ElementwiseOps(TORCH_OPS.stats, TORCH_OPS.grad, float_logits=True)  # not torch's own: checked
+    linear = nn.Linear(8, 50)
+    for bad in (50, -1):
+        labels = torch.tensor([3, bad, 7])
+        with pytest.raises(ValueError, match=f"labels must be word ids in \\[0, 50\\), got labels from {min(bad, 3)}"):
+            fused_log_probs_and_entropy(torch.randn(3, 8), linear, labels, ops=kernels_like)
+    fused_log_probs_and_entropy(torch.randn(3, 8), linear, torch.tensor([3, 49, 0]), ops=kernels_like)

@@ -137,6 +137,27 @@ def test_non_utf8_output_and_prints_do_not_break_the_result():
     assert result.output == "hello\n"
 
 
+def test_a_program_that_writes_bytes_to_stdout_is_scored_as_any_other():
+    """sys.stdout.buffer (and sys.stderr.buffer) take bytes, decoded as UTF-8 into the same bounded output: a valid
+    program is never rejected for how it prints; the bound holds for bytes as for text."""
+    source = (
+        "import sys\n"
+        "sys.stdout.buffer.write('caf\u00e9 '.encode()[:4])\n"  # a character split across two writes
+        "sys.stdout.buffer.write('caf\u00e9 '.encode()[4:])\n"
+        "sys.stdout.buffer.flush()\n"
+        "print('then text', flush=True)\n"
+        "sys.stderr.buffer.write(b'\\xff!\\n')\n"
+        "points = [[2] + [0] * 10]\n"
+    )
+    result = run_untrusted(source, "points", FAST)
+    assert result.ok and result.value == [[2] + [0] * 10]
+    assert result.output == "caf\u00e9 then text\n\ufffd!\n"
+    flood = "import sys\nfor _ in range(1000):\n    sys.stdout.buffer.write(b'x' * 1000)\npoints = [[2] + [0] * 10]\n"
+    limits = SandboxLimits(timeout_s=5.0, memory_bytes=1024**3, max_output_bytes=4096)
+    result = run_untrusted(flood, "points", limits)
+    assert result.ok and result.output == "x" * 4096
+
+
 def test_environment_is_scrubbed_and_protections_recorded(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "secret-123")
     source = "import os, tempfile\npoints = [sorted(os.environ), os.getcwd()]\n"

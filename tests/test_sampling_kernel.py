@@ -1,4 +1,4 @@
-"""The sampling kernel (alignment/rollout/sampling_kernel.py) against the torch draw it stands in for
+"""The sampling kernel (alignment/kernels/sampling.py) against the torch draw it stands in for
 (decoding.sample_tokens_at over the log-softmax's exp), in Triton's interpreter on the CPU: the same tokens from the
 same uniforms, the same log-probs, never a token of probability 0, at the ends of the CDF too; and compiled for the
 GPUs users train on. The interpreted tests run in a pytest of their own that tests/test_triton_support.py starts; on a
@@ -15,7 +15,7 @@ from tests.triton_checks import TRITON_TYPES, assert_resident, compiled, interpr
 @pytest.mark.parametrize("capability", [80, 90])  # A100, H100
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_the_kernel_compiles_for_the_gpus_users_train_on(dtype, capability):
-    from alignment.rollout import sampling_kernel
+    from alignment.kernels import sampling as sampling_kernel
 
     signature = {"logits": "*" + TRITON_TYPES[dtype], "uniforms": "*fp64", "tokens": "*i64", "log_probs": "*fp32"}
     signature |= {"vocab": "i32", "row_stride": "i32", "inverse_temperature": "fp32"}
@@ -34,7 +34,7 @@ def torch_draw(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_the_kernel_draws_what_the_torch_path_draws(dtype, temperature):
     """64 rows of 5,000 words (three blocks, the last ragged), a banned stretch of -inf as min_tokens' EOS ban makes."""
-    from alignment.rollout.sampling_kernel import sample_rows
+    from alignment.kernels.sampling import sample_rows
 
     generator = torch.Generator().manual_seed(0)
     logits = (torch.randn(64, 5000, generator=generator) * 3).to(dtype)
@@ -60,7 +60,7 @@ def test_the_kernel_draws_what_the_torch_path_draws(dtype, temperature):
 def test_the_ends_of_the_cdf_take_tokens_of_nonzero_probability():
     """A point of 0 takes the first word of nonzero probability, a point within rounding of 1 the last, however many
     -inf words come before or after them."""
-    from alignment.rollout.sampling_kernel import sample_rows
+    from alignment.kernels.sampling import sample_rows
 
     logits = torch.full((3, 3000), float("-inf"))
     logits[0, 2500:2600] = 0.0  # only words 2500..2599: the first and the last in the third block
@@ -76,7 +76,7 @@ def test_the_ends_of_the_cdf_take_tokens_of_nonzero_probability():
 
 @interpreted
 def test_bad_input_is_refused_by_name():
-    from alignment.rollout.sampling_kernel import sample_rows
+    from alignment.kernels.sampling import sample_rows
 
     uniforms = torch.zeros(2, dtype=torch.float64)
     with pytest.raises(ValueError, match="temperature above 0"):
@@ -85,3 +85,19 @@ def test_bad_input_is_refused_by_name():
         sample_rows(torch.zeros(8, 2).t(), uniforms, 1.0)
     with pytest.raises(ValueError, match="float64"):
         sample_rows(torch.zeros(2, 8, dtype=torch.float64), uniforms, 1.0)
+
+
+@interpreted
+def test_a_row_with_nothing_to_draw_from_draws_minus_one():
+    """All -inf (a vocabulary banned whole), a NaN (an fp16 overflow), an inf: token -1 and a NaN log-prob, never a
+    silent token 0; the rows beside them draw as before."""
+    from alignment.kernels.sampling import sample_rows
+
+    generator = torch.Generator().manual_seed(2)
+    logits = torch.randn(5, 3000, generator=generator)
+    uniforms = torch.rand(5, dtype=torch.float64, generator=generator)
+    clean_tokens, clean_lp = sample_rows(logits, uniforms, 1.0)
+    logits[1], logits[2, 2500], logits[3, 10] = float("-inf"), float("nan"), float("inf")
+    tokens, log_probs = sample_rows(logits, uniforms, 1.0)
+    assert tokens[1:4].tolist() == [-1, -1, -1] and log_probs[1:4].isnan().all()
+    assert torch.equal(tokens[[0, 4]], clean_tokens[[0, 4]]) and torch.equal(log_probs[[0, 4]], clean_lp[[0, 4]])

@@ -97,11 +97,11 @@ def check_step(decoder: StaticDecoder, vocab: int) -> None:
 @pytest.fixture(params=["torch", "triton"])
 def sampler(request, monkeypatch):
     """Which draw the step makes at a temperature with no nucleus: torch's, or the Triton kernel's
-    (alignment/rollout/sampling_kernel.py), an operator of torch's with a fake form, as a GPU where Triton runs has it.
+    (alignment/kernels/sampling.py), an operator of torch's with a fake form, as a GPU where Triton runs has it.
     Fake tensors launch no Triton kernel, so the question is answered here rather than by trying one."""
     if request.param == "triton":
-        import alignment.rollout.sampling_kernel  # noqa: F401 - registers the operator
-    monkeypatch.setattr(decoding, "triton_runs_on", lambda device: request.param == "triton")
+        import alignment.kernels.sampling  # noqa: F401 - registers the operator
+    monkeypatch.setattr(decoding, "sampling_kernel_serves", lambda logits: request.param == "triton")
     return request.param
 
 

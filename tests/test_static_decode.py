@@ -4,6 +4,7 @@ steps, buckets shrinking, stop strings cut at a sync, streamed units and multi-t
 picks the path (decode_choice.py); and each row's random stream (row_streams.py). The captured path on a GPU:
 tests/test_gpu_rollout.py."""
 
+import re
 import warnings
 
 import pytest
@@ -320,3 +321,60 @@ def test_row_streams_are_splitmix64_and_uniform():
     # neither successive steps of a row nor neighbouring rows at a step are correlated
     assert abs(torch.corrcoef(torch.stack([many[:-1].flatten(), many[1:].flatten()]))[0, 1]) < 0.02
     assert abs(torch.corrcoef(torch.stack([many[:, :-1].flatten(), many[:, 1:].flatten()]))[0, 1]) < 0.02
+
+
+class StandInGraph:
+    """A CUDA graph's stand-in on the CPU, as StaticDecoder._capture returns one: capturing records the step (runs
+    nothing), a replay runs it again; a `wrong` one then adds 1 to every output log-prob it wrote."""
+
+    def __init__(self, decoder: StaticDecoder, step, wrong: bool) -> None:
+        self.decoder, self.step, self.wrong = decoder, step, wrong
+
+    def replay(self) -> None:
+        self.step()
+        if self.wrong:
+            self.decoder.state.out_logprobs.add_(1.0)
+
+
+def captured_on_the_cpu(engine, capture: str) -> StaticDecoder:
+    """The engine's static decoder capturing its steps on the CPU with StandInGraph: `capture` "faithful", "wrong"
+    (each replay's log-probs off by 1) or "failing" (the capture raises as CUDA does for a step that syncs)."""
+    decoder = engine.static_decoder()
+    decoder._captures_on = lambda device: True
+
+    def stand_in(device, step):
+        if capture == "failing":
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        return StandInGraph(decoder, step, wrong=capture == "wrong")
+
+    decoder._capture = stand_in
+    return decoder
+
+
+@pytest.mark.parametrize(
+    "capture, warning",
+    [
+        ("faithful", None),
+        ("failing", "capturing a decode step failed .RuntimeError: CUDA error: operation not permitted"),
+        ("wrong", "its first replay differs from the eager step in out_logprobs"),
+    ],
+)
+def test_a_capture_that_fails_or_replays_wrongly_warns_and_the_batch_ends_uncaptured(lm, capture, warning):
+    """The static path's CUDA-graph bookkeeping on the CPU, through a stand-in for the graph: a faithful one is captured
+    and replayed (its first replay checked against the eager step); one whose capture raises, or whose first replay
+    differs, warns once and the rest of the batch runs uncaptured; the rollouts are the eager loop's every time."""
+    sampling = SETTINGS["sampled"]
+    eager = lm_engine(lm, "eager").generate(PROMPTS, 3, sampling)
+    engine = lm_engine(lm, "static", sync_every=3)
+    decoder = captured_on_the_cpu(engine, capture)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        static = engine.generate(PROMPTS, 3, sampling)
+    assert_same_rollouts(static, eager)
+    messages = [str(w.message) for w in caught if "CUDA graph" in str(w.message)]
+    if warning is None:
+        assert not messages and decoder.uncaptured is None and decoder.captures > 3 and not decoder.unchecked
+    else:
+        assert len(messages) == 1 and re.search(warning, messages[0]), messages
+        assert decoder.uncaptured is not None and not decoder.graphs
+        assert_same_rollouts(engine.generate(PROMPTS, 3, sampling), eager)  # and the next batch, uncaptured

@@ -63,6 +63,7 @@ class GRPOLearner:
         self.optimizer = PolicyOptimizer(  # AdamW in --precision (float32 master weights when mixed)
             policy,
             precision,
+            fused=config.fused_adamw,
             lr=config.learning_rate,
             weight_decay=config.weight_decay,
             betas=(config.adam_beta1, config.adam_beta2),

@@ -10,7 +10,7 @@ Protections, layered; which ones held is recorded in every result (`SandboxResul
 - an audit-hook shim installed before the program runs (it cannot be removed from Python): sockets,
   subprocesses, `ctypes`, and file writes or deletions outside the working folder raise PermissionError;
 - a throwaway working folder, an environment with nothing of the caller's (no keys, no tokens), and the
-  program's own output cut at a byte bound.
+  program's own output cut at a byte bound (what it prints, and what it writes to sys.stdout.buffer as bytes).
 """
 
 import ctypes
@@ -35,7 +35,7 @@ RESULT_MARKER = "@@sandbox-result@@"
 
 # Runs in the child: install the shim, run the program with its prints bounded, report the global as JSON.
 _RUNNER = r"""
-import io, json, os, socket, sys, traceback
+import codecs, io, json, os, socket, sys, traceback
 marker, entries, max_output = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 real_out = sys.stdout
 try:
@@ -71,9 +71,21 @@ def shim(event, args):
                    "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata"):
         raise PermissionError(f"sandbox: {event} is not allowed")
 
+class BoundedBytes(io.RawIOBase):  # sys.stdout.buffer: bytes decoded as UTF-8 into the bounded text
+    def __init__(self, text):
+        self.text, self.decoder = text, codecs.getincrementaldecoder("utf-8")("replace")
+    def writable(self):
+        return True
+    def write(self, data):
+        data = bytes(data)
+        self.text.write(self.decoder.decode(data))
+        return len(data)
+
 class Bounded(io.TextIOBase):
+    encoding, errors = "utf-8", "replace"
     def __init__(self):
         self.parts, self.size = [], 0
+        self.buffer = BoundedBytes(self)
     def writable(self):
         return True
     def write(self, text):

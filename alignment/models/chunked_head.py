@@ -30,7 +30,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.hooks import RemovableHandle
 
-from alignment.utils.triton_support import triton_runs_on
+from alignment.kernels.support import kernel_serves
 
 CHUNK_BYTES = 256 * 2**20  # float32 logits of one chunk: 384 tokens at a 151,936-word vocabulary (441 to 64s)
 
@@ -95,6 +95,10 @@ def fused_log_probs_and_entropy(
     """
     chunk = chunk or chunk_tokens(head.out_features)
     ops = ops or elementwise_ops(hidden)
+    if ops is not TORCH_OPS:  # Triton's kernels read each row's label logit unchecked
+        from alignment.kernels.head import check_labels
+
+        check_labels(labels, head.out_features)
     return _ChunkedHead.apply(hidden, head.weight, head.bias, labels, chunk, _SCALERS.get(head), ops)
 
 
@@ -111,18 +115,48 @@ class ElementwiseOps:
 
 
 def elementwise_ops(hidden: torch.Tensor) -> ElementwiseOps:
-    """Triton's kernels (alignment/models/head_kernels.py: each logit read twice forward and once backward) for hidden
-    states on a GPU in float16, bfloat16 or float32 where Triton runs (alignment/utils/triton_support.py); torch's
-    chain of kernels otherwise."""
+    """Triton's kernels (alignment/kernels/head.py: each logit read twice forward and once backward) for hidden
+    states on a GPU where --kernels allows them and they passed their first-use check for the logits' dtype (float16,
+    bfloat16 or float32; alignment/kernels/support.py); torch's chain of kernels otherwise."""
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else hidden.dtype  # the logits'
     if (
         hidden.is_cuda
-        and hidden.dtype in (torch.float16, torch.bfloat16, torch.float32)
-        and triton_runs_on(hidden.device)
+        and dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and kernel_serves("head", hidden.device, dtype, check_head_kernels)
     ):
-        from alignment.models import head_kernels
+        from alignment.kernels import head as head_kernels
 
         return ElementwiseOps(head_kernels.chunk_stats, head_kernels.chunk_grad, float_logits=False)
     return TORCH_OPS
+
+
+HALF = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3}  # a unit in the last place, relative
+
+
+def check_head_kernels(device: torch.device, dtype: torch.dtype) -> None:
+    """The head's Triton kernels against torch's ops, on `device` for logits of `dtype`: 6 rows of 6,160 words (two
+    of their blocks, the last ragged) of several scales, one with -inf words and one with two tied logits of 1e4; the
+    stats within the CPU tests' tolerances (rtol 1e-5, atol 2e-5), the gradient in the logits' dtype and in float32
+    within a unit in the last place of its dtype. Raises an AssertionError saying what differs."""
+    from alignment.kernels import head as head_kernels
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 6160, generator=generator) * torch.linspace(0.5, 8, 6)[:, None]
+    logits[0, 3::7] = float("-inf")
+    logits[1, :2] = 1e4
+    labels = torch.randint(0, 6160, (6,), generator=generator)
+    labels[0], labels[1] = 5, 0
+    logits, labels, upstream = logits.to(device, dtype), labels.to(device), torch.linspace(-2, 3, 6, device=device)
+    mine = head_kernels.chunk_stats(logits.clone(), labels)
+    theirs = TORCH_OPS.stats(logits.to(torch.float32, copy=True), labels)
+    for name, a, b in zip(("label log-probs", "log-sum-exps", "entropies"), mine, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=2e-5, msg=lambda m, name=name: f"{name}: {m}")
+    for grad_dtype in dict.fromkeys((dtype, torch.float32)):
+        expected = TORCH_OPS.grad(logits.to(torch.float32, copy=True), theirs[1], labels, upstream, grad_dtype)
+        grad = head_kernels.chunk_grad(logits.clone(), theirs[1], labels, upstream, grad_dtype)
+        torch.testing.assert_close(
+            grad, expected, rtol=HALF.get(grad_dtype, 1e-5), atol=1e-6, msg=lambda m, d=grad_dtype: f"{d} gradient: {m}"
+        )
 
 
 def _chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -58,6 +58,19 @@ class PackedRows:
     at: torch.Tensor
 
 
+_packing = [True]
+
+
+def use_packed_rows(enabled: bool) -> None:
+    """Whether the process scores rows packed (--packed-rows, on by default) or as the padded batch."""
+    _packing[0] = enabled
+
+
+def packing_rows() -> bool:
+    """The process's --packed-rows."""
+    return _packing[0]
+
+
 def pack_rows(input_ids: torch.Tensor, keep: torch.Tensor) -> PackedRows | None:
     """Pack the True tokens of `keep` (batch, seq) bool, row after row; None unless each row's kept tokens are one
     contiguous run and some row keeps any. Rows keeping nothing are left out."""

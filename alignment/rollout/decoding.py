@@ -17,11 +17,11 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from alignment.kernels.support import kernel_serves
 from alignment.rollout.forward_tape import ForwardTape, module_forwards
 from alignment.rollout.interface import Prompt, Rollout, SamplingConfig, prompt_seed
 from alignment.rollout.row_streams import row_keys, row_uniforms
 from alignment.utils.faults import fault_point
-from alignment.utils.triton_support import triton_runs_on
 
 STOP_TAIL_TOKENS = 8  # extra tokens decoded beyond a stop string's length, for tokens that decode to nothing
 FEW_ROWS = 64  # up to this many rows, a CPU linear layer multiplies as W @ x^T
@@ -131,12 +131,62 @@ def choose_tokens(
     """Each row's next token and its log-prob under the distribution it is drawn from: the argmax at temperature 0,
     else a draw at the row's step-th uniform (alignment/rollout/row_streams.py). logits: (rows, vocab); keys: (rows,)
     the rows' stream keys -> (rows,) int64 tokens, (rows,) float32 log-probs. On a GPU where Triton runs, a draw
-    with no nucleus to cut is one kernel that reads the logits twice (alignment/rollout/sampling_kernel.py)."""
-    if sampling.temperature > 0 and sampling.top_p >= 1.0 and logits.is_cuda and triton_runs_on(logits.device):
-        from alignment.rollout.sampling_kernel import sample_rows
+    with no nucleus to cut is one kernel that reads the logits twice (alignment/kernels/sampling.py)."""
+    if sampling.temperature > 0 and sampling.top_p >= 1.0 and logits.is_cuda and sampling_kernel_serves(logits):
+        from alignment.kernels.sampling import sample_rows
 
         return sample_rows(logits, row_uniforms(keys, step), sampling.temperature)
     return choose_tokens_in_torch(logits, sampling, keys, step)
+
+
+def sampling_kernel_serves(logits: torch.Tensor) -> bool:
+    """Whether the Triton sampling kernel draws from `logits`: --kernels allows it and it passed its first-use check
+    on their device and dtype (alignment/kernels/support.py)."""
+    return logits.dtype in KERNEL_DTYPES and kernel_serves(
+        "sampling", logits.device, logits.dtype, check_sampling_kernel
+    )
+
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # the sampling kernel's
+
+
+def check_sampling_kernel(device: torch.device, dtype: torch.dtype) -> None:
+    """The sampling kernel against the torch draw it replaces, on `device` in `dtype`: 16 rows of 3,088 words (two of
+    its blocks, the last ragged) at temperature 0.7, a stretch of -inf as min_tokens' EOS ban makes, points at both
+    ends of the CDF among them, and two rows with nothing to draw from (all -inf; a NaN), which must draw -1. Each
+    other row's token must be of nonzero probability with the row's point inside its stretch of the CDF (to 1e-6:
+    the sums run in another order), and its log-prob the log-softmax's (to 5e-6, the CPU tests' tolerance). Raises
+    an AssertionError saying what differs."""
+    from alignment.kernels.sampling import sample_rows
+
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(16, 3088, generator=generator) * 3).to(dtype)
+    logits[:, 1000:1100] = float("-inf")
+    uniforms = torch.rand(16, dtype=torch.float64, generator=generator)
+    uniforms[0], uniforms[1] = 0.0, 1 - 2**-53
+    logits[14], logits[15, 7] = float("-inf"), float("nan")  # rows with nothing to draw from: token -1
+    logits, uniforms = logits.to(device), uniforms.to(device)
+    tokens, log_probs = sample_rows(logits, uniforms, 0.7)
+    if tokens[14:].tolist() != [-1, -1]:
+        raise AssertionError(f"rows of no finite logits or a NaN drew {tokens[14:].tolist()}, not -1")
+    logits, uniforms, tokens, log_probs = logits[:14], uniforms[:14], tokens[:14], log_probs[:14]
+    expected = sampling_log_probs(logits, 0.7, 1.0)
+    tokens, log_probs, expected, uniforms = tokens.cpu(), log_probs.cpu(), expected.cpu(), uniforms.cpu()
+    if not ((tokens >= 0) & (tokens < logits.shape[1])).all():
+        raise AssertionError(f"tokens outside the vocabulary: {tokens.tolist()}")
+    probs = expected.double().exp()
+    ends = probs.cumsum(dim=-1) / probs.sum(dim=-1, keepdim=True)
+    end = ends.gather(-1, tokens[:, None]).squeeze(-1)
+    start = end - probs.gather(-1, tokens[:, None]).squeeze(-1) / probs.sum(dim=-1)
+    held = (probs.gather(-1, tokens[:, None]).squeeze(-1) > 0) & (start - 1e-6 <= uniforms) & (uniforms <= end + 1e-6)
+    if not held.all():
+        rows = (~held).nonzero().flatten().tolist()
+        raise AssertionError(
+            f"rows {rows} drew tokens {tokens[rows].tolist()}, whose stretch of the CDF misses the point"
+        )
+    torch.testing.assert_close(
+        log_probs, expected.gather(-1, tokens[:, None]).squeeze(-1), rtol=0, atol=5e-6, msg=lambda m: f"log-probs: {m}"
+    )
 
 
 def choose_tokens_in_torch(
@@ -149,7 +199,32 @@ def choose_tokens_in_torch(
         chosen = log_probs.argmax(dim=-1)
     else:
         chosen = sample_tokens_at(log_probs.exp(), row_uniforms(keys, step))
-    return chosen, log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+    return flag_non_finite(chosen, log_probs)
+
+
+def flag_non_finite(chosen: torch.Tensor, log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chosen tokens, their log-probs), token -1 where a row's log-probs are NaN: its logits held a NaN or no finite
+    value (log_softmax makes the whole row NaN then), as the sampling kernel marks such a row. chosen (rows,),
+    log_probs (rows, vocab) -> (rows,), (rows,); no host sync."""
+    chosen = chosen.clamp(0, log_probs.shape[-1] - 1)  # a NaN row's draw may land anywhere, even in the padding
+    chosen_lp = log_probs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1)
+    return torch.where(chosen_lp.isnan(), -1, chosen), chosen_lp
+
+
+class NonFiniteLogits(RuntimeError):
+    """A row's next-token logits held a NaN or no finite value: nothing can be drawn from them."""
+
+
+def check_drawn(tokens: Sequence[int], rows: Sequence[int], step: int) -> None:
+    """A NonFiniteLogits naming the step and the first row whose token is -1 (decoding.flag_non_finite, the sampling
+    kernel): tokens[i] was drawn for rows[i] at `step`, read on the host already."""
+    for row, token in zip(rows, tokens):
+        if token < 0:
+            raise NonFiniteLogits(
+                f"decode step {step}, row {row}: its next-token logits hold a NaN or no finite value (all -inf), as an "
+                "overflow in float16 or a vocabulary banned whole makes; nothing can be drawn from them, so the "
+                "rollout stops here (try --precision bf16-mixed where float16 overflows)"
+            )
 
 
 def stop_tail(stop: tuple[str, ...]) -> int:
@@ -241,7 +316,9 @@ def decode_rows(
         chosen, chosen_lp = choose_tokens(logits, sampling, keys, step)
         done = torch.isin(chosen, eos).tolist()
         step_version = None if version is None else version()
-        for row, token, lp in zip(live, chosen.tolist(), chosen_lp.tolist()):
+        chosen_list = chosen.tolist()
+        check_drawn(chosen_list, live, step)
+        for row, token, lp in zip(live, chosen_list, chosen_lp.tolist()):
             tokens[row].append(token)
             logprobs[row].append(lp)
             if versions is not None:

@@ -22,17 +22,27 @@ computes (256 rows x 512 new tokens). Here:
   replayed every later step and call while the weights stay at the same addresses (weight loads copy in place; a moved
   parameter recaptures). Within a call buckets only shrink and spans only grow, so a call captures at most one graph
   per bucket and span it reaches. On the CPU the same step runs without capture.
+- A graph's first replay is checked, once per bucket, span and setting: the state a step writes is kept, the graph
+  replayed, its outputs (tokens, log-probs, the KV column it wrote) set against the same step run eagerly from the
+  same state. A capture that fails,
+  or a replay that differs, warns once, and the decoder's steps run uncaptured from then on: the batch finishes with
+  the same tokens, at the eager step's speed.
 - The host syncs every `sync_every` steps. It launches the next window before reading the last one, so the GPU never
   waits on it: it copies the window's tokens and log-probs, ends rows at their first EOS, at a stop string (checked
   with the tokenizer exactly as the eager loop checks it, step by step) or at max_tokens, and discards whatever a row
-  sampled after its end. When the rows still running fit a smaller bucket, they move to the front slots.
+  sampled after its end. When the rows still running fit a smaller bucket, they move to the front slots. A row
+  whose logits held a NaN or no finite value drew token -1 (alignment/rollout/decoding.py's flag_non_finite, the
+  sampling kernel): the host, reading the window, stops the rollout with an error naming the step and the row
+  (the step fed it token 0, so that nothing reads outside the embedding meanwhile).
 
 Each row's tokens, log-probs and finish reason are those of the eager loop (the same prefill, the same draws); the log-
 probs agree to rounding, since a fixed-length masked attention and other batch sizes sum in another order.
 """
 
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import torch
@@ -40,7 +50,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from alignment.rollout.decode_choice import SPAN_MULTIPLE, check_sync_every
-from alignment.rollout.decoding import choose_tokens, finish_rollout, stop_hits, stop_tail, stream_keys
+from alignment.rollout.decoding import check_drawn, choose_tokens, finish_rollout, stop_hits, stop_tail, stream_keys
 from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.utils.faults import fault_point
 
@@ -168,6 +178,9 @@ class StaticDecoder:
         self.capture_stream: torch.cuda.Stream | None = None
         self.addresses: list[int] = []
         self.captures = 0  # graphs captured so far (tests check that later calls reuse them)
+        self.unchecked: set[tuple] = set()  # graphs not yet replayed, whose first replay is checked
+        self.checked: set[tuple] = set()  # keys whose graph passed that check (kept across releases and recaptures)
+        self.uncaptured: str | None = None  # why steps no longer run as CUDA graphs (a capture failed or differed)
 
     def held_bytes(self) -> int:
         """The bytes of the slots kept between calls, which the next call reuses rather than allocates."""
@@ -177,6 +190,7 @@ class StaticDecoder:
         """Free the slot state and the graphs with their memory pool (the next batch allocates and captures anew)."""
         self.state = None
         self.graphs.clear()
+        self.unchecked.clear()
         self.pool = None
         self.capture_stream = None
 
@@ -282,6 +296,7 @@ class StaticDecoder:
         addresses = [t.data_ptr() for t in self.weights()]
         if addresses != self.addresses:
             self.graphs.clear()
+            self.unchecked.clear()
             self.addresses = addresses
         return state
 
@@ -334,43 +349,138 @@ class StaticDecoder:
         at = rows * state.length + state.step
         state.out_tokens.view(-1).index_copy_(0, at, chosen)
         state.out_logprobs.view(-1).index_copy_(0, at, chosen_lp.float())
-        eos_step = torch.where(state.eos[chosen], state.step, state.length)
+        fed = chosen.clamp(min=0)  # a row of non-finite logits drew -1, kept in its output for the host to report
+        eos_step = torch.where(state.eos[fed], state.step, state.length)
         state.first_eos.scatter_reduce_(0, rows, eos_step, "amin")
-        state.tokens[:slots] = chosen
+        state.tokens[:slots] = fed
         state.step += 1
 
     def _run_step(self, state: SlotState, bucket: int, span: int, ban_eos: bool, sampling: SamplingConfig) -> None:
         """A step, from its CUDA graph on CUDA: the first step of a bucket, span and setting runs as it is (the
-        warm-up a capture needs) and is then captured for the steps after it."""
+        warm-up a capture needs) and is then captured for the steps after it; the graph's first replay is set against
+        the eager step (`_checked_replay`). A capture that fails or a replay that differs warns, and the steps run
+        uncaptured from then on (`uncaptured` says why)."""
         device = state.device
-        if device.type != "cuda":
+        if self.uncaptured is not None or not self._captures_on(device):
             self._step(state, bucket, span, ban_eos, sampling)
             return
         key = (bucket, span, ban_eos, sampling.temperature, sampling.top_p)
         # a capture records the kernels of its own stream's device, and a replay launches on the current device:
         # both on the state's device, which need not be the current one (rollouts on cuda:1 beside a cuda:0 policy)
-        with torch.cuda.device(device):
+        with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
             graph = self.graphs.get(key)
             if graph is not None:
-                graph.replay()
+                if key in self.unchecked:
+                    self.unchecked.discard(key)
+                    self.checked.add(key)
+                    self._checked_replay(state, graph, bucket, span, ban_eos, sampling)
+                else:
+                    graph.replay()
                 return
             self._step(state, bucket, span, ban_eos, sampling)
-            if self.pool is None:
-                self.pool = torch.cuda.graph_pool_handle()
-                self.capture_stream = torch.cuda.Stream(device)  # torch's default one is on the first device used
-            # begun by hand: torch.cuda.graph would synchronize the device and empty the allocator's cache at each
-            # capture, and a call captures one graph per bucket and span it reaches (every call, beside training)
-            graph = torch.cuda.CUDAGraph()
-            self.capture_stream.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(self.capture_stream):
-                graph.capture_begin(self.pool, capture_error_mode="thread_local")
-                try:
-                    self._step(state, bucket, span, ban_eos, sampling)  # recorded, not run
-                finally:
-                    graph.capture_end()
-            torch.cuda.current_stream(device).wait_stream(self.capture_stream)
+            try:
+                graph = self._capture(device, lambda: self._step(state, bucket, span, ban_eos, sampling))
+            except Exception as error:  # the step already ran eagerly: the batch goes on without graphs
+                self._give_up(f"capturing a decode step failed ({type(error).__name__}: {str(error).strip()[:300]})")
+                return
             self.graphs[key] = graph
+            if key not in self.checked:  # a key's graph checked once serves unchecked when captured again
+                self.unchecked.add(key)
             self.captures += 1
+
+    @staticmethod
+    def _captures_on(device: torch.device) -> bool:
+        """Whether steps on `device` are captured as CUDA graphs (tests put a stand-in capture on the CPU)."""
+        return device.type == "cuda"
+
+    def _capture(self, device: torch.device, step: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        """`step`'s kernels captured as a CUDA graph on `device` (recorded, not run)."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+            self.capture_stream = torch.cuda.Stream(device)  # torch's default one is on the first device used
+        # begun by hand: torch.cuda.graph would synchronize the device and empty the allocator's cache at each
+        # capture, and a call captures one graph per bucket and span it reaches (every call, beside training)
+        graph = torch.cuda.CUDAGraph()
+        stream = self.capture_stream
+        assert stream is not None
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            graph.capture_begin(self.pool, capture_error_mode="thread_local")
+            try:
+                step()
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        return graph
+
+    def _checked_replay(
+        self, state: SlotState, graph: torch.cuda.CUDAGraph, bucket: int, span: int, ban_eos: bool,
+        sampling: SamplingConfig,
+    ) -> None:  # fmt: skip
+        """A graph's first replay, set against the eager step from the same state: what the step writes is kept,
+        the graph replayed, what it wrote kept and put back, then the step run eagerly. The eager step's results
+        stand; where the two differ, a warning says what differed and the steps run uncaptured from then on. One
+        host sync per graph captured."""
+        before = self._written(state, bucket)
+        graph.replay()
+        replayed = self._written(state, bucket, before["column"])
+        self._put_back(state, bucket, before)
+        self._step(state, bucket, span, ban_eos, sampling)
+        eager = self._written(state, bucket, before["column"])
+        differing = [
+            name
+            for name in eager
+            if name != "column" and not torch.allclose(replayed[name].double(), eager[name].double(), 1e-4, 1e-5)
+        ]
+        if differing:
+            self._give_up(f"its first replay differs from the eager step in {', '.join(differing)}")
+
+    @staticmethod
+    def _written(state: SlotState, bucket: int, column: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Copies of what a step over the first `bucket` slots writes: the slots' tokens and positions, the step and
+        column counters, the rows' outputs, and each layer's keys and values at `column` (default: the state's
+        column, which the step writes)."""
+        column = state.column.clone() if column is None else column
+        written = {
+            "tokens": state.tokens[:bucket].clone(),
+            "positions": state.positions[:bucket].clone(),
+            "step": state.step.clone(),
+            "column": column,
+            "next column": state.column.clone(),
+            "out_tokens": state.out_tokens.clone(),
+            "out_logprobs": state.out_logprobs.clone(),
+            "first_eos": state.first_eos.clone(),
+        }
+        for layer, (keys, values) in enumerate(zip(state.keys, state.values)):
+            written[f"layer {layer} keys"] = keys[:bucket].index_select(2, column)
+            written[f"layer {layer} values"] = values[:bucket].index_select(2, column)
+        return written
+
+    @staticmethod
+    def _put_back(state: SlotState, bucket: int, written: dict[str, torch.Tensor]) -> None:
+        """The state as `_written` kept it."""
+        state.tokens[:bucket] = written["tokens"]
+        state.positions[:bucket] = written["positions"]
+        state.step.copy_(written["step"])
+        state.column.copy_(written["next column"])
+        state.out_tokens.copy_(written["out_tokens"])
+        state.out_logprobs.copy_(written["out_logprobs"])
+        state.first_eos.copy_(written["first_eos"])
+        for layer, (keys, values) in enumerate(zip(state.keys, state.values)):
+            keys[:bucket].index_copy_(2, written["column"], written[f"layer {layer} keys"])
+            values[:bucket].index_copy_(2, written["column"], written[f"layer {layer} values"])
+
+    def _give_up(self, reason: str) -> None:
+        """No more CUDA graphs for this decoder: a warning says why, the graphs go, and every later step (this batch's
+        too) runs uncaptured, sampling the same tokens."""
+        warnings.warn(
+            f"the static decode path's CUDA graph: {reason}; its steps run uncaptured from now on", stacklevel=3
+        )
+        self.uncaptured = reason
+        self.graphs.clear()
+        self.unchecked.clear()
+        self.pool = None
+        self.capture_stream = None
 
     @staticmethod
     def _read_back(state: SlotState, rows: int, start: int, end: int, device: torch.device) -> Window:
@@ -438,6 +548,7 @@ class StaticDecoder:
             if sampling.stop and step + 1 >= sampling.min_tokens:
                 tails = [tokens[row][max(0, step + 1 - tail) : step + 1] for row in live]
                 hits = stop_hits(tokenizer, tails, sampling.stop)
+            check_drawn([tokens[row][step] for row in live], live, step)
             for row, hit in zip(live, hits):
                 if hit or eos_at[row] == step:
                     ended.append((row, step + 1, "stop"))

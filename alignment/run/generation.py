@@ -11,6 +11,7 @@ from alignment.config.settings import OutputSettings, override, setting
 from alignment.data.math_datasets import MathExample, spread_subset
 from alignment.data.splits import evaluation_examples
 from alignment.grader import GraderMode, RewardFn, reward_fn_for
+from alignment.kernels.support import KernelSettings, use_kernels
 from alignment.models.loading import check_model_source
 from alignment.prompts import PROMPT_HELP, Prompt, check_prompt, load_prompt, prompt_kind, stop_strings
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
@@ -21,7 +22,7 @@ RESULT_FILES = ("generations.jsonl", "summary.json")
 
 
 @dataclass
-class GenerationConfig(OutputSettings, DecodeSettings):
+class GenerationConfig(OutputSettings, DecodeSettings, KernelSettings):
     """Settings of scripts/eval_zero_shot.py (and the base of scripts/best_of_n.py's); each is a flag."""
 
     dataset: str = setting(
@@ -124,6 +125,7 @@ def set_up(config: GenerationConfig) -> RunSetup:
         raise typer.BadParameter(str(err)) from None
     check_model_source(config.model)  # a model folder not there, or one the hub cannot give: before the output folder
     output_dir = prepare_output_dir(config.output_dir, config.overwrite)
+    use_kernels(config.kernels)  # the in-process samplers' draw
     engine = make_rollout_engine(
         config.model,
         backend,

@@ -25,8 +25,10 @@ from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup, launched, shard_policy, start_group
 from alignment.grader import GraderMode, reward_fn_for
 from alignment.grading.parallel import ParallelGrader
+from alignment.kernels.support import use_kernels
 from alignment.models.lm_checkpoint import load_transformer_lm
 from alignment.models.loading import load_model_and_tokenizer, load_tokenizer
+from alignment.models.packed_rows import use_packed_rows
 from alignment.prompts import check_prompt, format_prompt, load_prompt, prompt_kind
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.hf_engine import HFRolloutEngine
@@ -203,13 +205,16 @@ def load_policy(
 
     A policy on the CPU first switches the process to glibc settings that keep freed memory for reuse
     (alignment/run/cpu_allocator.py): a third off the CPU train phase on a VM slow to fault pages in. --tf32 (on by
-    default) sets CUDA's float32 matrix products to TensorFloat-32 for the process (alignment/run/precision.py).
+    default) sets CUDA's float32 matrix products to TensorFloat-32 for the process (alignment/run/precision.py);
+    --kernels and --packed-rows set the process's Triton kernels (alignment/kernels/support.py) and row packing.
     """
     if torch.device(device).type == "cpu":
         retain_freed_memory()
     if getattr(config, "torch_threads", None) is not None:
         torch.set_num_threads(config.torch_threads)
     use_tf32(getattr(config, "tf32", False))
+    use_kernels(getattr(config, "kernels", "auto"))  # the learner's head kernels and the in-process samplers' draw
+    use_packed_rows(getattr(config, "packed_rows", True))
     if resolve_backend(config.backend) == "transformer_lm":
         return load_transformer_lm(config.model, device, dtype)
     # sharded: the whole model only ever in CPU memory; fully_shard moves each rank's shards to its device

@@ -11,13 +11,14 @@ from typing import Any, ClassVar
 
 from alignment.config.settings import OutputSettings, WandbMode, setting
 from alignment.grader import GraderMode
+from alignment.kernels.support import KernelSettings
 from alignment.models.lora import LoRASettings
 from alignment.prompts import PROMPT_HELP, Prompt
 from alignment.run.precision import Precision
 
 
 @dataclass
-class TrainingSettings(OutputSettings, LoRASettings):
+class TrainingSettings(OutputSettings, LoRASettings, KernelSettings):
     model: str = setting(
         "Qwen/Qwen2.5-Math-1.5B",
         "Policy to train: a local HF folder (a run's policy/ folder too), a hub id, or `smollm2-135m` (packaged).",
@@ -64,6 +65,16 @@ class TrainingSettings(OutputSettings, LoRASettings):
         "10 mantissa bits: several times faster; fp32 runs gain most); --no-tf32 keeps them in full float32. No "
         "effect on the CPU.",
     )
+    packed_rows: bool = setting(
+        True,
+        "Score a microbatch's rows packed end to end without padding, each attending to itself (our TransformerLM, "
+        "loaded Llama/Qwen2/Qwen3 models: alignment/models/packed_rows.py); --no-packed-rows scores the padded batch.",
+    )
+    fused_adamw: bool = setting(
+        True,
+        "AdamW's fused kernel (one kernel for every parameter, on the CPU and CUDA); --no-fused-adamw steps with "
+        "torch's per-tensor loop (the same arithmetic, slower).",
+    )
     torch_threads: int | None = setting(
         None,
         "CPU threads for torch (default: torch's choice); 1 avoids OpenMP stalls on CPU cores shared with other jobs.",
@@ -92,6 +103,9 @@ class TrainingSettings(OutputSettings, LoRASettings):
             "rollout_device",
             "grader_workers",
             "torch_threads",
+            "kernels",
+            "packed_rows",
+            "fused_adamw",
             "allow_validation_overlap",
             "train_on_evaluation_split",
         }

@@ -68,7 +68,7 @@ class SFTTrainer:
         self.policy, self.tokenizer, self.settings = policy, tokenizer, settings
         precision = resolve_precision(settings.precision, next(policy.parameters()).device)
         self.optimizer = PolicyOptimizer(
-            policy, precision, lr=settings.learning_rate, weight_decay=settings.weight_decay
+            policy, precision, fused=settings.fused_adamw, lr=settings.learning_rate, weight_decay=settings.weight_decay
         )
         self.shards = shard_group(policy)  # None unless torchrun sharded the policy
 

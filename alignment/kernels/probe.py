@@ -1,4 +1,4 @@
-"""The kernel `triton_runs_on` launches to learn whether Triton works on a device (alignment/utils/triton_support.py),
+"""The kernel `triton_runs_on` launches to learn whether Triton works on a device (alignment/kernels/support.py),
 apart so that importing Triton is part of what it tries."""
 
 import torch

@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from alignment.kernels.support import on_device
+
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_BLOCK = 4096  # logits a program holds at once: 16 KB of float32 per accumulator, 16 per thread at 8 warps
 
@@ -65,9 +67,30 @@ def _grad_kernel(logits, labels, log_totals, upstream, grad, vocab, row_stride, 
         tl.store(grad + row * row_stride + columns, g.to(grad.dtype.element_ty), mask=inside)
 
 
-def _check(logits: torch.Tensor) -> None:
+def _check(logits: torch.Tensor, labels: torch.Tensor) -> None:
+    """Logits and labels the kernels read as they assume (their range, which needs a host read: `check_labels`)."""
     if logits.dtype not in DTYPES or logits.stride(1) != 1:
         raise ValueError(f"the head's kernels take (c, V) logits of {DTYPES} with rows contiguous, got {logits.dtype}")
+    rows = logits.shape[0]
+    if (
+        labels.dtype != torch.int64
+        or labels.shape != (rows,)
+        or labels.stride() != (1,)
+        or labels.device != logits.device
+    ):
+        raise ValueError(
+            f"the head's kernels take labels of shape ({rows},), int64, contiguous, on the logits' device "
+            f"{logits.device}; got {labels.dtype} labels of shape {tuple(labels.shape)} and strides {labels.stride()} "
+            f"on {labels.device}"
+        )
+
+
+def check_labels(labels: torch.Tensor, vocab: int) -> None:
+    """A ValueError unless every label is a word id in [0, vocab): a kernel would read outside its row otherwise. One
+    host read, for a whole forward's labels at once."""
+    if labels.numel() and not bool(((labels >= 0) & (labels < vocab)).all()):
+        low, high = labels.min().item(), labels.max().item()
+        raise ValueError(f"labels must be word ids in [0, {vocab}), got labels from {low} to {high}")
 
 
 def _block(vocab: int) -> int:
@@ -75,14 +98,15 @@ def _block(vocab: int) -> int:
 
 
 def chunk_stats(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A chunk's (label log-prob, log-sum-exp, entropy) from its logits (c, V) -> (c,) float32 each."""
-    _check(logits)
+    """A chunk's (label log-prob, log-sum-exp, entropy) from its logits (c, V) and labels (c,) int64, in [0, V)
+    (`check_labels`) -> (c,) float32 each."""
+    _check(logits, labels)
     rows, vocab = logits.shape
     log_probs, log_totals, entropy = (torch.empty(rows, dtype=torch.float32, device=logits.device) for _ in range(3))
-    block = _block(vocab)
-    _stats_kernel[(rows,)](
-        logits, labels, log_probs, log_totals, entropy, vocab, logits.stride(0), BLOCK=block, num_warps=8
-    )
+    with on_device(logits):
+        _stats_kernel[(rows,)](
+            logits, labels, log_probs, log_totals, entropy, vocab, logits.stride(0), BLOCK=_block(vocab), num_warps=8
+        )
     return log_probs, log_totals, entropy
 
 
@@ -90,12 +114,13 @@ def chunk_grad(
     logits: torch.Tensor, log_totals: torch.Tensor, labels: torch.Tensor, upstream: torch.Tensor, dtype: torch.dtype
 ) -> torch.Tensor:
     """d(label log-prob)/d(logits) times each row's upstream gradient, in `dtype`: logits (c, V), log_totals and
-    upstream (c,) float32 -> (c, V), written over the logits when they are of `dtype`."""
-    _check(logits)
+    upstream (c,) float32, labels (c,) int64 in [0, V) -> (c, V), written over the logits when they are of `dtype`."""
+    _check(logits, labels)
     rows, vocab = logits.shape
     upstream = upstream.float().contiguous()
     grad = logits if logits.dtype == dtype else torch.empty_like(logits, dtype=dtype)
-    _grad_kernel[(rows,)](
-        logits, labels, log_totals, upstream, grad, vocab, logits.stride(0), BLOCK=_block(vocab), num_warps=8
-    )
+    with on_device(logits):
+        _grad_kernel[(rows,)](
+            logits, labels, log_totals, upstream, grad, vocab, logits.stride(0), BLOCK=_block(vocab), num_warps=8
+        )
     return grad

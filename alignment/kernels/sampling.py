@@ -13,14 +13,20 @@ writes nothing but the token and its log-prob (4 bytes a logit):
    sum, so it is never where the sum passes the point; a point at or past the end by rounding takes the row's last
    token of nonzero probability, as sample_tokens_at's does.
 
-The log-prob is z / T - max - log(total) in float32, as the log-softmax's. Tokens are those sample_tokens_at draws
-from the same uniforms but where a point falls within rounding of a boundary between two tokens (the sums are taken
-in another order); tests/test_sampling_kernel.py runs the kernel in Triton's interpreter on the CPU against it.
+The log-prob is z / T - max - log(total) in float32, as the log-softmax's. A row whose logits hold a NaN or no
+finite value (all -inf: fp16 overflow, a vocabulary banned whole) has no distribution: its token is -1 and its
+log-prob NaN, which the decode loops report as an error naming the step and the row (decoding.NonFiniteLogits).
+
+Tokens are those sample_tokens_at draws from the same uniforms but where a point falls within rounding of a boundary
+between two tokens (the sums are taken in another order); tests/test_sampling_kernel.py runs the kernel in Triton's
+interpreter on the CPU against it.
 """
 
 import torch
 import triton
 import triton.language as tl
+
+from alignment.kernels.support import on_device
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BLOCK = 2048  # logits a program holds at once
@@ -58,16 +64,14 @@ def _sample_kernel(logits, uniforms, tokens, log_probs, vocab, row_stride, inver
         running = block_end
     chosen = tl.where(chosen < 0, last_nonzero, chosen)
     chosen_logit = tl.load(start_of_row + chosen).to(tl.float32) * inverse_temperature
-    tl.store(tokens + row, chosen.to(tl.int64))
+    # a row with a NaN, or no finite logit, has no distribution to draw from (its total is NaN or 0): token -1
+    finite = (row_total > 0) & (row_total < float("inf"))
+    tl.store(tokens + row, tl.where(finite, chosen, -1).to(tl.int64))
     tl.store(log_probs + row, chosen_logit - row_top - tl.log(row_total).to(tl.float32))
 
 
-# an operator of torch's, so that a decode step on fake tensors (tests/test_static_capture.py) dispatches it as well
-@torch.library.custom_op("alignment::sample_rows", mutates_args=())
-def sample_rows(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's token drawn from softmax(logits / temperature) at its uniform point, and its log-prob: logits
-    (rows, vocab) of DTYPES with rows contiguous, uniforms (rows,) float64 in [0, 1) -> (rows,) int64, (rows,)
-    float32."""
+def draw_rows(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """sample_rows's work: the kernel launched under the logits' device (alignment/kernels/support.py's on_device)."""
     if logits.dtype not in DTYPES or logits.stride(1) != 1 or temperature <= 0:
         raise ValueError(
             f"sample_rows takes (rows, vocab) logits of {DTYPES} with rows contiguous and a temperature above 0, got "
@@ -77,18 +81,21 @@ def sample_rows(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float
     tokens = torch.empty(rows, dtype=torch.long, device=logits.device)
     log_probs = torch.empty(rows, dtype=torch.float32, device=logits.device)
     block = min(BLOCK, triton.next_power_of_2(vocab))
-    _sample_kernel[(rows,)](
-        logits,
-        uniforms.double(),
-        tokens,
-        log_probs,
-        vocab,
-        logits.stride(0),
-        1.0 / temperature,
-        BLOCK=block,
-        num_warps=8,
-    )
+    uniforms = uniforms.to(logits.device, torch.float64)
+    with on_device(logits):
+        _sample_kernel[(rows,)](
+            logits, uniforms, tokens, log_probs, vocab, logits.stride(0), 1.0 / temperature, BLOCK=block, num_warps=8
+        )
     return tokens, log_probs
+
+
+# an operator of torch's, so that a decode step on fake tensors (tests/test_static_capture.py) dispatches it as well
+@torch.library.custom_op("alignment::sample_rows", mutates_args=())
+def sample_rows(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's token drawn from softmax(logits / temperature) at its uniform point, and its log-prob: logits
+    (rows, vocab) of DTYPES with rows contiguous, uniforms (rows,) float64 in [0, 1) -> (rows,) int64, (rows,)
+    float32; token -1 (log-prob NaN) for a row with a NaN or no finite logit."""
+    return draw_rows(logits, uniforms, temperature)
 
 
 @sample_rows.register_fake
