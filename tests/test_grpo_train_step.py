@@ -314,7 +314,7 @@ def test_train_step_rejects_what_it_cannot_split():
         )  # fmt: skip
 
 
-# ---------------------------------------------------------------- the same variants as settings of scripts/train_grpo.py
+# ------------------------------------------------------- the same variants as settings of scripts/train_grpo.py
 
 SETTINGS = dict(rollout_batch_size=8, group_size=2, train_batch_size=8, gradient_accumulation_steps=4)
 
