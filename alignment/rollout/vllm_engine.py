@@ -308,7 +308,10 @@ def confine_compile_decoration(llm: Any) -> None:
             decorated = {
                 k: v for k, v in vars(cls).items() if k in ("__init__", "__call__", "save_aot_compiled_function")
             }
-            original_init = inspect.getclosurevars(decorated["__init__"]).nonlocals["old_init"]
+            init = decorated.get("__init__")
+            original_init = inspect.getclosurevars(init).nonlocals.get("old_init") if inspect.isfunction(init) else None
+            if original_init is None:  # a decoration of another shape (another vLLM release): left as vLLM made it
+                continue
             confined = type(
                 cls.__name__, (cls, TorchCompileWithNoGuardsWrapper), decorated | {IGNORE_COMPILE_KEY: False}
             )
