@@ -385,3 +385,43 @@ def test_the_script_takes_the_variants_as_flags_and_names_a_bad_one(captured, tm
     assert (config.baseline, config.normalizer, config.loss_aggregation) == ("none", "none", "constant")
     result = CliRunner().invoke(script.app, ["--advantage-normalizer", "median"])
     assert result.exit_code != 0 and "--advantage-normalizer" in result.output
+
+
+@pytest.mark.parametrize("loss_type", ["reinforce_with_baseline", "grpo_clip"])
+def test_the_scripts_learner_prunes_as_the_train_step_does(tiny_model_dir, tmp_path, loss_type, monkeypatch):
+    """--prune-zero-advantage: rows of weight 0 never pass through the model in the GRPO learner either (microbatches
+    of 4 rows: 5 rows to learn take 2, 4 take 1); the update and the loss are those of training every row."""
+    import alignment.grpo.learner as learner_module
+    from tests.test_zero_advantage import step, trainer_for
+
+    pruned = trainer_for(tiny_model_dir, tmp_path / "pruned", True, loss_type=loss_type, prune_zero_advantage=True)
+    full = trainer_for(tiny_model_dir, tmp_path / "full", False, loss_type=loss_type)
+    scored, score_for_update = [], learner_module.score_for_update
+
+    def counted(policy, micro, *args):
+        scored.append(len(micro))
+        return score_for_update(policy, micro, *args)
+
+    monkeypatch.setattr(learner_module, "score_for_update", counted)
+    start = [p.detach().clone() for p in full[1].policy.parameters()]
+    for weights, microbatches in (
+        ([0, 0, 0.5, -0.5, 0.7, 0, -1, 1], [4, 1]),
+        ([0, 0, 0, 0, 1.5, -1.5, 0.2, -0.2], [4]),
+    ):
+        a = step(pruned, weights)
+        assert scored == microbatches
+        scored.clear()
+        b = step(full, weights)
+        scored.clear()
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+        assert a["rows_without_backward"] == sum(w == 0 for w in weights) / 8
+    for p, q, s in zip(pruned[1].policy.parameters(), full[1].policy.parameters(), start, strict=True):
+        assert (p - q).abs().max() <= 1e-4 and (p - q).abs().mean() <= 1e-5 * (q - s).abs().mean()
+
+
+def test_pruning_needs_the_skip():
+    from alignment.grpo.config import GRPOConfig, validate
+
+    with pytest.raises(ValueError, match="--prune-zero-advantage .* needs --skip-zero-advantage"):
+        validate(GRPOConfig(**SETTINGS, prune_zero_advantage=True, skip_zero_advantage=False))

@@ -168,6 +168,13 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         "of the backward. The same update up to rounding under every loss, estimator, aggregation and correction here "
         "(each multiplies every token term by the row's weight; denominators count tokens, not gradients).",
     )
+    prune_zero_advantage: bool = setting(
+        False,
+        "With --skip-zero-advantage: those rows never pass through the model at all, and the others run in "
+        "microbatches of the same size, fewer of them (CS336 2026's pruning: RFT's wrong answers, GRPO's groups "
+        "whose rewards agree). The same update; token_entropy and the rollout-mismatch metrics then cover the rows "
+        "that pass.",
+    )
     adam_beta1: float = setting(0.9, "AdamW beta1.")
     adam_beta2: float = setting(0.95, "AdamW beta2.")
     eval_max_tokens: int | None = setting(None, "Validation max tokens (default: --sampling-max-tokens).")
@@ -243,6 +250,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         "decode",
         "decode_sync_every",
         "skip_zero_advantage",
+        "prune_zero_advantage",
         "ignore_memory_plan",
     }
     # A keyword run saved before --keyword-match existed matched whole words
@@ -449,6 +457,8 @@ def validate_objective(c: GRPOConfig) -> None:
             f"and --advantage-normalizer std or none (got --baseline {c.baseline}, --advantage-normalizer "
             f"{c.normalizer})"
         )
+    if c.prune_zero_advantage and not c.skip_zero_advantage:
+        _fail("--prune-zero-advantage leaves out the rows --skip-zero-advantage finds: it needs --skip-zero-advantage")
     if c.advantage_estimator == "rloo" and c.group_size < 2:
         _fail(f"--advantage-estimator rloo needs --group-size >= 2 (the others of a group), got {c.group_size}")
     if c.advantage_estimator == "reinforce_pp" and c.train_batch_size < 2:
