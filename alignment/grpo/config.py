@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from alignment.advantages import AdvantageEstimator
+from alignment.advantages import AdvantageEstimator, AdvantageNormalizer, Baseline
 from alignment.config.settings import check_choices, override, setting
 from alignment.data.keywords import KeywordMatch
 from alignment.grpo.environments import ENVIRONMENTS, env_spec
@@ -92,14 +92,28 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
     loss_type: LossType = setting(
         "reinforce_with_baseline",
         "Policy-gradient loss (alignment/losses.py): gspo clips the sequence ratio exp(mean token log-ratio) (GSPO); "
-        "cispo weights log pi by the clipped, gradient-stopped ratio (MiniMax-M1).",
+        "cispo weights log pi by the clipped, gradient-stopped ratio (MiniMax-M1). CS336 2026's importance "
+        "reweighting none / noclip / grpo / gspo is reinforce_with_baseline / grpo_no_clip / grpo_clip / gspo.",
     )
     advantage_estimator: AdvantageEstimator = setting(
         "group_norm",
         "group_norm: (r - group mean) / group std (GRPO); rloo: r minus the mean of the group's other samples (RLOO); "
         "reinforce_pp: r - group mean, then normalized across the batch (REINFORCE++-baseline).",
     )
-    use_std_normalization: bool = setting(True, "group_norm: divide advantages by the group std (off: Dr. GRPO).")
+    use_std_normalization: bool = setting(
+        True, "group_norm: divide advantages by the group std (off: Dr. GRPO); --advantage-normalizer says more."
+    )
+    baseline: Baseline = setting(
+        "mean",
+        "group_norm: what is subtracted from each reward before normalizing: mean: its group's mean (GRPO); none: "
+        "nothing (CS336 2026's RFT, with --advantage-normalizer none: wrong answers weigh 0).",
+    )
+    advantage_normalizer: AdvantageNormalizer | None = setting(
+        None,
+        "group_norm: what the centred rewards are divided by: std: the group std + --advantage-eps (GRPO); none: "
+        "nothing (Dr. GRPO, RFT); mean: the group mean + --advantage-eps (MaxRL). Default: std, or none with "
+        "--no-use-std-normalization.",
+    )
     cliprange: float = setting(
         0.2, "Clip epsilon of grpo_clip, gspo and cispo: the ratio stays in [1 - low, 1 + high], both this by default."
     )
@@ -153,6 +167,13 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         "exactly 0 to the gradient: score them without gradient, for the loss value and metrics, and leave them out "
         "of the backward. The same update up to rounding under every loss, estimator, aggregation and correction here "
         "(each multiplies every token term by the row's weight; denominators count tokens, not gradients).",
+    )
+    prune_zero_advantage: bool = setting(
+        False,
+        "With --skip-zero-advantage: those rows never pass through the model at all, and the others run in "
+        "microbatches of the same size, fewer of them (CS336 2026's pruning: RFT's wrong answers, GRPO's groups "
+        "whose rewards agree). The same update; token_entropy and the rollout-mismatch metrics then cover the rows "
+        "that pass.",
     )
     adam_beta1: float = setting(0.9, "AdamW beta1.")
     adam_beta2: float = setting(0.95, "AdamW beta2.")
@@ -229,6 +250,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         "decode",
         "decode_sync_every",
         "skip_zero_advantage",
+        "prune_zero_advantage",
         "ignore_memory_plan",
     }
     # A keyword run saved before --keyword-match existed matched whole words
@@ -264,6 +286,13 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
     @property
     def needs_old_log_probs(self) -> bool:
         return self.loss_type in RATIO_LOSSES
+
+    @property
+    def normalizer(self) -> AdvantageNormalizer:
+        """--advantage-normalizer, or what --use-std-normalization says when it is not given."""
+        if self.advantage_normalizer is not None:
+            return self.advantage_normalizer
+        return "std" if self.use_std_normalization else "none"
 
     @property
     def clip_low(self) -> float:
@@ -406,6 +435,30 @@ def validate_objective(c: GRPOConfig) -> None:
             f"--rollout-correction {c.rollout_correction} keeps ratios in [1/C, C]: --tis-cap must be > 1, got "
             f"{c.tis_cap}"
         )
+    if not c.use_std_normalization and c.advantage_normalizer not in (None, "none"):
+        _fail(
+            f"--advantage-normalizer {c.advantage_normalizer} contradicts --no-use-std-normalization (which is "
+            "--advantage-normalizer none); give one of them"
+        )
+    if c.advantage_estimator != "group_norm" and (c.baseline != "mean" or c.advantage_normalizer is not None):
+        _fail(
+            f"--baseline and --advantage-normalizer shape group_norm's advantages; --advantage-estimator "
+            f"{c.advantage_estimator} has its own baseline and scale"
+        )
+    if c.loss_type == "no_baseline" and (c.baseline != "mean" or c.advantage_normalizer is not None):
+        _fail(
+            "--loss-type no_baseline weighs tokens by the raw reward, so --baseline and --advantage-normalizer would "
+            "do nothing; use --loss-type reinforce_with_baseline with them (--baseline none --advantage-normalizer "
+            "none is RFT)"
+        )
+    if c.turn_rewards and (c.baseline != "mean" or c.normalizer == "mean"):
+        _fail(
+            f"--turn-rewards centres each turn's return on its group's mean episode return: it needs --baseline mean "
+            f"and --advantage-normalizer std or none (got --baseline {c.baseline}, --advantage-normalizer "
+            f"{c.normalizer})"
+        )
+    if c.prune_zero_advantage and not c.skip_zero_advantage:
+        _fail("--prune-zero-advantage leaves out the rows --skip-zero-advantage finds: it needs --skip-zero-advantage")
     if c.advantage_estimator == "rloo" and c.group_size < 2:
         _fail(f"--advantage-estimator rloo needs --group-size >= 2 (the others of a group), got {c.group_size}")
     if c.advantage_estimator == "reinforce_pp" and c.train_batch_size < 2:

@@ -200,7 +200,13 @@ class GRPOLearner:
         # the step's rows and response tokens in the loss: the aggregation's denominators, whatever the microbatch
         in_loss = batch.response_mask if batch.in_loss is None else batch.response_mask & batch.in_loss
         rows_in_loss = len(batch) if batch.in_loss is None else int(batch.in_loss.sum())
-        for rows, counts in microbatch_turns(len(batch), c.micro_train_batch_size, self.shards):
+        # --prune-zero-advantage: the rows left out of the backward never pass through the model either; the others
+        # run in microbatches of the same size, fewer of them (CS336 2026's pruning)
+        kept = learn.nonzero()[:, 0] if skip and c.prune_zero_advantage else None
+        for turn, counts in microbatch_turns(
+            len(batch) if kept is None else len(kept), c.micro_train_batch_size, self.shards
+        ):
+            rows = turn if kept is None else kept[turn]
             micro = batch.select(rows)
             if not counts:  # this rank's empty turn: every row out of the loss, gradient 0
                 micro.in_loss = torch.zeros((len(micro), 1), dtype=torch.bool)
