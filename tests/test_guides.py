@@ -464,7 +464,9 @@ def test_no_two_guide_commands_write_one_folder(small):
     folder of its own: its --output-dir, its preset's `output_dir` or the script's default, on every page checked here
     at once; and so does each at its small size under `-m slow`."""
     shared = shared_folders(COMMANDS, small)
-    report = [f"{folder}: " + "; ".join(f"{at} {line}" for line, at in lines.items()) for folder, lines in shared.items()]
+    report = [
+        f"{folder}: " + "; ".join(f"{at} {line}" for line, at in lines.items()) for folder, lines in shared.items()
+    ]
     assert not shared, "\n".join(report)
 
 
