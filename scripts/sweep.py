@@ -320,7 +320,8 @@ app = typer_app(
         )
     ]
     + option_parameters(SweepConfig),
-    "Run every arm of an experiment preset, then plot and tabulate them (see the module docstring).",
+    "Run every arm of an experiment preset, then plot and tabulate them (examples: the docstring atop "
+    "scripts/sweep.py).",
     SweepConfig,
 )
 

@@ -42,7 +42,8 @@ def run(config: RayGRPOConfig, resume: bool) -> None:
     report(config.output_dir)
 
 
-app = run_command(RayGRPOConfig, run, "Train a policy with GRPO on Ray (see the module docstring).")
+SUMMARY = "Train a policy with GRPO on Ray (examples and strategies: the docstring atop scripts/train_grpo_ray.py)."
+app = run_command(RayGRPOConfig, run, SUMMARY)
 
 if __name__ == "__main__":
     app()

@@ -55,7 +55,8 @@ def make_app(config_cls: type[SFTTrainingSettings], train: Callable[..., Any], s
     return run_command(config_cls, run, summary)
 
 
-app = make_app(SFTConfig, train_sft, "Supervised fine-tuning with held-out evaluation (see the module docstring).")
+SUMMARY = "Supervised fine-tuning with held-out evaluation (examples: the docstring atop scripts/train_sft.py)."
+app = make_app(SFTConfig, train_sft, SUMMARY)
 
 if __name__ == "__main__":
     app()
