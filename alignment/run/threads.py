@@ -3,9 +3,9 @@
 torch's own default is one thread per core. OpenMP's threads wait for each other at the end of every parallel
 region, spinning, so a team larger than the cores that are free makes every thread wait on the slowest one, whose core
 some other job holds: on the 2-core VM with other work running, the keyword demo's rollout and train took 151 s a
-step at torch's default of two threads and 40 s at one (docs/benchmarks/grpo_cpu.md). One thread too few on an idle machine costs at most
-the parallel speed-up; one too many on a busy one costs several times over. So a run takes the cores that are free
-as it starts, rounding down unless a core is at least three quarters idle:
+step at torch's default of two threads and 40 s at one (docs/benchmarks/grpo_cpu.md). One thread too few on an idle
+machine costs at most the parallel speed-up; one too many on a busy one costs several times over. So a run takes the
+cores that are free as it starts, rounding down unless a core is at least three quarters idle:
 
 - the cores it may use: its CPU affinity (os.sched_getaffinity), capped by a cgroup CPU quota (a container's --cpus);
 - how busy they are: the busier of a 0.25 s sample of /proc/stat over those cores and, where the process may use
