@@ -14,11 +14,12 @@ to --output-dir. Under torchrun each process samples its share of the questions 
 shard of one policy; rank 0 writes.
 """
 
+from alignment.config.cli import script_help
 from alignment.expert_iteration import expert_iteration
 from alignment.supervised.config import EIConfig
 from scripts.train_sft import make_app
 
-SUMMARY = "Expert iteration with held-out evaluation (examples: the docstring atop scripts/expert_iteration.py)."
+SUMMARY = script_help(__doc__, "scripts/expert_iteration.py")
 app = make_app(EIConfig, expert_iteration, SUMMARY)
 
 if __name__ == "__main__":

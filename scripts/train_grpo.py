@@ -24,7 +24,7 @@ from pathlib import Path
 
 import typer
 
-from alignment.config.cli import run_command
+from alignment.config.cli import run_command, script_help
 from alignment.experiments.plotting import describe_held_out, describe_time_per_step, plot_runs, read_rows
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo_run import train_grpo
@@ -116,7 +116,7 @@ PLAN_PROCESSES = inspect.Parameter(
 app = run_command(
     GRPOConfig,
     run,
-    "Train a policy with GRPO (examples and the files it writes: the docstring atop scripts/train_grpo.py).",
+    script_help(__doc__, "scripts/train_grpo.py"),
     [PLAN_MEMORY, PLAN_PROCESSES],
 )
 
