@@ -45,6 +45,7 @@ from alignment.run.setup import (
     math_tasks,
     model_dtype,
 )
+from alignment.run.threads import use_torch_threads
 from alignment.run.time_budget import RunClock, budget_validations
 from alignment.run.training_settings import check_output_dir
 from alignment.utils.atomic import check_writable_dir
@@ -109,6 +110,7 @@ def _train(
     vllm_share = None
     if torch.device(policy_device).type == "cuda":
         vllm_share = check_gpu_memory(config, task, policy_device, rollout_device, 1 if group is None else group.size)
+    use_torch_threads(config.torch_threads, main)
     policy, tokenizer = load_policy(config, policy_device, model_dtype(config, policy_device), shard=group is not None)
     if task is None or validation is None:
         task, validation = keyword_run_tasks(config, chat_template(tokenizer))

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import typer
 
-from alignment.config.cli import option_parameters, typer_app
+from alignment.config.cli import option_parameters, script_help, typer_app
 from alignment.config.settings import setting
 from alignment.experiments.plotting import plot_rows, step_label
 from alignment.experiments.sweep import (
@@ -320,7 +320,7 @@ app = typer_app(
         )
     ]
     + option_parameters(SweepConfig),
-    "Run every arm of an experiment preset, then plot and tabulate them (see the module docstring).",
+    script_help(__doc__, "scripts/sweep.py"),
     SweepConfig,
 )
 

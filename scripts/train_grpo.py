@@ -24,8 +24,8 @@ from pathlib import Path
 
 import typer
 
-from alignment.config.cli import run_command
-from alignment.experiments.plotting import describe_time_per_step, plot_runs, read_rows
+from alignment.config.cli import run_command, script_help
+from alignment.experiments.plotting import describe_held_out, describe_time_per_step, plot_runs, read_rows
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo_run import train_grpo
 from alignment.run.memory_plan import Machine, grpo_workload, model_shape
@@ -80,17 +80,7 @@ def report(output_dir: Path) -> None:
     rows = read_rows(metrics)
     evals = [row for row in rows if "eval_reward" in row]
     if evals:
-        first, last = evals[0], evals[-1]
-
-        def where(row: dict) -> str:  # with --time-budget the last validation covers more questions
-            return f"at step {row['grpo_step']}" + (
-                f" ({row['eval_examples']} questions)" if "eval_examples" in row else ""
-            )
-
-        typer.echo(
-            f"held-out reward: {first['eval_reward']:.3f} {where(first)} -> {last['eval_reward']:.3f} {where(last)} "
-            f"({100 * (last['eval_reward'] - first['eval_reward']):+.1f} points)"
-        )
+        typer.echo(describe_held_out(evals[0], evals[-1]))
     timing = describe_time_per_step(rows)
     if timing is not None:
         typer.echo(timing)
@@ -124,7 +114,10 @@ PLAN_PROCESSES = inspect.Parameter(
     ),
 )
 app = run_command(
-    GRPOConfig, run, "Train a policy with GRPO (see the module docstring).", [PLAN_MEMORY, PLAN_PROCESSES]
+    GRPOConfig,
+    run,
+    script_help(__doc__, "scripts/train_grpo.py"),
+    [PLAN_MEMORY, PLAN_PROCESSES],
 )
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ checkpoint/ and plots to --output-dir, and prints the mean seconds per GRPO step
 
 import typer
 
-from alignment.config.cli import run_command
+from alignment.config.cli import run_command, script_help
 from alignment.ray.cluster import ActorFailure
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.driver import train_grpo_ray
@@ -42,7 +42,8 @@ def run(config: RayGRPOConfig, resume: bool) -> None:
     report(config.output_dir)
 
 
-app = run_command(RayGRPOConfig, run, "Train a policy with GRPO on Ray (see the module docstring).")
+SUMMARY = script_help(__doc__, "scripts/train_grpo_ray.py")
+app = run_command(RayGRPOConfig, run, SUMMARY)
 
 if __name__ == "__main__":
     app()

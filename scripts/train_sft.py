@@ -22,7 +22,7 @@ from typing import Any
 
 import typer
 
-from alignment.config.cli import run_command
+from alignment.config.cli import run_command, script_help
 from alignment.experiments.plotting import plot_sft_run, read_rows
 from alignment.sft_run import train_sft
 from alignment.supervised.config import SFTConfig, SFTTrainingSettings
@@ -55,7 +55,8 @@ def make_app(config_cls: type[SFTTrainingSettings], train: Callable[..., Any], s
     return run_command(config_cls, run, summary)
 
 
-app = make_app(SFTConfig, train_sft, "Supervised fine-tuning with held-out evaluation (see the module docstring).")
+SUMMARY = script_help(__doc__, "scripts/train_sft.py")
+app = make_app(SFTConfig, train_sft, SUMMARY)
 
 if __name__ == "__main__":
     app()

@@ -20,6 +20,7 @@ from transformers import (
 from alignment.data.math_datasets import MIRROR_ENV
 from alignment.models.loading import SMOLLM2, load_tokenizer
 from alignment.prompts import format_prompt, load_prompt
+from alignment.run import threads as threads_module
 
 # A machine that sets PYTHONDONTWRITEBYTECODE makes every process the suite starts (scripts, torchrun ranks, Ray
 # workers, the GPU check's steps) compile torch and transformers from source again, some 4 s each on 2 cores: the
@@ -43,6 +44,9 @@ def torch_threads_restored():
     """A run with --torch-threads sets torch's thread count for the whole process: later tests get it back, so that
     their float sums run in the order they were written against."""
     threads = torch.get_num_threads()
+    # a run in this process keeps torch's count rather than the cores idle at its start (alignment/run/threads.py,
+    # tested in tests/test_threads.py), so that its sums do not depend on what else the machine runs
+    threads_module._chosen = threads
     yield
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)

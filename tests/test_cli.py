@@ -35,6 +35,18 @@ def test_help_fits_80_columns_and_lists_every_choice_whole(script, monkeypatch):
             assert choice in words, f"{script}: {flag(name)} choice {choice} not shown whole"
 
 
+@pytest.mark.parametrize("script", ["train_grpo", "train_grpo_ray", "train_sft", "expert_iteration", "sweep"])
+def test_help_shows_what_the_docstring_says_and_names_its_file(script, monkeypatch):
+    """--help once said "see the module docstring" and showed none: it now shows its prose and names the file whose
+    docstring holds the example commands."""
+    monkeypatch.setenv("COLUMNS", "80")
+    output = "".join(runner.invoke(app_of(script), ["--help"]).output.split())  # click breaks lines at hyphens too
+    doc = importlib.import_module(f"scripts.{script}").__doc__
+    prose = [p for p in doc.split("\n\n")[1:] if not p.startswith(" ")]
+    assert prose and all("".join(p.split()) in output for p in prose), output
+    assert f"Examples:thedocstringatopscripts/{script}.py." in output and "moduledocstring" not in output
+
+
 def test_every_setting_has_help_beside_its_field():
     from alignment.ray.config import RayGRPOConfig
     from alignment.run.generation import GenerationConfig

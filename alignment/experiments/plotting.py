@@ -185,6 +185,25 @@ def time_per_step(rows: list[dict]) -> dict[str, float]:
     return means | {"steps": float(len(steps))}
 
 
+def describe_held_out(first: dict, last: dict) -> str:
+    """One line: the held-out reward of a run's first and last validation rows and the points it moved."""
+
+    def where(row: dict) -> str:  # with --time-budget the last validation covers more questions
+        return f"at step {row['grpo_step']}" + (
+            f" ({row['eval_examples']} questions)" if "eval_examples" in row else ""
+        )
+
+    return (
+        f"held-out reward: {first['eval_reward']:.3f} {where(first)} -> {last['eval_reward']:.3f} {where(last)} "
+        f"({held_out_points(first, last)} points)"
+    )
+
+
+def held_out_points(first: dict, last: dict) -> str:
+    """The points of held-out reward a run moved, as its summary prints them: "+78.1"."""
+    return f"{100 * (last['eval_reward'] - first['eval_reward']):+.1f}"
+
+
 def describe_time_per_step(rows: list[dict]) -> str | None:
     """One line: the mean seconds per GRPO step of each phase (and of the whole step), or None without timings."""
     means = time_per_step(rows)

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from alignment.models.gqa_attention import use_gqa_attention
 from alignment.models.lora import LoRASettings, apply_lora
 from alignment.models.packed_rows import use_packed_attention
+from alignment.utils.console import GGUF_READER, quiet_bars_of
 from alignment.utils.hub import SourceUnavailable, check_hub_source
 
 SMOLLM2 = "smollm2-135m"
@@ -48,8 +49,9 @@ def smollm2_dir() -> Path:
     if (target / "config.json").is_file():
         return target
     gguf = smollm2_gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    with quiet_bars_of(GGUF_READER):  # its 272-tensor bar, once per machine, only with --verbose
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

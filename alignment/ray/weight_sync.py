@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from ray.actor import ActorHandle
 from ray.experimental.collective import create_collective_group, destroy_collective_group, get_collective_groups
 
@@ -57,9 +58,16 @@ def check_transport(transport: str, placements: Sequence[Placement]) -> None:
         )
     if importlib.util.find_spec("cupy") is None:
         raise ValueError(
-            "--weight-sync nccl needs Ray's NCCL collectives, which need cupy "
-            "(`uv pip install cupy-cuda12x`); or use --weight-sync object_store"
+            f"--weight-sync nccl needs Ray's NCCL collectives, which need cupy (`uv pip install {cupy_package()}`, "
+            "the build for torch's CUDA); or use --weight-sync object_store"
         )
+
+
+def cupy_package() -> str:
+    """The cupy wheel for the CUDA that torch was built with: cupy-cuda13x for torch's CUDA 13.0."""
+    if torch.version.cuda is None:  # a CPU build of torch: no CUDA to match
+        return "cupy-cudaNNx, NN your CUDA's major version"
+    return f"cupy-cuda{torch.version.cuda.split('.')[0]}x"
 
 
 class WeightSync:

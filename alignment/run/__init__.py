@@ -11,6 +11,7 @@ divergence.py          the Diverged error (NaN, inf, a loss past its bound) and 
 memory_plan.py         GPU memory planned from config.json before anything loads
 precision.py           --precision: float32 master weights and the loss scaler in the optimizer, dtypes per mode
 cpu_allocator.py       glibc settings that keep freed memory on CPU runs
+threads.py             torch's thread count: --torch-threads, OMP_NUM_THREADS, else the cores idle at the start
 generation.py          settings and set-up of the generation scripts (eval_zero_shot, best_of_n)
 warm_start.py          the SFT warm start's settings and checks, which GRPOConfig mixes in (the SFT run it is:
                        `warm_start` in alignment/sft_run.py)

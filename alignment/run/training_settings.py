@@ -77,7 +77,9 @@ class TrainingSettings(OutputSettings, LoRASettings, KernelSettings):
     )
     torch_threads: int | None = setting(
         None,
-        "CPU threads for torch (default: torch's choice); 1 avoids OpenMP stalls on CPU cores shared with other jobs.",
+        "CPU threads for torch (default: OMP_NUM_THREADS, else the cores idle as the run starts, at least 1; on Ray, "
+        "each actor's share of the cluster's CPUs). The run's first line says the count and why "
+        "(alignment/run/threads.py).",
     )
     checkpoint_every: int = setting(50, "Save a resumable checkpoint every N steps, and at the end.")
     wandb_project: str | None = setting(None, "wandb project name.")

@@ -33,6 +33,7 @@ from alignment.rollout.interface import RolloutEngine, SamplingConfig
 from alignment.run.checkpoint import export_policy, load_checkpoint
 from alignment.run.metrics_log import MetricsLog
 from alignment.run.setup import PromptOrder, build_engine, devices, load_policy, make_grader, model_dtype
+from alignment.run.threads import use_torch_threads
 from alignment.supervised.config import SFTTrainingSettings
 from alignment.supervised.trainer import SFTTrainer, check_prompt_lengths, save_run_state
 
@@ -108,6 +109,7 @@ def open_run(
         write_run_settings(config)
     torch.manual_seed(config.seed)
     policy_device, rollout_device = devices(config)
+    use_torch_threads(config.torch_threads, main)
     policy, tokenizer = load_policy(config, policy_device, model_dtype(config, policy_device), shard=group is not None)
     trainer = SFTTrainer(policy, tokenizer, config)
     state: dict[str, Any] = {}

@@ -1,14 +1,17 @@
 """What a run prints: its own progress bar and one line per validation; the libraries' messages only with --verbose.
 
 vLLM and transformers report engine set-up, kernels, memory binding and every weight reload at INFO and WARNING
-level, and draw bars of their own (loading and writing weights): about fifty lines that break up a run's progress
-bar. Unless verbose, `quiet_libraries` keeps only their errors. Every script calls `configure_console` with its
---verbose flag at entry (alignment/config/cli.py). The choice travels to child processes (Ray actors, torchrun's
-ranks, a sweep's runs) in the environment: the libraries read their own variables when first imported, and
-`quiet_libraries` reads VERBOSE_ENV (the vLLM engine and each Ray actor call it as they start). Unset means quiet,
-as in a notebook; ALIGNMENT_VERBOSE=1 makes every script verbose.
+level, and draw bars of their own (loading and writing weights; converting the packaged SmolLM2's GGUF file on its
+first use): about fifty lines that break up a run's progress bar. Unless verbose, `quiet_libraries` keeps only their
+errors, and `quiet_bars_of` stops the bars a library draws past its own switch. Every script calls
+`configure_console` with its --verbose flag at entry (alignment/config/cli.py). The choice travels to child processes
+(Ray actors, torchrun's ranks, a sweep's runs) in the environment: the libraries read their own variables when first
+imported, and `quiet_libraries` reads VERBOSE_ENV (the vLLM engine and each Ray actor call it as they start). Unset
+means quiet, as in a notebook; ALIGNMENT_VERBOSE=1 makes every script verbose.
 """
 
+import functools
+import importlib
 import logging
 import os
 import sys
@@ -92,6 +95,27 @@ def quiet_native_stderr() -> Iterator[None]:
             if failed:
                 held.seek(0)
                 os.write(2, held.read())
+
+
+# transformers' GGUF reader draws its "Converting and de-quantizing GGUF tensors" bar with tqdm itself, past the switch
+# of transformers' own bars (the packaged SmolLM2's first load: alignment/models/loading.py)
+GGUF_READER = "transformers.modeling_gguf_pytorch_utils"
+
+
+@contextmanager
+def quiet_bars_of(module_name: str) -> Iterator[None]:
+    """Unless verbose, the tqdm bars that `module_name` draws with its own `tqdm` are off while the block runs;
+    errors are raised and logged as ever."""
+    if verbose():
+        yield
+        return
+    module = importlib.import_module(module_name)
+    drawn = module.tqdm
+    module.tqdm = functools.partial(drawn, disable=True)
+    try:
+        yield
+    finally:
+        module.tqdm = drawn
 
 
 class _HarmlessReloadWarning(logging.Filter):

@@ -8,6 +8,7 @@
     ```{plan-output} PRESET GPUSxGIB [FLAGS]```   the plan as --plan-memory prints it
     {locked}`NAME`                            a version uv.lock pins (locked_versions.py)
     ```{extras-table}```                      pyproject.toml's extras with their locked versions and platforms
+    {recorded}`RUN.FIELD`                     a figure of a measured run (recorded_figures.py)
 
 A flag of the reference is a `std:option`, so any page links to it with {option}`train_grpo.py --loss-type`
 (a flag that does not exist is a warning, so an error of the -W build). Every figure is computed while the site is
@@ -21,6 +22,7 @@ import cli_reference
 import locked_versions
 import plan_figures
 import preset_table
+import recorded_figures
 from docutils import nodes
 from docutils.parsers.rst import directives
 from sphinx import addnodes
@@ -321,6 +323,17 @@ def plan_constant_role(
         return [], [inliner.reporter.error(f"{{plan-constant}}`{text}`: {err}", line=lineno)]
 
 
+def recorded_role(
+    name: str, rawtext: str, text: str, lineno: int, inliner: Any, options: Any = None, content: Any = ()
+):
+    """{recorded}`RUN.FIELD`: a figure of a measured run (docs/benchmarks/recorded_runs.toml)."""
+    inliner.document.settings.env.note_dependency(str(recorded_figures.RECORDED))
+    try:
+        return [nodes.Text(recorded_figures.recorded(text))], []
+    except ValueError as err:
+        return [], [inliner.reporter.error(f"{{recorded}}`{text}`: {err}", line=lineno)]
+
+
 def locked_role(name: str, rawtext: str, text: str, lineno: int, inliner: Any, options: Any = None, content: Any = ()):
     """{locked}`NAME` or {locked}`NAME x.y`: the version uv.lock pins."""
     try:
@@ -349,4 +362,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_role("plan", plan_role)
     app.add_role("plan-constant", plan_constant_role)
     app.add_role("locked", locked_role)
+    app.add_role("recorded", recorded_role)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
