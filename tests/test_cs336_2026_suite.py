@@ -44,7 +44,7 @@ def copy_course(source: Path, target: Path) -> None:
     """The course's tree into `target`: a checkout is copied; a bare git directory has each file of HEAD read out,
     those whose contents it lacks (large files of a partial mirror) left out."""
     if (source / "tests" / "test_grpo.py").is_file():
-        shutil.copytree(source, target, ignore=shutil.ignore_patterns(".git", ".venv"))
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns(".git", ".venv"), dirs_exist_ok=True)
         return
     listing = subprocess.run(
         ["git", "-C", str(source), "ls-tree", "-r", "-z", "HEAD"], capture_output=True, check=True
