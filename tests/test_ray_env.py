@@ -115,4 +115,4 @@ def test_the_readme_ray_command_runs_in_a_fresh_clone(tmp_path):
     out = clone / "outputs" / "guide_tests" / "readme_ray"
     assert (out / "policy").is_dir() and (out / "checkpoint" / "policy").is_dir(), sorted(out.iterdir())
     assert (out / "metrics.jsonl").is_file()
-    assert list(out.glob("*.png")), sorted(p.name for p in out.iterdir())
+    assert list(out.glob("plots/*.png")), sorted(p.name for p in out.rglob("*"))
