@@ -140,6 +140,10 @@ class _Actor:
     def ping(self) -> str:
         return self.name
 
+    def node(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
+
     def placement(self) -> Placement:
         gpus = ray.get_gpu_ids()
         if gpus and torch.cuda.is_available():
@@ -325,6 +329,10 @@ class Learner(_Actor):
     def digest(self) -> str:
         return weights_digest(self.learner.policy)
 
+    def version(self) -> int:
+        """The policy version: the updates taken so far."""
+        return self.learner.step
+
     def save(self, folder: Path, driver_state: dict[str, Any]) -> int:
         """Checkpoint the policy, optimizer and RNGs with the driver's state; returns the step saved."""
         learner = self.learner
@@ -380,14 +388,17 @@ class ColocatedWorker(Generator, Learner):
         return state
 
 
-def spawn(cls: type, cpus: float, gpus: float, *args: Any, control: bool = False) -> Any:
-    """A remote instance of `cls` holding these resources; never restarted by Ray (a death ends the run, or the async
-    driver replaces it). `control`: a "control" concurrency group of one thread beside the default one, for calls
-    that must run while a long call (a stream) does.
+def spawn(
+    cls: type, cpus: float, gpus: float, *args: Any, control: bool = False, resources: dict[str, float] | None = None
+) -> Any:
+    """A remote instance of `cls` holding these resources (and the custom node `resources` that place it on a node
+    offering them); never restarted by Ray (a death ends the run, or the async driver replaces it). `control`: a
+    "control" concurrency group of one thread beside the default one, for calls that must run while a long call (a
+    stream) does.
 
     An actor holding no GPU keeps its freed memory as a script's CPU run does (alignment/run/cpu_allocator.py), set
     when its process starts: calling mallopt later, among Ray's and gloo's threads, breaks glibc's rules."""
     groups = {"concurrency_groups": {"control": 1}} if control else {}
     remote = ray.remote(enable_tensor_transport=True, max_restarts=0, **groups)(cls)
     env = {} if gpus else {"runtime_env": {"env_vars": RETAIN_FREED_MEMORY_ENV}}
-    return remote.options(num_cpus=cpus, num_gpus=gpus, **env).remote(*args)
+    return remote.options(num_cpus=cpus, num_gpus=gpus, resources=resources or {}, **env).remote(*args)
