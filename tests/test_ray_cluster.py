@@ -41,8 +41,8 @@ def three_nodes():
 
 STRATEGIES = {
     "colocated-sync": {},
-    "colocated-multistep": {"multistep_k": 2},
-    "colocated-k-batches": {"multistep_k": 2},
+    "colocated-multistep": {"multistep_k": 2, "loss_type": "grpo_clip"},
+    "colocated-k-batches": {"multistep_k": 2, "loss_type": "grpo_clip"},
     "disaggregated-one-behind": {},
     "replay-buffer": {"buffer_capacity": 4},
     "async": {"generators": 2, "max_staleness": 1},
@@ -201,3 +201,38 @@ def test_a_learner_killed_mid_run_restarts_from_its_checkpoint_and_ends_as_an_un
     assert ours.keys() == theirs.keys()
     for name in ours:
         assert ours[name].float().allclose(theirs[name].float(), rtol=1e-4, atol=1e-6), name
+
+
+@pytest.mark.slow
+def test_a_dead_scorer_and_a_hung_generator_are_replaced(three_nodes, tiny_model_dir, tmp_path):
+    """disaggregated-one-behind: the scorer is killed after step 1; after step 2 the generator's thread is kept busy
+    (alive, silent) past --ray-timeout-s. Both are replaced, their batches launched again whole, and every step
+    completes on the planned prompts."""
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="disaggregated-one-behind",
+        n_grpo_steps=4,
+        actor_restarts=2,
+        ray_timeout_s=60.0,
+        ray_address=three_nodes.address,
+    )
+
+    def fail(step, actors):
+        if step == 1:
+            ray.kill(actors.scorer)
+        if step == 2:
+            actors.generator.__ray_call__.remote(lambda generator: __import__("time").sleep(3600))
+
+    rows = train_grpo_ray(config, TASK, TASK, on_step=fail)
+    assert {r["grpo_step"] for r in rows} == {1, 2, 3, 4}
+    check_rows([r for r in logged(config) if "tokens_checksum_sent" in r], config.max_version_lag)
+    groups = trained_groups(config)
+    n = config.n_prompts_per_rollout_batch
+    for step, trained in groups.items():
+        assert all(g["samples"] == config.group_size for g in trained)
+        planned = PromptOrder(len(TASK.questions), config.seed, position=(step - 1) * n).take(n)
+        assert [g["question"] for g in trained] == planned
+    replaced = [e for e in RunEvents(config.output_dir).read() if e["event"] == "replaced"]
+    assert [e["actors"] for e in replaced] == [["Scorer"], ["Generator"]], replaced
+    assert replaced[1]["error"] == "GetTimeoutError" and replaced[1]["restarts"] == 2
