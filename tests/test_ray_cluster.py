@@ -42,7 +42,7 @@ def three_nodes():
 STRATEGIES = {
     "colocated-sync": {},
     "colocated-multistep": {"multistep_k": 2, "loss_type": "grpo_clip"},
-    "colocated-k-batches": {"multistep_k": 2, "loss_type": "grpo_clip"},
+    "colocated-k-batches": {"multistep_k": 2, "loss_type": "grpo_clip", "checkpoint_every": 2},
     "disaggregated-one-behind": {},
     "replay-buffer": {"buffer_capacity": 4},
     "async": {"generators": 2, "max_staleness": 1},
