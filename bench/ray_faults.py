@@ -1,5 +1,5 @@
-"""What losing a node or the learner costs a GRPO run on a three-node Ray cluster (one machine: a head and two worker
-nodes, each its own raylet; alignment/ray/local_cluster.py).
+"""What losing a node or the learner costs a GRPO run (the keyword task) on a three-node Ray cluster (one machine: a
+head and two worker nodes, each its own raylet; alignment/ray/local_cluster.py).
 
     uv run python bench/ray_faults.py                 # a tiny random model, 4 steps per run
     uv run python bench/ray_faults.py --steps 6 --kill-after 3
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import typer
 
+from alignment.config.cli import read_config_file
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.driver import train_grpo_ray
 from alignment.ray.env import ray
@@ -38,7 +39,8 @@ def main(
     kill_after: int = typer.Option(2, help="The step after which the node (or the learner) is lost."),
     output_dir: Path = typer.Option(Path("outputs/bench_ray_faults"), help="Runs and summary.json."),
 ) -> None:
-    base = RayGRPOConfig(
+    base = replace(
+        RayGRPOConfig(**read_config_file(Path("configs/keyword_demo.toml"), RayGRPOConfig)),
         model=tiny_model(output_dir / "tiny-model"),
         n_grpo_steps=steps,
         rollout_batch_size=8,

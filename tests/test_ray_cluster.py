@@ -69,6 +69,7 @@ def test_every_strategy_runs_on_three_nodes_with_its_generators_spread(three_nod
     generators = [a for a in placed if a.startswith("Generator")]
     assert learners and all(placed[a]["node_id"] not in workers for a in learners), placed  # on the head
     assert all("learner" in placed[a]["resources"] for a in learners)
+    assert placed["Scorer"]["node_id"] not in workers  # beside the driver, on the head
     if strategy.startswith("colocated"):
         assert not generators
     else:

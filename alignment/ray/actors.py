@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from alignment.data.task import Task
 from alignment.distributed.sharding import full_tensors
@@ -389,16 +390,24 @@ class ColocatedWorker(Generator, Learner):
 
 
 def spawn(
-    cls: type, cpus: float, gpus: float, *args: Any, control: bool = False, resources: dict[str, float] | None = None
+    cls: type,
+    cpus: float,
+    gpus: float,
+    *args: Any,
+    control: bool = False,
+    resources: dict[str, float] | None = None,
+    node: str | None = None,
 ) -> Any:
     """A remote instance of `cls` holding these resources (and the custom node `resources` that place it on a node
     offering them); never restarted by Ray (a death ends the run, or the async driver replaces it). `control`: a
     "control" concurrency group of one thread beside the default one, for calls that must run while a long call (a
-    stream) does.
+    stream) does. `node`: the id of a node to run on when it can (else anywhere).
 
     An actor holding no GPU keeps its freed memory as a script's CPU run does (alignment/run/cpu_allocator.py), set
     when its process starts: calling mallopt later, among Ray's and gloo's threads, breaks glibc's rules."""
     groups = {"concurrency_groups": {"control": 1}} if control else {}
     remote = ray.remote(enable_tensor_transport=True, max_restarts=0, **groups)(cls)
-    env = {} if gpus else {"runtime_env": {"env_vars": RETAIN_FREED_MEMORY_ENV}}
+    env: dict[str, Any] = {} if gpus else {"runtime_env": {"env_vars": RETAIN_FREED_MEMORY_ENV}}
+    if node is not None:
+        env["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
     return remote.options(num_cpus=cpus, num_gpus=gpus, resources=resources or {}, **env).remote(*args)

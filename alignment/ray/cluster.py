@@ -121,8 +121,9 @@ def start_actors(config: RayGRPOConfig, task: Task, validation: Task) -> Actors:
             f"offer {generator_units:g} (start more with `ray start --resources '{{\"{GENERATOR_RESOURCE}\": 1}}'`)"
         )
     on_learner_node = {} if learner_units is None else {LEARNER_RESOURCE: 1}
+    # the scorer beside the driver, on a node the run cannot outlive anyway (a generator's node may go mid-run)
     scorer_args = (task, config.grader_workers)
-    scorer = spawn(Scorer, 0, 0, *scorer_args)
+    scorer = spawn(Scorer, 0, 0, *scorer_args, node=ray.get_runtime_context().get_node_id())
     if config.colocated:
         cpus, gpu_share = (1, 1) if gpus else (min(cores, node_share(LEARNER_RESOURCE)), 0)
         worker = spawn(

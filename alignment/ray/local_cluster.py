@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from alignment.ray.env import ray
 
@@ -78,6 +79,10 @@ def local_cluster(
     carries the token while the cluster is up."""
     from ray.cluster_utils import Cluster
 
+    # Ray's test cluster writes its head's address where a plain ray.init() on this machine would then join it (and,
+    # once it is gone, fail to): the file is put back as it was
+    address_file = Path(ray._private.utils.get_ray_address_file(None))
+    before = address_file.read_text() if address_file.exists() else None
     token = secrets.token_hex(32)
     saved = {k: os.environ.get(k) for k in (TOKEN_ENV, "RAY_AUTH_MODE")}
     os.environ[TOKEN_ENV], os.environ["RAY_AUTH_MODE"] = token, "token"
@@ -93,6 +98,7 @@ def local_cluster(
             object_store_memory=memory,
             include_dashboard=False,
         )
+        _put_back(address_file, before)
         handle = LocalCluster(cluster.address, token, cluster)
         for i in range(1, workers + 1):
             handle.workers[f"node {i}"] = _add(
@@ -105,12 +111,20 @@ def local_cluster(
             ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
+        _put_back(address_file, before)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
         _reload_auth()
+
+
+def _put_back(path: Path, text: str | None) -> None:
+    if text is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(text)
 
 
 def _reload_auth() -> None:

@@ -62,6 +62,8 @@ class Supervisor:
     def recover(self, err: Exception, waited_on: Sequence[str], doing: str, reissued: Sequence[int] = ()) -> list[str]:
         """Replace what `err` lost and log it; the names replaced. Re-raises `err` when nothing was lost (the task's
         own error), when a learner was, or past --actor-restarts."""
+        if self.restarts >= self.config.actor_restarts:  # nothing left to replace with: at once, as without restarts
+            raise err
         started = time.perf_counter()
         lost = self.lost(err, waited_on)
         replaceable = set(self.actors.generators) - set(self.actors.learner_names) | {"Scorer"}
@@ -87,7 +89,7 @@ class Supervisor:
         weights before any work."""
         a = self.actors
         if name == "Scorer":
-            handle = spawn(Scorer, 0, 0, *a.scorer_args)
+            handle = spawn(Scorer, 0, 0, *a.scorer_args, node=ray.get_runtime_context().get_node_id())
             a.scorer = handle
         else:
             assert a.respawn is not None
