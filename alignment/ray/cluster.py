@@ -121,9 +121,8 @@ def start_actors(config: RayGRPOConfig, task: Task, validation: Task) -> Actors:
             f"offer {generator_units:g} (start more with `ray start --resources '{{\"{GENERATOR_RESOURCE}\": 1}}'`)"
         )
     on_learner_node = {} if learner_units is None else {LEARNER_RESOURCE: 1}
-    # the scorer beside the driver, on a node the run cannot outlive anyway (a generator's node may go mid-run)
     scorer_args = (task, config.grader_workers)
-    scorer = spawn(Scorer, 0, 0, *scorer_args, node=ray.get_runtime_context().get_node_id())
+    scorer = spawn(Scorer, 0, 0, *scorer_args, node=scorer_node())
     if config.colocated:
         cpus, gpu_share = (1, 1) if gpus else (min(cores, node_share(LEARNER_RESOURCE)), 0)
         worker = spawn(
@@ -244,3 +243,12 @@ def describe_nodes(nodes: dict[str, str]) -> dict[str, dict]:
             },
         }
     return described
+
+
+def scorer_node() -> str:
+    """Where the scorer runs: on the learner's node (the run cannot outlive it anyway, while a generator's node may go
+    mid-run), else on the driver's."""
+    for node in ray.nodes():
+        if node["Alive"] and node["Resources"].get(LEARNER_RESOURCE):
+            return node["NodeID"]
+    return ray.get_runtime_context().get_node_id()

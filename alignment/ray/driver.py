@@ -142,7 +142,7 @@ class Driver:
                 self.get_sync(self.step)
         self.started = time.perf_counter() - elapsed
         self.log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, self.step)
-        self.events = RunEvents(config.output_dir)
+        self.events = RunEvents(config.output_dir, fresh=not resume)
         for actor, node in describe_nodes(actors.nodes).items():
             self.events.log("placed", actor=actor, step=self.step, **node)
         self.supervisor = Supervisor(config, actors, self.sync, self.events, restarts)

@@ -12,8 +12,11 @@ logger = logging.getLogger(__name__)
 class RunEvents:
     """Appends one JSON object per event, stamped with the wall-clock time; a resumed run appends to the same file."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, fresh: bool = False) -> None:
+        """`fresh`: a new run (not resumed or restarted) starts the file again."""
         self.path = folder / "events.jsonl"
+        if fresh:
+            self.path.unlink(missing_ok=True)
 
     def log(self, event: str, **fields: Any) -> dict:
         row = {"event": event, "time": time.time(), **fields}

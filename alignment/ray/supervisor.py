@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 
 from alignment.ray.actors import spawn
-from alignment.ray.cluster import PROBE_TIMEOUT_S, Actors, dead_actors, describe_nodes
+from alignment.ray.cluster import PROBE_TIMEOUT_S, Actors, dead_actors, describe_nodes, scorer_node
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.env import ray
 from alignment.ray.learner_group import LearnerGroup
@@ -89,7 +89,7 @@ class Supervisor:
         weights before any work."""
         a = self.actors
         if name == "Scorer":
-            handle = spawn(Scorer, 0, 0, *a.scorer_args, node=ray.get_runtime_context().get_node_id())
+            handle = spawn(Scorer, 0, 0, *a.scorer_args, node=scorer_node())
             a.scorer = handle
         else:
             assert a.respawn is not None
