@@ -20,6 +20,7 @@ from pathlib import Path
 import typer
 
 from alignment.config.cli import read_config_file
+from alignment.ray.cluster import ActorFailure
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.driver import train_grpo_ray
 from alignment.ray.env import ray
@@ -62,6 +63,7 @@ def main(
         "colocated-sync": {"strategy": "colocated-sync"},
     }
     results: dict[str, dict] = {}
+    stopped: dict[str, str] = {}
     with local_cluster(workers=2, head_cpus=1, worker_cpus=1) as cluster:
         for name, overrides in runs.items():
             walls = {}
@@ -81,7 +83,10 @@ def main(
                     cluster.add(f"{node} (replacement)")
 
                 started = time.perf_counter()
-                train_grpo_ray(config, on_step=lose)
+                try:
+                    train_grpo_ray(config, on_step=lose)
+                except ActorFailure as failure:  # the table says so, and the other runs still go
+                    stopped[name] = str(failure)
                 walls[kind] = time.perf_counter() - started
                 events = [e for e in RunEvents(config.output_dir).read() if e["event"] in ("replaced", "restarted")]
             results[name] = {
@@ -93,6 +98,7 @@ def main(
                     for e in events
                 ],
                 "whole_groups": whole_groups(config.output_dir, config.group_size),
+                "stopped": stopped.get(name),
                 "updates_per_step": Counter(
                     row["grpo_step"]
                     for row in map(json.loads, (config.output_dir / "metrics.jsonl").read_text().splitlines())
@@ -110,7 +116,7 @@ def main(
         replace_s = ", ".join(f"{e['replace_s']:.1f}" for e in r["events"] if e.get("replace_s") is not None) or "-"
         print(
             f"| {name} | {what} | {r['wall_left_alone_s']:.1f} | {r['wall_lost_s']:.1f} | {r['time_lost_s']:.1f} | "
-            f"{replace_s} | {r['whole_groups']} |"
+            f"{replace_s} | {r['whole_groups']} |" + (f" stopped: {r['stopped']}" if r["stopped"] else "")
         )
     (output_dir / "summary.json").write_text(json.dumps(results, indent=2, default=str))
     print(f"summary: {output_dir / 'summary.json'}")

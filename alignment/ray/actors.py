@@ -396,12 +396,12 @@ def spawn(
     *args: Any,
     control: bool = False,
     resources: dict[str, float] | None = None,
-    node: str | None = None,
+    node: tuple[str, bool] | None = None,
 ) -> Any:
     """A remote instance of `cls` holding these resources (and the custom node `resources` that place it on a node
     offering them); never restarted by Ray (a death ends the run, or the async driver replaces it). `control`: a
     "control" concurrency group of one thread beside the default one, for calls that must run while a long call (a
-    stream) does. `node`: the id of a node to run on when it can (else anywhere).
+    stream) does. `node`: (the id of a node to run on, whether only there: else anywhere, when it cannot).
 
     An actor holding no GPU keeps its freed memory as a script's CPU run does (alignment/run/cpu_allocator.py), set
     when its process starts: calling mallopt later, among Ray's and gloo's threads, breaks glibc's rules."""
@@ -409,5 +409,5 @@ def spawn(
     remote = ray.remote(enable_tensor_transport=True, max_restarts=0, **groups)(cls)
     env: dict[str, Any] = {} if gpus else {"runtime_env": {"env_vars": RETAIN_FREED_MEMORY_ENV}}
     if node is not None:
-        env["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        env["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node[0], soft=not node[1])
     return remote.options(num_cpus=cpus, num_gpus=gpus, resources=resources or {}, **env).remote(*args)

@@ -245,10 +245,10 @@ def describe_nodes(nodes: dict[str, str]) -> dict[str, dict]:
     return described
 
 
-def scorer_node() -> str:
-    """Where the scorer runs: on the learner's node (the run cannot outlive it anyway, while a generator's node may go
-    mid-run), else on the driver's."""
+def scorer_node() -> tuple[str, bool]:
+    """Where the scorer runs: on the learner's node, only there (the run cannot outlive it anyway, while a
+    generator's node may go mid-run), else on the driver's when it can."""
     for node in ray.nodes():
         if node["Alive"] and node["Resources"].get(LEARNER_RESOURCE):
-            return node["NodeID"]
-    return ray.get_runtime_context().get_node_id()
+            return node["NodeID"], True
+    return ray.get_runtime_context().get_node_id(), False
