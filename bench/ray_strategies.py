@@ -2,6 +2,7 @@
 
     uv run python bench/ray_strategies.py                      # SmolLM2-135M-Instruct, 4 steps per strategy
     uv run python bench/ray_strategies.py --tiny --steps 2     # a tiny random model: checks that the bench runs
+    uv run python bench/ray_strategies.py --tiny --nodes 3     # on a head and two worker nodes (one machine)
 
 Prints, per strategy: mean seconds per step of each phase (after the first step, which pays one-time costs;
 overlapped phases of the disaggregated strategies sum to more than the step's wall time), samples/s over the
@@ -16,6 +17,7 @@ import os
 import platform
 import statistics
 import time
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from alignment.ray.cluster import start_actors
 from alignment.ray.config import STRATEGIES, RayGRPOConfig
 from alignment.ray.driver import tasks, train_grpo_ray
 from alignment.ray.env import ray
+from alignment.ray.local_cluster import local_cluster
 from alignment.ray.weight_sync import WeightSync
 
 PHASES = {
@@ -106,6 +109,9 @@ def main(
     eval_examples: int = typer.Option(16, help="Validation prompts, at step 0 and at the end."),
     sync_repeats: int = typer.Option(5, help="Timed weight syncs per transport."),
     num_cpus: int | None = typer.Option(None, help="CPUs the local Ray cluster may use (default: all)."),
+    nodes: int = typer.Option(
+        1, help="Nodes of the local cluster: above 1, a head (the learner) and nodes-1 worker nodes (the generators)."
+    ),
     output_dir: Path = typer.Option(Path("outputs/bench_ray"), help="Runs, plots and summary.json."),
 ) -> None:
     base = RayGRPOConfig(**read_config_file(config, RayGRPOConfig))
@@ -128,7 +134,12 @@ def main(
             gradient_accumulation_steps=2,
             sampling_max_tokens=8,
         )
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    cluster = ExitStack()
+    if nodes > 1:  # a raylet per node, as on a cluster of machines (alignment/ray/local_cluster.py)
+        address = cluster.enter_context(local_cluster(workers=nodes - 1)).address
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     results: dict[str, dict[str, float]] = {}
     try:
         for strategy in STRATEGIES:
@@ -146,6 +157,7 @@ def main(
         sync = sync_latencies(base, sync_repeats)
     finally:
         ray.shutdown()
+        cluster.close()
 
     print(
         f"\n{steps} steps x {base.rollout_batch_size} samples, {base.model}, {platform.machine()}, {os.cpu_count()} "

@@ -11,8 +11,9 @@
     uv run scripts/train_grpo_ray.py --resume outputs/keyword_async                   # continue a stopped run
 
 Every flag of scripts/train_grpo.py is here too, plus the Ray ones (--strategy, --multistep-k, --buffer-capacity,
---buffer-policy, --weight-sync, --ray-timeout-s, --ray-address, --learner-processes) and the async strategy's
-(--max-staleness, --partial-rollouts, --inflight-kv, --off-policy-objective, --generators, --generator-restarts).
+--buffer-policy, --weight-sync, --ray-timeout-s, --ray-address, --learner-processes, --actor-restarts: lost generators
+and scorers replaced mid-run) and the async strategy's (--max-staleness, --partial-rollouts, --inflight-kv,
+--off-policy-objective, --generators).
 Writes metrics.jsonl (with per-phase seconds, samples/s, device-hours, version lag and staleness), rollouts.jsonl,
 checkpoint/ and plots to --output-dir, and prints the mean seconds per GRPO step of each phase; a run that diverges
 (NaN, or a loss past --divergence-loss-bound) leaves diverged.json there.

@@ -48,7 +48,7 @@ ASYNC = RayGRPOConfig(
         ({"off_policy_objective": "naive", "tis_cap": 2.0}, "--off-policy-objective naive trains stale samples"),
         ({"backend": "transformer_lm"}, "our TransformerLM's sampler does not stream"),
         ({"backend": "vllm", "lora_rank": 4}, "--partial-rollouts with --lora-rank on --backend vllm"),
-        ({"generator_restarts": 1, "weight_sync": "gloo"}, "--generator-restarts with --weight-sync gloo"),
+        ({"actor_restarts": 1, "weight_sync": "gloo"}, "--actor-restarts with --weight-sync gloo"),
     ],
 )
 def test_bad_async_flags_are_named(overrides, message):
@@ -163,7 +163,7 @@ LONG = dict(sampling_max_tokens=48, sampling_min_tokens=48, n_grpo_steps=4, eval
 def test_eta_2_partial_rollouts_and_a_generator_killed_mid_stream(cluster, tiny_model_dir, tmp_path):
     """Long responses (48 tokens; the learner's update is shorter): weights arrive while a unit is decoding. The
     generator is killed after update 1 and replaced; its unfinished groups are sampled again, none trained twice."""
-    config = config_for(tiny_model_dir, tmp_path, strategy="async", generator_restarts=1, **LONG)
+    config = config_for(tiny_model_dir, tmp_path, strategy="async", actor_restarts=1, **LONG)
     kill = lambda step, actors: ray.kill(actors.generator) if step == 1 else None  # noqa: E731
     train_grpo_ray(config, TASK, TASK, on_step=kill)
     rows = logged(config)
@@ -171,7 +171,7 @@ def test_eta_2_partial_rollouts_and_a_generator_killed_mid_stream(cluster, tiny_
     updates = [row for row in rows if "loss" in row]
     assert max(row["partial_fraction"] for row in updates) > 0 and max(row["version_span_max"] for row in updates) >= 1
     assert max(row["staleness_max"] for row in updates) >= 1  # it did run ahead of the learner
-    assert [row["generator_restarts"] for row in updates] == [0, 1, 1, 1]
+    assert [row["actor_restarts"] for row in updates] == [0, 1, 1, 1]
     assert sorted(trained_tickets(config)) == list(range(8))
     assert [row["grpo_step"] for row in rows if "eval_reward" in row] == [0, 2, 4]
 

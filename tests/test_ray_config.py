@@ -148,3 +148,15 @@ def test_script_reads_ray_settings_from_file_and_flags(tmp_path, monkeypatch):
     path.write_text("buffer_size = 3\n")
     result = CliRunner().invoke(script.app, ["--config", str(path)])
     assert result.exit_code != 0 and "unknown settings buffer_size" in result.output
+
+
+def test_actor_restarts_bound_every_strategy_and_read_a_saved_generator_restarts(tmp_path):
+    from alignment.config.settings import typed_values
+
+    validate_ray(RayGRPOConfig(strategy="disaggregated-one-behind", actor_restarts=2))  # no longer async-only
+    with pytest.raises(ValueError, match="--actor-restarts must be >= 0, got -1"):
+        validate_ray(RayGRPOConfig(actor_restarts=-1))
+    with pytest.raises(ValueError, match="--actor-restarts with --weight-sync gloo"):
+        validate_ray(RayGRPOConfig(strategy="replay-buffer", actor_restarts=1, weight_sync="gloo"))
+    values = typed_values(RayGRPOConfig, {"generator_restarts": 3}, tmp_path / "settings.json")
+    assert values["actor_restarts"] == 3 and "generator_restarts" not in values

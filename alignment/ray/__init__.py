@@ -11,4 +11,13 @@ config.py         RayGRPOConfig: GRPO's settings plus the strategy's
 weight_sync.py    learner -> generator weights over the object store, NCCL or gloo, timed
 replay_buffer.py  a bounded buffer of scored groups tagged with their policy version
 env.py            import Ray through here (uv run's runtime env switched off)
+
+Importing any module of this package runs this file first, so the switch below comes before each module's own
+`ray` imports, whichever of them a script or test imports first.
 """
+
+import os
+
+# Ray reads this once, when it is first imported: under `uv run`, Ray would otherwise build a second virtual
+# environment for its workers (in its session folder, where their checkpoints would then land)
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from alignment.data.task import Task
 from alignment.distributed.sharding import full_tensors
@@ -139,6 +140,10 @@ class _Actor:
 
     def ping(self) -> str:
         return self.name
+
+    def node(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
 
     def placement(self) -> Placement:
         gpus = ray.get_gpu_ids()
@@ -325,6 +330,10 @@ class Learner(_Actor):
     def digest(self) -> str:
         return weights_digest(self.learner.policy)
 
+    def version(self) -> int:
+        """The policy version: the updates taken so far."""
+        return self.learner.step
+
     def save(self, folder: Path, driver_state: dict[str, Any]) -> int:
         """Checkpoint the policy, optimizer and RNGs with the driver's state; returns the step saved."""
         learner = self.learner
@@ -380,14 +389,25 @@ class ColocatedWorker(Generator, Learner):
         return state
 
 
-def spawn(cls: type, cpus: float, gpus: float, *args: Any, control: bool = False) -> Any:
-    """A remote instance of `cls` holding these resources; never restarted by Ray (a death ends the run, or the async
-    driver replaces it). `control`: a "control" concurrency group of one thread beside the default one, for calls
-    that must run while a long call (a stream) does.
+def spawn(
+    cls: type,
+    cpus: float,
+    gpus: float,
+    *args: Any,
+    control: bool = False,
+    resources: dict[str, float] | None = None,
+    node: tuple[str, bool] | None = None,
+) -> Any:
+    """A remote instance of `cls` holding these resources (and the custom node `resources` that place it on a node
+    offering them); never restarted by Ray (a death ends the run, or the async driver replaces it). `control`: a
+    "control" concurrency group of one thread beside the default one, for calls that must run while a long call (a
+    stream) does. `node`: (the id of a node to run on, whether only there: else anywhere, when it cannot).
 
     An actor holding no GPU keeps its freed memory as a script's CPU run does (alignment/run/cpu_allocator.py), set
     when its process starts: calling mallopt later, among Ray's and gloo's threads, breaks glibc's rules."""
     groups = {"concurrency_groups": {"control": 1}} if control else {}
     remote = ray.remote(enable_tensor_transport=True, max_restarts=0, **groups)(cls)
-    env = {} if gpus else {"runtime_env": {"env_vars": RETAIN_FREED_MEMORY_ENV}}
-    return remote.options(num_cpus=cpus, num_gpus=gpus, **env).remote(*args)
+    env: dict[str, Any] = {} if gpus else {"runtime_env": {"env_vars": RETAIN_FREED_MEMORY_ENV}}
+    if node is not None:
+        env["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node[0], soft=not node[1])
+    return remote.options(num_cpus=cpus, num_gpus=gpus, resources=resources or {}, **env).remote(*args)

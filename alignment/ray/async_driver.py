@@ -25,11 +25,11 @@ every trained group within ETA:
   `stale_groups` (groups older than the learner), `token_lag_mean`, `version_span_max` (versions within one
   response), `partial_fraction`.
 
-Faults. A generator that dies is replaced (--generator-restarts) and its unfinished groups handed out again on the
-current weights; past the allowance the run stops naming it, with a checkpoint. A checkpoint keeps the groups
-trained (never handed out again), the graded groups waiting (kept on resume unless the bound, possibly lowered,
-would be broken: those are dropped, counted in `resume_dropped`, and sampled again) and the position reached;
-groups in flight at the crash are sampled again on the checkpoint's weights.
+Faults. A generator that dies is replaced (--actor-restarts, alignment/ray/supervisor.py) and its unfinished groups
+handed out again on the current weights; past the allowance the run stops naming it, with a checkpoint. A checkpoint
+keeps the groups trained (never handed out again), the graded groups waiting (kept on resume unless the bound,
+possibly lowered, would be broken: those are dropped, counted in `resume_dropped`, and sampled again) and the
+position reached; groups in flight at the crash are sampled again on the checkpoint's weights.
 """
 
 import time
@@ -169,7 +169,7 @@ class AsyncLoop:
         self.learning: Learning | None = None
         self.clocks: dict[str, Clock] = {}
         self.counted: dict[str, Clock] = {}  # the clocks at the last logged step
-        self.restarts = self.resume_dropped = 0
+        self.resume_dropped = 0
         self.weights_ref: ray.ObjectRef | None = None
         self.last_eval = float("nan")
         self.started = False
@@ -180,7 +180,7 @@ class AsyncLoop:
         d = self.driver
         if self.restored is not None:
             self.load_state_dict(self.restored["async"], self.restored["step"])
-        if d.step > 0 and self.config.generator_restarts > 0:
+        if d.step > 0 and self.config.actor_restarts > 0:
             self.weights_ref = d.sync.weights()  # what a replacement generator is offered
         for name, generator in d.actors.generators.items():
             self.streams[name] = generator.stream.options(num_returns="streaming").remote()
@@ -333,23 +333,18 @@ class AsyncLoop:
         return "streamed"
 
     def replace_generator(self, name: str, err: Exception) -> None:
-        """A dead generator: replaced, its unfinished groups handed out again on the current weights; or, past
-        --generator-restarts, the error stands (the Driver names the dead actor and checkpoints)."""
+        """A dead generator: replaced by the Supervisor (within --actor-restarts, else the error stands and the Driver
+        names the dead actor and checkpoints), its unfinished groups handed out again on the current weights."""
         d = self.driver
-        if self.restarts >= self.config.generator_restarts:
-            raise err
-        self.restarts += 1
         lost = sorted(self.assigned[name])
+        replaced = d.supervisor.recover(err, [name], f"{name}: streaming groups", lost)
+        if replaced != [name]:  # another actor died too: not this loop's to mend
+            raise err
         for number in lost:
             del self.tickets[number]
         self.assigned[name] = set()
         self.redo.extendleft(reversed(lost))
-        handle = d.actors.respawn(name)
-        d.actors.names[name] = d.actors.generators[name] = handle
-        if name == next(iter(d.actors.generators)):
-            d.actors.generator = handle
-        d.sync.generators = list(d.actors.generators.values())
-        d.get(handle.ping.remote(), f"{name}: restart")
+        handle = d.actors.generators[name]
         if self.weights_ref is not None:
             d.sync.offer_ref(self.weights_ref, d.step, [handle])
         self.streams[name] = handle.stream.options(num_returns="streaming").remote()
@@ -391,7 +386,13 @@ class AsyncLoop:
             d.step,
             "trained",
             [
-                {"ticket": t.number, "question": t.question, "start_version": t.start, "floor": t.floor}
+                {
+                    "ticket": t.number,
+                    "question": t.question,
+                    "samples": len(t.rollouts),
+                    "start_version": t.start,
+                    "floor": t.floor,
+                }
                 for t in learning.batch
             ],
         )
@@ -441,7 +442,7 @@ class AsyncLoop:
             "partial_fraction": sum(len(set(vs)) > 1 for vs in versions) / len(versions),
             "groups_out": len(self.tickets),
             "resume_dropped": self.resume_dropped,
-            "generator_restarts": self.restarts,
+            "actor_restarts": d.supervisor.restarts,
             "learner_idle_fraction": 1 - self.learner_busy_s / running,
             "generator_idle_fraction": 1 - generators_busy / (running * len(d.actors.generators)),
             "weights_version": learned.version,

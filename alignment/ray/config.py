@@ -2,7 +2,7 @@
 flags, and the async strategy's (staleness bound, partial rollouts, the objective of stale samples, generators)."""
 
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from alignment.config.settings import setting
 from alignment.grpo.config import GRPOConfig, validate
@@ -83,8 +83,10 @@ class RayGRPOConfig(GRPOConfig):
         "the behaviour log-probs, no weight (alignment/grpo/objective.py).",
     )
     generators: int = setting(1, "async: generator actors streaming groups side by side.")
-    generator_restarts: int = setting(
-        0, "async: generators that may die and be replaced before the run stops naming the dead one."
+    actor_restarts: int = setting(
+        0,
+        "Generators and scorers that may die (or hang past --ray-timeout-s) and be replaced mid-run, every kind "
+        "counted together, before the run stops naming the lost one (alignment/ray/supervisor.py).",
     )
 
     # The transport, timeouts and cluster may change too: they move the same tensors. Under async, so may the
@@ -95,7 +97,11 @@ class RayGRPOConfig(GRPOConfig):
         "ray_address",
         "max_staleness",
         "generators",
-        "generator_restarts",
+        "actor_restarts",
+    }
+    # the restart bound was the async strategy's --generator-restarts; any count carries over
+    LEGACY: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = GRPOConfig.LEGACY | {
+        "generator_restarts": ("actor_restarts", {n: n for n in range(1000)})
     }
 
     @property
@@ -189,6 +195,13 @@ def validate_ray(config: RayGRPOConfig) -> None:
         )
     if not c.ray_timeout_s > 0:
         _fail(f"--ray-timeout-s must be > 0, got {c.ray_timeout_s}")
+    if c.actor_restarts < 0:
+        _fail(f"--actor-restarts must be >= 0, got {c.actor_restarts}")
+    if c.actor_restarts > 0 and c.weight_sync != "object_store":
+        _fail(
+            f"--actor-restarts with --weight-sync {c.weight_sync}: a replaced generator would have to join the "
+            "collective group again; use --weight-sync object_store"
+        )
     if c.learner_processes < 1:
         _fail(f"--learner-processes must be >= 1, got {c.learner_processes}")
     if c.learner_processes > 1:
@@ -223,7 +236,6 @@ ASYNC_FLAGS = (
     "inflight_kv",
     "off_policy_objective",
     "generators",
-    "generator_restarts",
 )
 
 
@@ -236,7 +248,7 @@ def validate_async(c: RayGRPOConfig) -> None:
         return
     if c.backend == "transformer_lm":
         _fail("--strategy async streams from --backend hf or vllm; our TransformerLM's sampler does not stream")
-    for name, least in (("max_staleness", 0), ("generators", 1), ("generator_restarts", 0)):
+    for name, least in (("max_staleness", 0), ("generators", 1)):
         if getattr(c, name) < least:
             _fail(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(c, name)}")
     if c.off_policy_objective == "decoupled":
@@ -259,9 +271,4 @@ def validate_async(c: RayGRPOConfig) -> None:
         _fail(
             "--partial-rollouts with --lora-rank on --backend vllm: vLLM cannot swap the adapter that running requests "
             "use; use --no-partial-rollouts (responses finish on their adapter) or --backend hf"
-        )
-    if c.generator_restarts > 0 and c.weight_sync != "object_store":
-        _fail(
-            f"--generator-restarts with --weight-sync {c.weight_sync}: a replaced generator would have to join the "
-            "collective group again; use --weight-sync object_store"
         )

@@ -20,16 +20,19 @@ Strategies (--strategy):
 The learner may be several actors sharing the policy with FSDP2 (--learner-processes, disaggregated strategies):
 alignment/ray/learner_group.py puts them behind one Learner's interface, so that nothing here changes with it.
 
-Every Ray get has a timeout (--ray-timeout-s). If an actor dies, the run stops with an ActorFailure naming
-it, after checkpointing the last completed step when the learner is still alive (--resume continues).
+Every Ray get has a timeout (--ray-timeout-s). A generator or the scorer that dies, or stays silent past it, is
+replaced and its batch launched again whole, up to --actor-restarts times in all (alignment/ray/supervisor.py); past
+that, or when the learner dies, the run stops with an ActorFailure naming the actor, after checkpointing the last
+completed step when the learner is still alive (--resume continues).
 """
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError, RayTaskError
 from tqdm.auto import tqdm
 
 from alignment.config.settings import write_run_settings
@@ -40,11 +43,13 @@ from alignment.models.loading import check_model_source, load_tokenizer
 from alignment.prompts import chat_template
 from alignment.ray.actors import Generated, Learned, token_checksum
 from alignment.ray.async_driver import AsyncLoop
-from alignment.ray.cluster import ActorFailure, Actors, dead_actors, start_actors
+from alignment.ray.cluster import ActorFailure, Actors, connect, dead_actors, describe_nodes, start_actors
 from alignment.ray.config import RayGRPOConfig, validate_ray
 from alignment.ray.env import ray
 from alignment.ray.replay_buffer import Group, ReplayBuffer, staleness
+from alignment.ray.run_events import RunEvents
 from alignment.ray.scorer import Scored
+from alignment.ray.supervisor import FAILURES, Supervisor
 from alignment.ray.weight_sync import WeightSync
 from alignment.rollout.interface import Rollout
 from alignment.run.checkpoint import complete_step, export_policy
@@ -93,7 +98,9 @@ def tasks(config: RayGRPOConfig, task: Task | None, validation: Task | None) -> 
 class Driver:
     """Runs the strategy's loop over the actors; logs, validates and checkpoints like the single-process loop."""
 
-    def __init__(self, config: RayGRPOConfig, actors: Actors, n_questions: int, resume: bool) -> None:
+    def __init__(
+        self, config: RayGRPOConfig, actors: Actors, n_questions: int, resume: bool, restarts: int = 0
+    ) -> None:
         self.config, self.actors, self.n_questions = config, actors, n_questions
         self.learner_name, self.generator_name = (
             ("ColocatedWorker",) * 2 if config.colocated else ("Learner", "Generator")
@@ -120,6 +127,7 @@ class Driver:
         self.round: list[tuple[Generated, Scored, Training, Any]] = []  # colocated-k-batches: the round's batches left
         self.unlogged: list[dict] = []  # rows of an update that finished but whose step is not yet logged
         self.restored: dict | None = None  # the driver's state in the checkpoint resumed from
+        self.logged: list[dict] = []  # this driver's metrics rows so far
         if resume:
             try:
                 state = self.get(
@@ -134,6 +142,10 @@ class Driver:
                 self.get_sync(self.step)
         self.started = time.perf_counter() - elapsed
         self.log = MetricsLog(config.output_dir, config.to_json(), config.wandb_project, config.wandb_mode, self.step)
+        self.events = RunEvents(config.output_dir, fresh=not resume)
+        for actor, node in describe_nodes(actors.nodes).items():
+            self.events.log("placed", actor=actor, step=self.step, **node)
+        self.supervisor = Supervisor(config, actors, self.sync, self.events, restarts)
         self.streaming = AsyncLoop(self, self.restored) if config.strategy == "async" else None
 
     def get(self, refs, doing: str):
@@ -156,7 +168,7 @@ class Driver:
         return Batch(questions, generated, self.actors.scorer.grade.remote(questions, texts))
 
     def run(self, on_step: Callable[[int, Actors], None] | None = None) -> list[dict]:
-        c, rows = self.config, []
+        c, rows = self.config, self.logged
         try:
             eval_reward = self.validate() if self.step == 0 else float("nan")
             with tqdm(total=c.n_grpo_steps, initial=self.step, desc="GRPO", unit="step") as bar:
@@ -180,7 +192,7 @@ class Driver:
                         on_step(self.step, self.actors)
             self.drain()
             export_policy(c.output_dir)
-        except (RayActorError, GetTimeoutError) as err:
+        except (RayActorError, GetTimeoutError, ObjectLostError) as err:
             raise self.failure(err) from err
         except RayTaskError as err:
             if not dead_actors(self.actors):  # the task's own error; the log records it if it is a divergence
@@ -206,14 +218,13 @@ class Driver:
 
     def colocated_step(self) -> list[dict]:
         start, worker = time.perf_counter(), self.actors.learner
-        batch = self.launch(self.step)
-        generated, scored = self.get([batch.generated, batch.scored], f"ColocatedWorker/Scorer: batch {self.step}")
+        batch, generated, scored = self.collect(self.launch(self.step), self.step)
         training = Training(batch.questions, generated.rollouts, scored.scores)
         learned = self.learn(
             self.get(self.learn_call(training), f"ColocatedWorker: learn on batch {self.step}"), training
         )
         sync_s = self.get(worker.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
-        return self.commit(self.rows(generated, scored, training, learned, sync_s, start, {}))
+        return self.commit(self.rows(generated, scored, training, learned, sync_s, start, {}), training)
 
     def k_batches_step(self) -> list[dict]:
         """One batch of a colocated-k-batches round: at the round's start its k batches are sampled and graded, and
@@ -240,12 +251,11 @@ class Driver:
         if not self.round:  # the round's last batch: the engine gets version v + k
             sync_s = self.get(worker.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
         extra = {"old_logprob_version": scored_by}
-        return self.commit(self.rows(generated, scored, training, learned, sync_s, start, extra))
+        return self.commit(self.rows(generated, scored, training, learned, sync_s, start, extra), training)
 
     def pipelined_step(self) -> list[dict]:
         start = time.perf_counter()
-        batch = self.prefetched or self.launch(self.step)
-        generated, scored = self.get([batch.generated, batch.scored], f"Generator/Scorer: batch {self.step}")
+        batch, generated, scored = self.collect(self.prefetched or self.launch(self.step), self.step)
         extra: dict[str, float] = {}
         if self.buffer is None:
             training = Training(batch.questions, generated.rollouts, scored.scores)
@@ -274,9 +284,40 @@ class Driver:
         learned = self.learn(self.get(learning, f"Learner: learn on batch {self.step}"), training)
         self.unlogged = self.rows(generated, scored, training, learned, float("nan"), start, extra)
         if self.prefetched is not None:  # the weights may change only once that batch is sampled
-            self.get(self.prefetched.generated, f"Generator: batch {self.step + 1}")
-        sync_s = self.get_sync(learned.version)
-        return self.commit(self.rows(generated, scored, training, learned, sync_s, start, extra))
+            self.prefetched = self.sampled(self.prefetched, self.step + 1)
+        sync_s = self.supervised(lambda: self.get_sync(learned.version), [self.generator_name])
+        return self.commit(self.rows(generated, scored, training, learned, sync_s, start, extra), training)
+
+    def collect(self, batch: Batch, step: int) -> tuple[Batch, Generated, Scored]:
+        """Batch `step`'s rollouts and grades. A batch lost with its generator or the scorer (dead, or silent past
+        --ray-timeout-s) is launched again whole, on their replacements (alignment/ray/supervisor.py)."""
+        while True:
+            try:
+                generated, scored = self.get(
+                    [batch.generated, batch.scored], f"{self.generator_name}/Scorer: batch {step}"
+                )
+                return batch, generated, scored
+            except FAILURES as err:
+                self.supervisor.recover(err, [self.generator_name, "Scorer"], self.doing, batch.questions)
+                batch = self.launch(step)
+
+    def sampled(self, batch: Batch, step: int) -> Batch:
+        """`batch` once its rollouts exist (launched again whole if its generator was lost)."""
+        while True:
+            try:
+                self.get(batch.generated, f"{self.generator_name}: batch {step}")
+                return batch
+            except FAILURES as err:
+                self.supervisor.recover(err, [self.generator_name], self.doing, batch.questions)
+                batch = self.launch(step)
+
+    def supervised(self, call: Callable[[], Any], waited_on: list[str]) -> Any:
+        """`call()`, made again after the supervisor replaced the actors it waited on."""
+        while True:
+            try:
+                return call()
+            except FAILURES as err:
+                self.supervisor.recover(err, waited_on, self.doing)
 
     def learn_call(self, training: Training) -> ray.ObjectRef:
         return self.actors.learner.learn.remote(training.questions, training.rollouts, training.scores)
@@ -329,12 +370,17 @@ class Driver:
         )
         return [{"grpo_step": learned.version} | shared | row for row in learned.rows]
 
-    def commit(self, rows: list[dict]) -> list[dict]:
-        """Log a completed update's rows; the run is now at their step."""
+    def commit(self, rows: list[dict], training: Training | None = None) -> list[dict]:
+        """Log a completed update's rows (and, in rollouts.jsonl, the groups it trained on with their sizes); the
+        run is now at their step."""
         for row in rows:
             self.log.log(row)
         self.step = rows[0]["grpo_step"]
         self.unlogged = []
+        if training is not None:
+            sizes = Counter(r.prompt_index for r in training.rollouts)
+            groups = [{"question": q, "samples": sizes[i]} for i, q in enumerate(training.questions)]
+            self.log.log_rollouts(self.step, "trained", groups)
         return rows
 
     def validate(self) -> float:
@@ -342,9 +388,12 @@ class Driver:
             return self.streaming.validate()
         if self.round:  # mid-round: the engine still samples with the round's version (vLLM holds its own copy)
             self.get(self.actors.learner.sync_engine.remote(), "ColocatedWorker: hand the policy to its engine")
-        summary, examples = self.get(
-            self.actors.generator.validate.remote(validation_sampling(self.config)),
-            f"{self.generator_name}: validation at step {self.step}",
+        summary, examples = self.supervised(
+            lambda: self.get(
+                self.actors.generator.validate.remote(validation_sampling(self.config)),
+                f"{self.generator_name}: validation at step {self.step}",
+            ),
+            [self.generator_name],
         )
         self.log.log({"grpo_step": self.step} | summary | {"time_elapsed_s": self.elapsed()})
         self.log.log_rollouts(self.step, "eval", examples)
@@ -365,6 +414,8 @@ class Driver:
     def failure(self, err: Exception) -> ActorFailure:
         """Name what failed, save the last completed step if the learner can, and say how to continue."""
         doing, dead = self.doing, dead_actors(self.actors)
+        if isinstance(err, GetTimeoutError) and not dead:  # a learner silent past --ray-timeout-s is hung: lost
+            dead = self.supervisor.lost(err, self.actors.learner_names)
         if self.streaming is not None and not set(self.actors.learner_names) & set(dead):
             self.streaming.settle()
         what = (
@@ -388,7 +439,11 @@ class Driver:
                 f"the last checkpoint is step {step} in {folder}" if step is not None else "no checkpoint was written"
             )
         hint = f"; continue with --resume {folder}" if step is not None else ""
-        return ActorFailure(f"GRPO on Ray stopped: {what} while {doing} ({type(err).__name__}); {where}{hint}")
+        return ActorFailure(
+            f"GRPO on Ray stopped: {what} while {doing} ({type(err).__name__}); {where}{hint}",
+            dead,
+            self.supervisor.restarts,
+        )
 
 
 def train_grpo_ray(
@@ -414,18 +469,40 @@ def train_grpo_ray(
     check_model_source(config.model)  # a model the hub cannot give: one line now, not from a failed actor
     own_cluster = not ray.is_initialized()
     if own_cluster:
-        ray.init(address=config.ray_address, include_dashboard=False, logging_level=library_log_level())
+        connect(config.ray_address, library_log_level())
     try:
-        actors = start_actors(config, task, validation)
-        driver = None
-        try:
-            driver = Driver(config, actors, len(task.questions), resume)
-            write_run_settings(config)  # a resumed run: the resumable settings it changed
-            return driver.run(on_step)
-        finally:
-            actors.stop()
-            if driver is not None and driver.sync is not None:
-                driver.sync.close()
+        rows: list[dict] = []
+        restarts = 0
+        while True:
+            actors = start_actors(config, task, validation)
+            driver = None
+            try:
+                driver = Driver(config, actors, len(task.questions), resume, restarts)
+                write_run_settings(config)  # a resumed run: the resumable settings it changed
+                return rows + driver.run(on_step)
+            except ActorFailure as failure:
+                step = restartable(config, failure)
+                if step is None:
+                    raise
+                # the learner is gone: every actor starts again from its last checkpoint, as --resume would
+                rows += [row for row in driver.logged if row["grpo_step"] <= step] if driver is not None else []
+                restarts, resume = failure.restarts + 1, True
+                RunEvents(config.output_dir).log(
+                    "restarted", lost=failure.lost, from_step=step, restarts=restarts, error=str(failure)
+                )
+            finally:
+                actors.stop()
+                if driver is not None and driver.sync is not None:
+                    driver.sync.close()
     finally:
         if own_cluster:
             ray.shutdown()
+
+
+def restartable(config: RayGRPOConfig, failure: ActorFailure) -> int | None:
+    """The checkpoint step to start every actor again from, when the learner (or the colocated worker) was lost, the
+    run may still replace an actor (--actor-restarts) and a checkpoint exists; else None."""
+    learner_lost = any(name.startswith(("Learner", "ColocatedWorker")) for name in failure.lost)
+    if not learner_lost or failure.restarts >= config.actor_restarts:
+        return None
+    return complete_step(config.output_dir)

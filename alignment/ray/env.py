@@ -1,10 +1,6 @@
-"""Import Ray through here: under `uv run`, Ray would otherwise make every worker rebuild the virtual
-environment (and hang without network); the flag is read when Ray is first imported."""
+"""Import Ray through here: the package's __init__ has switched off uv run's runtime env (Ray reads the flag when
+it is first imported; see alignment/ray/__init__.py)."""
 
-import os
-
-os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-
-import ray  # noqa: E402
+import ray
 
 __all__ = ["ray"]

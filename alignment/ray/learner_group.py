@@ -89,13 +89,23 @@ class LearnerGroup:
 
     @classmethod
     def spawn(
-        cls, config: RayGRPOConfig, task: Task, device: str, cpus: float, gpus: float, threads: int
+        cls,
+        config: RayGRPOConfig,
+        task: Task,
+        device: str,
+        cpus: float,
+        gpus: float,
+        threads: int,
+        resources: dict[str, float] | None = None,
     ) -> "LearnerGroup":
-        """config.learner_processes actors, each holding `cpus` and `gpus`; call `start` once they answer."""
-        if config.learner_processes == 1:
-            return cls([spawn(Learner, cpus, gpus, config, task, device, threads)])
+        """config.learner_processes actors, each holding `cpus`, `gpus` and the custom node `resources`; call `start`
+        once they answer."""
+        kind = Learner if config.learner_processes == 1 else LearnerRank
         return cls(
-            [spawn(LearnerRank, cpus, gpus, config, task, device, threads) for _ in range(config.learner_processes)]
+            [
+                spawn(kind, cpus, gpus, config, task, device, threads, resources=resources)
+                for _ in range(config.learner_processes)
+            ]
         )
 
     @property

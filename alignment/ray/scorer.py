@@ -27,6 +27,12 @@ class Scorer:
     def ping(self) -> str:
         return self.name
 
+    def node(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        from alignment.ray.env import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def grade(self, questions: Sequence[int], texts: Sequence[tuple[int, str]] | Scored) -> Scored:
         """Scores of (prompt index, response) pairs; prompt index i asked questions[i]. Episodes of an environment
         come scored by it (the generator's Scored), and pass through."""

@@ -125,5 +125,8 @@ class WeightSync:
     def close(self) -> None:
         """Release the collective group it made (call after the actors are done; dead actors are skipped)."""
         if self.group is not None and self.own_group:
-            destroy_collective_group(self.group)
+            try:
+                destroy_collective_group(self.group)
+            except ValueError:  # Ray destroyed it already, after a transfer to an actor that died
+                pass
         self.group = None
