@@ -154,6 +154,11 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         "of the backward. The same update up to rounding under every loss, estimator, aggregation and correction here "
         "(each multiplies every token term by the row's weight; denominators count tokens, not gradients).",
     )
+    log_train_rollouts_every: int | None = setting(
+        None,
+        "Write every rollout of each Nth GRPO step (question, response, ground truth, rewards) to rollouts.jsonl as "
+        'kind "train", beside the validations\' examples (CS336 2026 suggests 40; off by default).',
+    )
     adam_beta1: float = setting(0.9, "AdamW beta1.")
     adam_beta2: float = setting(0.95, "AdamW beta2.")
     eval_max_tokens: int | None = setting(None, "Validation max tokens (default: --sampling-max-tokens).")
@@ -230,6 +235,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         "decode_sync_every",
         "skip_zero_advantage",
         "ignore_memory_plan",
+        "log_train_rollouts_every",
     }
     # A keyword run saved before --keyword-match existed matched whole words
     ADDED: ClassVar[dict[str, Any]] = TrainingSettings.ADDED | {"keyword_match": "word"}
@@ -299,6 +305,8 @@ def validate(config: GRPOConfig) -> None:
     ):
         if getattr(c, name) < 1:
             _fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(c, name)}")
+    if c.log_train_rollouts_every is not None and c.log_train_rollouts_every < 1:
+        _fail(f"--log-train-rollouts-every must be >= 1, got {c.log_train_rollouts_every}")
     if c.torch_threads is not None and c.torch_threads < 1:
         _fail(f"--torch-threads must be >= 1, got {c.torch_threads}")
     if c.time_budget is not None:
