@@ -9,6 +9,7 @@ from alignment.masked import masked_mean
 from alignment.rollout_correction import RolloutCorrection, rollout_correction_weights
 
 LossAggregation = Literal["sequence_mean", "token_mean", "constant"]
+LossNormalization = Literal["sequence", "constant"]  # the 2026 CS336 handout's names of two of them
 
 
 def aggregate_token_loss(
@@ -40,6 +41,28 @@ def aggregate_token_loss(
             raise ValueError(f"loss aggregation constant needs a constant > 0, got {constant}")
         return summed.sum() / constant / max(batch_rows, 1)
     raise ValueError(f"unknown loss aggregation {aggregation!r}; expected sequence_mean, token_mean or constant")
+
+
+def aggregate_loss_across_microbatch(
+    per_token_policy_gradient_loss: torch.Tensor,
+    mask: torch.Tensor,
+    loss_normalization: LossNormalization = "sequence",
+    normalization_constant: float | None = None,
+) -> torch.Tensor:
+    """The 2026 handout's aggregation of one (micro)batch (batch, seq) under `mask` (batch, seq) -> () tensor:
+
+    - sequence: each row's mean over its masked tokens, then the mean over rows (`aggregate_token_loss`'s
+      sequence_mean with the rows given as the batch's)
+    - constant: the sum over every masked token / `normalization_constant` Z (Dr. GRPO's Z = B x G x L, the whole
+      step's divisor: `aggregate_token_loss`'s constant with Z as its constant and one row).
+    """
+    if loss_normalization == "sequence":
+        return aggregate_token_loss(per_token_policy_gradient_loss, mask, "sequence_mean", mask.shape[0], 0)
+    if loss_normalization == "constant":
+        if normalization_constant is None:
+            raise ValueError("loss_normalization='constant' requires normalization_constant")
+        return aggregate_token_loss(per_token_policy_gradient_loss, mask, "constant", 1, 0, normalization_constant)
+    raise ValueError(f"unknown loss_normalization {loss_normalization!r}; expected sequence or constant")
 
 
 def grpo_microbatch_train_step(

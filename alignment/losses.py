@@ -6,6 +6,10 @@ summed into one number is the train step's `loss_aggregation` (alignment/grpo_st
 
 Clip ranges are asymmetric where a loss clips (DAPO's clip-higher): the ratio is kept in
 [1 - clip_low, 1 + clip_high], clip_high defaulting to clip_low.
+
+Two faces, one set of losses: the 2025 handouts name a loss by `loss_type` (`compute_policy_gradient_loss`), the
+2026 CS336 handout by its importance reweighting (`reweighted_policy_gradient_loss`: none, noclip, grpo, gspo),
+which maps onto the same losses.
 """
 
 from typing import Literal
@@ -151,3 +155,60 @@ def compute_policy_gradient_loss(
         _require("response_mask", response_mask, loss_type)
         return compute_gspo_loss(advantages, policy_log_probs, old_log_probs, response_mask, cliprange, high)
     return compute_cispo_loss(advantages, policy_log_probs, old_log_probs, cliprange, high)
+
+
+ImportanceReweighting = Literal["none", "noclip", "grpo", "gspo"]
+IMPORTANCE_REWEIGHTINGS: tuple[str, ...] = ("none", "noclip", "grpo", "gspo")
+# The 2026 handout's importance reweighting methods as the loss types above
+LOSS_TYPE_OF_REWEIGHTING: dict[str, LossType] = {
+    "none": "reinforce_with_baseline",
+    "noclip": "grpo_no_clip",
+    "grpo": "grpo_clip",
+    "gspo": "gspo",
+}
+
+
+def reweighted_policy_gradient_loss(
+    raw_rewards_or_advantages: torch.Tensor,
+    policy_log_probs: torch.Tensor,
+    importance_reweighting_method: ImportanceReweighting = "none",
+    old_log_probs: torch.Tensor | None = None,
+    cliprange: float | None = None,
+    response_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The 2026 handout's per-token policy-gradient loss, named by its importance reweighting (the loss types of
+    `LOSS_TYPE_OF_REWEIGHTING`): none: -A log pi; noclip: -w A per token, w = pi / pi_old; grpo: PPO's clipped
+    -min(w A, clip(w, 1 - eps, 1 + eps) A); gspo: the same on the sequence's geometric-mean ratio
+    s = exp(mean_t log w) over `response_mask`'s tokens (in log space).
+
+    raw_rewards_or_advantages: (batch,) or (batch, 1); policy_log_probs, old_log_probs, response_mask:
+    (batch, seq). Returns the per-token loss (batch, seq) and metadata: `clipped` (batch, seq) bool and
+    `clip_fraction`, its mean over response tokens (over every position without `response_mask`); both all-False /
+    0 for none and noclip.
+    """
+    if importance_reweighting_method not in LOSS_TYPE_OF_REWEIGHTING:
+        raise ValueError(
+            f"unknown importance_reweighting_method {importance_reweighting_method!r}; expected one of "
+            f"{', '.join(IMPORTANCE_REWEIGHTINGS)}"
+        )
+    needs = {
+        "old_log_probs": (old_log_probs, importance_reweighting_method != "none"),
+        "cliprange": (cliprange, importance_reweighting_method in ("grpo", "gspo")),
+        "response_mask": (response_mask, importance_reweighting_method == "gspo"),
+    }
+    for name, (value, needed) in needs.items():
+        if needed and value is None:
+            raise ValueError(f"importance_reweighting_method={importance_reweighting_method!r} requires {name}")
+    weights = raw_rewards_or_advantages.reshape(-1, 1)
+    loss, metadata = compute_policy_gradient_loss(
+        policy_log_probs,
+        LOSS_TYPE_OF_REWEIGHTING[importance_reweighting_method],
+        advantages=weights,
+        old_log_probs=old_log_probs,
+        cliprange=cliprange,
+        response_mask=response_mask,
+    )
+    clipped = metadata.get("clipped", torch.zeros_like(loss, dtype=torch.bool))
+    mask = torch.ones_like(clipped) if response_mask is None else response_mask.bool()
+    fraction = (clipped & mask).sum() / mask.sum().clamp(min=1)
+    return loss, metadata | {"clipped": clipped, "clip_fraction": fraction.to(loss.dtype)}

@@ -9,12 +9,16 @@ from alignment.masked import masked_normalize
 
 
 def tokenize_prompt_and_output(
-    prompt_strs: Sequence[str], output_strs: Sequence[str], tokenizer: PreTrainedTokenizerBase
+    prompt_strs: Sequence[str],
+    output_strs: Sequence[str],
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_special_tokens: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Tokenize each prompt and output separately, concatenate, and right-pad with the pad id.
 
-    Prompts get the tokenizer's usual special tokens (a BOS where the model expects one); outputs get none,
-    so nothing is inserted between prompt and output. With L the longest prompt+output length::
+    Prompts get the tokenizer's usual special tokens (a BOS where the model expects one) unless
+    `prompt_special_tokens` is False (the 2026 CS336 handout: none at all); outputs get none, so nothing is inserted
+    between prompt and output. With L the longest prompt+output length::
 
       input_ids     (batch, L - 1): full[:, :-1]
       labels        (batch, L - 1): full[:, 1:]
@@ -24,7 +28,7 @@ def tokenize_prompt_and_output(
         raise ValueError(f"got {len(prompt_strs)} prompts but {len(output_strs)} outputs")
     if tokenizer.pad_token_id is None:
         raise ValueError("tokenizer has no pad_token_id; set tokenizer.pad_token (e.g. to the EOS token)")
-    prompts = tokenizer(list(prompt_strs))["input_ids"]
+    prompts = tokenizer(list(prompt_strs), add_special_tokens=prompt_special_tokens)["input_ids"]
     outputs = tokenizer(list(output_strs), add_special_tokens=False)["input_ids"]
     max_len = max(len(p) + len(o) for p, o in zip(prompts, outputs))
     full = torch.full((len(prompts), max_len), tokenizer.pad_token_id, dtype=torch.long)

@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from alignment.advantages import AdvantageEstimator
+from alignment.advantages import AdvantageEstimator, AdvantageNormalizer, Baseline
 from alignment.config.settings import check_choices, override, setting
 from alignment.data.keywords import KeywordMatch
 from alignment.grpo.environments import ENVIRONMENTS, env_spec
@@ -99,7 +99,20 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         "group_norm: (r - group mean) / group std (GRPO); rloo: r minus the mean of the group's other samples (RLOO); "
         "reinforce_pp: r - group mean, then normalized across the batch (REINFORCE++-baseline).",
     )
-    use_std_normalization: bool = setting(True, "group_norm: divide advantages by the group std (off: Dr. GRPO).")
+    use_std_normalization: bool = setting(
+        True, "group_norm: divide advantages by the group std (off: Dr. GRPO); --advantage-normalizer says more."
+    )
+    baseline: Baseline = setting(
+        "mean",
+        "group_norm: what is subtracted from each reward before normalizing: mean: its group's mean (GRPO); none: "
+        "nothing (CS336 2026's RFT, with --advantage-normalizer none: wrong answers weigh 0).",
+    )
+    advantage_normalizer: AdvantageNormalizer | None = setting(
+        None,
+        "group_norm: what the centred rewards are divided by: std: the group std + --advantage-eps (GRPO); none: "
+        "nothing (Dr. GRPO, RFT); mean: the group mean + --advantage-eps (MaxRL). Default: std, or none with "
+        "--no-use-std-normalization.",
+    )
     cliprange: float = setting(
         0.2, "Clip epsilon of grpo_clip, gspo and cispo: the ratio stays in [1 - low, 1 + high], both this by default."
     )
@@ -272,6 +285,13 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         return self.loss_type in RATIO_LOSSES
 
     @property
+    def normalizer(self) -> AdvantageNormalizer:
+        """--advantage-normalizer, or what --use-std-normalization says when it is not given."""
+        if self.advantage_normalizer is not None:
+            return self.advantage_normalizer
+        return "std" if self.use_std_normalization else "none"
+
+    @property
     def clip_low(self) -> float:
         return self.cliprange if self.cliprange_low is None else self.cliprange_low
 
@@ -413,6 +433,28 @@ def validate_objective(c: GRPOConfig) -> None:
         _fail(
             f"--rollout-correction {c.rollout_correction} keeps ratios in [1/C, C]: --tis-cap must be > 1, got "
             f"{c.tis_cap}"
+        )
+    if not c.use_std_normalization and c.advantage_normalizer not in (None, "none"):
+        _fail(
+            f"--advantage-normalizer {c.advantage_normalizer} contradicts --no-use-std-normalization (which is "
+            "--advantage-normalizer none); give one of them"
+        )
+    if c.advantage_estimator != "group_norm" and (c.baseline != "mean" or c.advantage_normalizer is not None):
+        _fail(
+            f"--baseline and --advantage-normalizer shape group_norm's advantages; --advantage-estimator "
+            f"{c.advantage_estimator} has its own baseline and scale"
+        )
+    if c.loss_type == "no_baseline" and (c.baseline != "mean" or c.advantage_normalizer is not None):
+        _fail(
+            "--loss-type no_baseline weighs tokens by the raw reward, so --baseline and --advantage-normalizer would "
+            "do nothing; use --loss-type reinforce_with_baseline with them (--baseline none --advantage-normalizer "
+            "none is RFT)"
+        )
+    if c.turn_rewards and (c.baseline != "mean" or c.normalizer == "mean"):
+        _fail(
+            f"--turn-rewards centres each turn's return on its group's mean episode return: it needs --baseline mean "
+            f"and --advantage-normalizer std or none (got --baseline {c.baseline}, --advantage-normalizer "
+            f"{c.normalizer})"
         )
     if c.advantage_estimator == "rloo" and c.group_size < 2:
         _fail(f"--advantage-estimator rloo needs --group-size >= 2 (the others of a group), got {c.group_size}")

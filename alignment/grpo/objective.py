@@ -27,7 +27,13 @@ from typing import Literal
 
 import torch
 
-from alignment.advantages import AdvantageEstimator, estimate_advantages, overlong_penalty
+from alignment.advantages import (
+    AdvantageEstimator,
+    AdvantageNormalizer,
+    Baseline,
+    estimate_advantages,
+    overlong_penalty,
+)
 from alignment.distillation import distillation_advantages
 from alignment.grpo.batch import RolloutBatch
 from alignment.grpo.config import GRPOConfig
@@ -49,7 +55,8 @@ class Objective:
     constant: float | None  # the constant aggregation's divisor; None for the others
     estimator: AdvantageEstimator
     advantage_eps: float
-    use_std_normalization: bool
+    baseline: Baseline
+    advantage_normalizer: AdvantageNormalizer
     group_size: int
     correction: RolloutCorrection
     correction_cap: float | None  # None: no rollout correction
@@ -72,7 +79,8 @@ class Objective:
             constant=(c.normalize_constant or c.sampling_max_tokens) if c.loss_aggregation == "constant" else None,
             estimator=c.advantage_estimator,
             advantage_eps=c.advantage_eps,
-            use_std_normalization=c.use_std_normalization,
+            baseline=c.baseline,
+            advantage_normalizer=c.normalizer,
             group_size=c.group_size,
             correction=c.rollout_correction,
             correction_cap=cap,
@@ -117,12 +125,17 @@ class Objective:
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """(n,) -> (n,) by the advantage estimator, over groups of `group_size` consecutive rewards."""
         return estimate_advantages(
-            rewards, self.group_size, self.estimator, self.advantage_eps, self.use_std_normalization
+            rewards,
+            self.group_size,
+            self.estimator,
+            self.advantage_eps,
+            baseline=self.baseline,
+            advantage_normalizer=self.advantage_normalizer,
         )
 
     def turn_advantages(self, returns: Sequence[torch.Tensor], lengths: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """Per-token advantages of multi-turn episodes (--turn-rewards): each turn's tokens get (its return - the
-        group's mean episode return) / the group's std (std division as --use-std-normalization says).
+        group's mean episode return) / the group's std (std division as --advantage-normalizer says: std or none).
 
         returns[i]: (turns,) episode i's return from each turn (its first: the episode's return); lengths[i]: the
         tokens each turn spans (its model turn and the observation after it), in order.
@@ -132,7 +145,7 @@ class Objective:
         out = []
         for i, (r, spans) in enumerate(zip(returns, lengths)):
             centred = r - mean[i // self.group_size]
-            if self.use_std_normalization:
+            if self.advantage_normalizer == "std":
                 centred = centred / (std[i // self.group_size] + self.advantage_eps)
             out.append(torch.repeat_interleave(centred, torch.tensor(spans)))
         return out
