@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from alignment.advantages import AdvantageEstimator, AdvantageNormalizer, Baseline
+from alignment.advantages import AdvantageEstimator, AdvantageNormalizer, Baseline, advantage_estimator_names
 from alignment.config.settings import check_choices, override, setting
 from alignment.data.keywords import KeywordMatch
 from alignment.grpo.environments import ENVIRONMENTS, env_spec
@@ -97,7 +97,9 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
     advantage_estimator: AdvantageEstimator = setting(
         "group_norm",
         "group_norm: (r - group mean) / group std (GRPO); rloo: r minus the mean of the group's other samples (RLOO); "
-        "reinforce_pp: r - group mean, then normalized across the batch (REINFORCE++-baseline).",
+        "reinforce_pp: r - group mean, then normalized across the batch (REINFORCE++-baseline); sqrt_mean: r - group "
+        "mean over sqrt(group mean + eps) (an example); or any estimator registered by name "
+        "(register_advantage_estimator, alignment/advantages.py).",
     )
     use_std_normalization: bool = setting(
         True, "group_norm: divide advantages by the group std (off: Dr. GRPO); --advantage-normalizer says more."
@@ -438,6 +440,11 @@ def validate_objective(c: GRPOConfig) -> None:
         _fail(
             f"--advantage-normalizer {c.advantage_normalizer} contradicts --no-use-std-normalization (which is "
             "--advantage-normalizer none); give one of them"
+        )
+    if c.advantage_estimator not in advantage_estimator_names():
+        _fail(
+            f"--advantage-estimator {c.advantage_estimator!r} is not one of {', '.join(advantage_estimator_names())} "
+            "(a new one is a function registered by name: register_advantage_estimator in alignment/advantages.py)"
         )
     if c.advantage_estimator != "group_norm" and (c.baseline != "mean" or c.advantage_normalizer is not None):
         _fail(

@@ -1,0 +1,182 @@
+"""The CS336 2026 on-policy variants side by side at laptop size, and RFT's pruning speed-up: what
+docs/benchmarks/cs336_2026_variants.md reports.
+
+    uv run python bench/cs336_2026_variants.py sweep     # 5 arms x 4 seeds (configs/experiments/cpu/...)
+    uv run python bench/cs336_2026_variants.py pruning   # grpo_train_step on one RFT batch, pruned vs unpruned
+    uv run python bench/cs336_2026_variants.py report    # the page's tables, and its figures into docs/figures/
+
+`sweep` runs scripts/sweep.py on configs/experiments/cpu/cs336_2026_variants_cpu.toml seed by seed (--seeds 0, then
+0,1, then 0,1,2,3: finished runs are skipped), so that a sweep cut short has every arm at the same seeds. `pruning`
+samples one batch of keyword rollouts from SmolLM2-135M, grades it, and times `grpo_train_step` with RFT's settings
+(baseline none, normalizer none, constant normalization) with and without `skip_zero_advantage`, alternating, after
+checking that both give the same gradient step. `report` prints each arm's final validation reward over its seeds
+(mean, std, min, max, 95% band), its wall time per run and its seconds per step by phase, from the sweep's folders.
+"""
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = ROOT / "configs" / "experiments" / "cpu" / "cs336_2026_variants_cpu.toml"
+FIGURES = ROOT / "docs" / "figures" / "cs336_2026_variants"
+SEED_STAGES = ("0", "0,1", "0,1,2,3")
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def sweep_dir(output_root: Path) -> Path:
+    return output_root / "cpu" / PRESET.stem
+
+
+@app.command()
+def sweep(output_root: Path = typer.Option(Path("outputs/bench"), help="Where the sweep's runs go.")) -> None:
+    """Every arm at seed 0, then at seed 1, then at seeds 2 and 3."""
+    for seeds in SEED_STAGES:
+        started = time.perf_counter()
+        command = [sys.executable, str(ROOT / "scripts" / "sweep.py"), str(PRESET), "--seeds", seeds]
+        subprocess.run(command + ["--output-root", str(output_root)], check=True)
+        typer.echo(f"seeds {seeds}: {time.perf_counter() - started:.0f} s")
+
+
+@app.command()
+def pruning(
+    prompts: int = typer.Option(8, help="Keyword prompts in the batch."),
+    group_size: int = typer.Option(4, help="Rollouts per prompt."),
+    max_tokens: int = typer.Option(16, help="Tokens per rollout."),
+    microbatch: int = typer.Option(4, help="Rows per accumulation step (the pruned step keeps it)."),
+    repeats: int = typer.Option(3, help="Timed steps of each kind, alternating."),
+) -> None:
+    """RFT's step on one batch: every row through the model vs only the rows with a non-zero advantage."""
+    from alignment.data.keywords import keyword_reward, keyword_tasks  # noqa: F401  (the demo's task)
+    from alignment.grpo_train_step import grpo_train_step
+    from alignment.models.loading import load_model_and_tokenizer
+
+    torch.manual_seed(0)
+    model, tokenizer = load_model_and_tokenizer("smollm2-135m", "cpu", torch.float32)
+    batch = keyword_batch(model, tokenizer, prompts, group_size, max_tokens)
+    rewards = [batch["reward_fn"](r, t)["reward"] for r, t in zip(batch["responses"], batch["truths"])]
+    kept = sum(1 for r in rewards if r != 0)
+    typer.echo(f"{len(rewards)} rollouts, {kept} correct (RFT passes only these through the model)")
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def step(skip: bool) -> tuple[float, dict]:
+        model.load_state_dict(initial)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0)
+        started = time.perf_counter()
+        _, metadata = grpo_train_step(
+            model,
+            tokenizer,
+            optimizer,
+            len(rewards) // microbatch,
+            1.0,
+            batch["reward_fn"],
+            batch["prompts"],
+            batch["responses"],
+            batch["truths"],
+            group_size,
+            baseline="none",
+            advantage_normalizer="none",
+            loss_normalization="constant",
+            normalization_constant=len(rewards) * max_tokens,
+            skip_zero_advantage=skip,
+        )
+        return time.perf_counter() - started, metadata | {"after": model.state_dict()["lm_head.weight"].clone()}
+
+    times: dict[bool, list[float]] = {True: [], False: []}
+    results = {}
+    for _ in range(repeats):
+        for skip in (False, True):
+            seconds, results[skip] = step(skip)
+            times[skip].append(seconds)
+    same = torch.allclose(results[True]["after"], results[False]["after"], atol=1e-6)
+    unpruned, pruned = statistics.median(times[False]), statistics.median(times[True])
+    typer.echo(
+        json.dumps(
+            {
+                "rollouts": len(rewards),
+                "rows_in_backward": results[True]["rows_in_backward"],
+                "microbatches": [results[False]["microbatches"], results[True]["microbatches"]],
+                "unpruned_s": [round(t, 2) for t in times[False]],
+                "pruned_s": [round(t, 2) for t in times[True]],
+                "speed_up": round(unpruned / pruned, 2),
+                "same_update": same,
+            }
+        )
+    )
+
+
+def keyword_batch(model, tokenizer, prompts: int, group_size: int, max_tokens: int) -> dict:
+    """One step's rollouts of the keyword demo's task, sampled from the model itself."""
+    from alignment.config.settings import load_settings  # noqa: F401
+    from alignment.grpo.config import GRPOConfig
+    from alignment.grpo_run import keyword_run_tasks
+    from alignment.prompts import chat_template, format_prompt
+    from alignment.rollout.hf_engine import HFRolloutEngine
+    from alignment.rollout.interface import SamplingConfig
+
+    config = GRPOConfig(model="smollm2-135m", task="keywords", keywords_file=Path("data/keywords/stand_in.txt"))
+    task, _ = keyword_run_tasks(config, chat_template(tokenizer))
+    texts = [format_prompt(task.template, q) for q in task.questions[:prompts]]
+    engine = HFRolloutEngine(model, tokenizer)
+    rollouts = engine.generate(texts, group_size, SamplingConfig(temperature=1.0, max_tokens=max_tokens, seed=0))
+    return {
+        "prompts": [texts[r.prompt_index] for r in rollouts],
+        "responses": [r.text for r in rollouts],
+        "truths": [task.truths[r.prompt_index] for r in rollouts],
+        "reward_fn": task.reward_fn,
+    }
+
+
+@app.command()
+def report(output_root: Path = typer.Option(Path("outputs/bench"), help="Where the sweep's runs went.")) -> None:
+    """Per arm: final validation reward over its seeds, wall time per run, seconds per step by phase; figures
+    copied into docs/figures/cs336_2026_variants/."""
+    from alignment.experiments.plotting import time_per_step
+    from alignment.experiments.run_table import final_rewards
+    from alignment.experiments.seeds import spread
+    from alignment.experiments.sweep import load_preset, read_metrics
+
+    root = sweep_dir(output_root)
+    preset = load_preset(PRESET)
+    lines = [
+        "| arm | seeds | final held-out reward: mean | std | min | max | 95% band | wall time per run (s) | "
+        "rollout s/step | train s/step | rows through the model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in preset.arms:
+        rows = [read_metrics(root / r.label) for r in preset.runs if r.arm == arm]
+        rows = [r for r in rows if final_rewards(r) is not None and final_rewards(r)["step"] > 0]
+        if not rows:
+            lines.append(f"| {arm} | 0 | not run | | | | | | | | |")
+            continue
+        finals = spread([final_rewards(r)["final"] for r in rows])
+        wall = statistics.fmean(final_rewards(r)["time_s"] for r in rows)
+        steps = [time_per_step(r) for r in rows]
+        rollout = statistics.fmean(s["rollout"] for s in steps)
+        train = statistics.fmean(s["train"] for s in steps)
+        kept = [row["rows_in_backward"] for r in rows for row in r if "rows_in_backward" in row]
+        through = f"{statistics.fmean(kept):.2f}" if kept else "-"
+        band = "-" if finals.n < 2 else f"{finals.low:.3f} to {finals.high:.3f}"
+        std = "-" if finals.n < 2 else f"{finals.std:.3f}"
+        lines.append(
+            f"| {arm} | {finals.n} | {finals.mean:.3f} | {std} | {finals.min:.3f} | {finals.max:.3f} | {band} | "
+            f"{wall:.0f} | {rollout:.1f} | {train:.1f} | {through} |"
+        )
+    typer.echo("\n".join(lines))
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    for name in ("eval_reward_vs_step.png", "eval_reward_vs_time.png", "train_reward.png", "response_length.png"):
+        if (root / "plots" / name).is_file():
+            shutil.copy(root / "plots" / name, FIGURES / name)
+            typer.echo(f"copied {FIGURES / name}")
+
+
+if __name__ == "__main__":
+    app()
