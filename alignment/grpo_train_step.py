@@ -95,15 +95,17 @@ def grpo_train_step(
             f"loss_normalization='constant' requires normalization_constant > 0, got {normalization_constant}"
         )
     raw_rewards, reward_metadata = compute_rollout_rewards(reward_fn, rollout_responses, repeated_ground_truths)
-    advantages = group_advantages(raw_rewards, group_size, baseline, advantage_eps, advantage_normalizer)
+    parameter = next(model.parameters())
+    device, dtype = parameter.device, parameter.dtype if parameter.is_floating_point() else torch.float32
+    # float64 for a float64 model (exact comparisons), else float32 whatever the model computes in
+    precision = torch.float64 if dtype == torch.float64 else torch.float32
+    advantages = group_advantages(raw_rewards.to(precision), group_size, baseline, advantage_eps, advantage_normalizer)
     batch = tokenize_prompt_and_output(repeated_prompts, rollout_responses, tokenizer, prompt_special_tokens=False)
     if old_log_probs is not None and old_log_probs.shape != batch["labels"].shape:
         raise ValueError(
             f"old_log_probs has shape {tuple(old_log_probs.shape)}; the tokenized batch's is "
             f"{tuple(batch['labels'].shape)}"
         )
-    parameter = next(model.parameters())
-    device, dtype = parameter.device, parameter.dtype if parameter.is_floating_point() else torch.float32
     kept = (
         rows_needing_backward(advantages, None) if skip_zero_advantage else torch.ones(n, dtype=torch.bool)
     ).nonzero()[:, 0]

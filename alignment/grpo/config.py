@@ -92,7 +92,8 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
     loss_type: LossType = setting(
         "reinforce_with_baseline",
         "Policy-gradient loss (alignment/losses.py): gspo clips the sequence ratio exp(mean token log-ratio) (GSPO); "
-        "cispo weights log pi by the clipped, gradient-stopped ratio (MiniMax-M1).",
+        "cispo weights log pi by the clipped, gradient-stopped ratio (MiniMax-M1). CS336 2026's importance "
+        "reweighting none / noclip / grpo / gspo is reinforce_with_baseline / grpo_no_clip / grpo_clip / gspo.",
     )
     advantage_estimator: AdvantageEstimator = setting(
         "group_norm",
