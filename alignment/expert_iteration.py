@@ -114,6 +114,7 @@ def _expert_iteration(config: EIConfig, resume: bool, group: ShardGroup | None) 
         config.n_eval_examples,
         config.allow_validation_overlap,
         allow_evaluation_split=config.train_on_evaluation_split,
+        n_train=config.n_train_examples,
     )
     for note in data.notes:
         tqdm.write(note)

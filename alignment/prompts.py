@@ -1,26 +1,41 @@
 """Prompt templates (files in the top-level prompts/ folder, or any template file) and the kind each is: the kind
 picks the reward function (alignment/grader.py) and the stop strings.
 
-A name is its own kind: `r1_zero` (reward `r1_zero_reward_fn`, generation stops at `</answer>`) or `question_only`
-(reward `question_only_reward_fn`, the last \\boxed{}; no stop string: the response ends at EOS). A template file is
-r1_zero-style when it asks for `<answer>` tags, and question_only-style otherwise; so PKU's `data/r1_zero.prompt` and
-`data/question_only.prompt` (the same texts as ours) behave as the names do.
+The two kinds: `r1_zero` (reward `r1_zero_reward_fn`, generation stops at `</answer>`, kept in the output) and
+`question_only` (reward `question_only_reward_fn`, the last \\boxed{}; no stop string: the response ends at EOS). Each
+shipped name has its kind (`PROMPT_KINDS`):
+
+    r1_zero                   the DeepSeek R1-Zero prompt (CS336 A5 2025 and 2026, UW, PKU)
+    r1_zero_three_shot_gsm8k  r1_zero with three worked GSM8K training problems before the question (CS336 2026's
+                              few-shot baseline; the worked reasoning is this project's)
+    question_only             the bare question (the handouts' text)
+    question_only_boxed       the question and a request to box the final answer, as the 2026 course repository's
+                              question_only file asks (in this project's words)
+
+A template file is r1_zero-style when it asks for `<answer>` tags, and question_only-style otherwise; so PKU's
+`data/r1_zero.prompt` and `data/question_only.prompt` (the same texts as ours) behave as the names do.
 """
 
 from pathlib import Path
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
-PROMPT_NAMES = ("r1_zero", "question_only")
+PROMPT_KINDS = {
+    "r1_zero": "r1_zero",
+    "question_only": "question_only",
+    "r1_zero_three_shot_gsm8k": "r1_zero",
+    "question_only_boxed": "question_only",
+}
+PROMPT_NAMES = tuple(PROMPT_KINDS)
 Prompt = str  # one of PROMPT_NAMES or the path of a template file
 STOP_STRINGS = {"r1_zero": ("</answer>",), "question_only": ()}
 PROMPT_HELP = (
-    "Prompt template: r1_zero, question_only, or a template file with {question} (one asking for <answer> tags "
-    "is graded and stopped as r1_zero, any other as question_only)."
+    f"Prompt template: {', '.join(PROMPT_NAMES)} (prompts/), or a template file with {{question}} (one asking for "
+    "<answer> tags is graded and stopped as r1_zero, any other as question_only)."
 )
 
 
 def load_prompt(name_or_path: str) -> str:
-    """A template by name (`r1_zero`, `question_only`) or from a file; it must contain `{question}`."""
+    """A template by name (PROMPT_NAMES) or from a file; it must contain `{question}`."""
     path = Path(name_or_path)
     if not path.is_file():
         if name_or_path not in PROMPT_NAMES:
@@ -45,7 +60,7 @@ def check_prompt(name_or_path: str) -> None:
 def prompt_kind(name_or_path: str) -> str:
     """`r1_zero` or `question_only`: the reward function and stop strings a prompt brings (see the module docstring)."""
     if name_or_path in PROMPT_NAMES and not Path(name_or_path).is_file():
-        return name_or_path
+        return PROMPT_KINDS[name_or_path]
     return "r1_zero" if "<answer>" in load_prompt(name_or_path) else "question_only"
 
 

@@ -10,6 +10,7 @@ import torch
 from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
+    Olmo2Config,
     PreTrainedTokenizerBase,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -53,7 +54,8 @@ def tokenizer() -> PreTrainedTokenizerBase:
 
 
 def tiny_config(kind: str, vocab_size: int, pad_token_id: int | None = None, **overrides):
-    """A 2-layer config of `kind` (llama, qwen2 or qwen3) with hidden size 64 and 4 heads; `overrides` over it."""
+    """A 2-layer config of `kind` (llama, qwen2, qwen3 or olmo2) with hidden size 64 and 4 heads; `overrides` over
+    it."""
     common = dict(
         vocab_size=vocab_size,
         hidden_size=64,
@@ -65,7 +67,8 @@ def tiny_config(kind: str, vocab_size: int, pad_token_id: int | None = None, **o
         pad_token_id=pad_token_id,
         tie_word_embeddings=True,
     )
-    return {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}[kind](**(common | overrides))
+    kinds = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config, "olmo2": Olmo2Config}
+    return kinds[kind](**(common | overrides))
 
 
 @pytest.fixture(scope="session", params=["llama", "qwen2"])

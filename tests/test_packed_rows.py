@@ -79,11 +79,12 @@ def padded_reference(model, b: dict[str, torch.Tensor], left_padded: bool) -> tu
 
 
 def models() -> list[tuple[str, torch.nn.Module]]:
-    from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
+    from transformers import LlamaForCausalLM, Olmo2ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 
     torch.manual_seed(2)
     out = []
-    for kind, cls in (("llama", LlamaForCausalLM), ("qwen2", Qwen2ForCausalLM), ("qwen3", Qwen3ForCausalLM)):
+    kinds = (("llama", LlamaForCausalLM), ("qwen2", Qwen2ForCausalLM), ("qwen3", Qwen3ForCausalLM))
+    for kind, cls in (*kinds, ("olmo2", Olmo2ForCausalLM)):
         model = cls(tiny_config(kind, VOCAB, 0)).double()
         assert use_packed_attention(model) and model.config._attn_implementation == NAME
         out.append((kind, model))

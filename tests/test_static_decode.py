@@ -264,7 +264,7 @@ def test_the_rule_that_picks_the_decode_path():
 
 def test_models_the_static_step_does_not_cover_say_why(tokenizer):
     assert static_support(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2))) == (
-        "model type 'gpt2' (the static path serves llama, qwen2, qwen3)"
+        "model type 'gpt2' (the static path serves llama, qwen2, qwen3, olmo2)"
     )
     sliding = tiny_config("qwen2", len(tokenizer), use_sliding_window=True, sliding_window=8, max_window_layers=1)
     from transformers import Qwen2ForCausalLM

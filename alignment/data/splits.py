@@ -3,7 +3,14 @@ slice when a source's one split is a training split, and the checks that keep ev
 
     data = run_data("math", "train", None, n_validation=1024)   # MATH's 7,500 train, 1,024 of its 5,000 test
     data = run_data("competition_math", "train", None, 1024)      # one split: 1,250 held out, 11,250 trained on
+    data = run_data("gsm8k", "train", None, 1024, n_train=6400)   # CS336 2026: 6,400 of 7,473 train, 1,024 of 1,319
     for line in data.notes: print(line)
+
+A subset of N questions (the validation set's --n-eval-examples, the training set's --n-train-examples) is always
+`spread_subset`'s: Python's random.Random(0).sample of N of the source's indices, kept in file order. So the CS336
+2026 handout's 6,400 training and 1,024 validation questions are those of data/gsm8k/train.jsonl (7,473) and
+data/gsm8k/test.jsonl (1,319) at the indices random.Random(0).sample(range(7473), 6400) and
+random.Random(0).sample(range(1319), 1024), sorted: the same questions on every machine and in every run.
 
 A split named test or validation (a .jsonl file so named too) is an evaluation set: evaluated whole, and trained on
 only when asked (--train-on-evaluation-split), so that MATH-500 or GSM8K's test split is never cut or learned by
@@ -19,6 +26,7 @@ from pathlib import Path
 
 from alignment.data.math_datasets import (
     HUB_DATASETS,
+    SUBSET_SEED,
     DatasetKind,
     MathExample,
     dataset_splits,
@@ -139,8 +147,10 @@ def run_data(
     allow_overlap: bool = False,
     kind: DatasetKind | None = None,
     allow_evaluation_split: bool = False,
+    n_train: int | None = None,
 ) -> RunData:
-    """Training examples from `dataset` and `n_validation` validation examples (None: all) that are not trained on.
+    """Training examples from `dataset` (`n_train` of them, None: all) and `n_validation` validation examples (None:
+    all) that are not trained on.
 
     Validation comes from `validation_dataset` when given (what evaluating it means: evaluation_examples), else
     from `dataset`'s evaluation split when it is not the training split, else from a held-out tenth of the
@@ -172,6 +182,12 @@ def run_data(
             f"{where} has no separate validation split: {size} of its {size + len(train)} questions held "
             f"out (a tenth, fixed seed), {len(train)} trained on"
         )
+    if n_train is not None:
+        if n_train < 1:
+            raise ValueError(f"--n-train-examples must be >= 1, got {n_train}")
+        if n_train < len(train):
+            notes.append(f"--n-train-examples {n_train}: {n_train} of the {len(train)} questions (seed {SUBSET_SEED})")
+        train = spread_subset(train, n_train)
     notes.insert(
         0, f"training on {len(train)} questions of {where}; validating on {len(validation)} of {validation_name}"
     )

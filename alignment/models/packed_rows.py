@@ -13,8 +13,8 @@ restart at 0 for each row, and attention runs per row with no mask at all:
   heads, since it takes no grouped heads and the math kernel would keep every attention matrix).
 
 Either is exact attention over each row alone, so log-probs and gradients equal the padded forward's (tested in
-float64). Our TransformerLM takes `Segments` in place of a mask; a transformers Llama / Qwen2 / Qwen3 takes them
-through its attention function (`use_packed_attention`, at loading, switches an sdpa model to `sdpa_packed`, which
+float64). Our TransformerLM takes `Segments` in place of a mask; a transformers Llama / Qwen2 / Qwen3 / OLMo 2 takes
+them through its attention function (`use_packed_attention`, at loading, switches an sdpa model to `sdpa_packed`, which
 computes every call without segments exactly as before: sdpa, or sdpa_gqa on the CPU), with a padding mask of ones
 so that transformers builds no mask.
 """
@@ -31,7 +31,8 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "sdpa_packed"  # the transformers attention implementation that takes segments
 SEGMENTS = "packed_segments"  # the keyword the segments travel under, through the model to each attention call
-PACKABLE = ("llama", "qwen2", "qwen3")  # transformers architectures whose attention calls receive that keyword
+# transformers architectures whose attention calls receive that keyword
+PACKABLE = ("llama", "qwen2", "qwen3", "olmo2")
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ def packed_attention_forward(
 
 
 def use_packed_attention(model: nn.Module) -> bool:
-    """Switch a transformers Llama / Qwen2 / Qwen3 on sdpa (or sdpa_gqa) attention with no sliding window to
+    """Switch a transformers Llama / Qwen2 / Qwen3 / OLMo 2 on sdpa (or sdpa_gqa) attention with no sliding window to
     `sdpa_packed`, whose calls without segments compute as before (sdpa_gqa on the CPU, sdpa elsewhere); returns
     whether it did. Models loaded by alignment.models.loading get it; a model built otherwise scores padded rows
     until switched."""

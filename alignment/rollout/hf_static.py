@@ -6,8 +6,8 @@ Three pieces make the model's forward a fixed-shape step with no host reads (ali
 - the mask passed ready-made, 4D, which the model takes as it is (no mask building, no host reads);
 - attention as one_token_attention (alignment/models/decode_attention.py: grouped heads folded into the query axis,
   no copy of the cache), registered with transformers under NAME and selected only while the step runs.
-Models: the Llama, Qwen2 and Qwen3 families with full attention in every layer; `static_support` says why another
-model cannot take the static path (it then decodes eagerly).
+Models: the Llama, Qwen2, Qwen3 and OLMo 2 families with full attention in every layer; `static_support` says why
+another model cannot take the static path (it then decodes eagerly).
 """
 
 from collections.abc import Iterator
@@ -22,7 +22,7 @@ from alignment.models.decode_attention import one_token_attention
 from alignment.rollout.static_decoding import KVSpec, SlotState, StepLogits
 
 NAME = "alignment_one_token"
-MODEL_TYPES = ("llama", "qwen2", "qwen3")
+MODEL_TYPES = ("llama", "qwen2", "qwen3", "olmo2")
 # attention implementations whose arithmetic is plain softmax attention (sdpa_gqa: alignment/models/gqa_attention.py;
 # sdpa_packed, which loaded models get, is sdpa or sdpa_gqa for every call without packed rows: models/packed_rows.py)
 PLAIN_ATTENTION = ("sdpa", "sdpa_gqa", "sdpa_packed", "eager")

@@ -53,7 +53,7 @@ Rollout = Literal["vllm", "hf"]
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What memory depends on in a Llama / Qwen2-style decoder (read from config.json)."""
+    """What memory depends on in a Llama / Qwen2 / OLMo 2-style decoder (read from config.json)."""
 
     hidden: int
     layers: int
@@ -64,6 +64,7 @@ class ModelShape:
     vocab: int
     tied_embeddings: bool
     qkv_bias: bool  # Qwen2 has biases on q, k and v
+    qk_norm: bool = False  # OLMo 2 normalizes q and k (RMSNorm over their whole widths) before the rotary embedding
 
     @classmethod
     def from_config(cls, config: Any) -> "ModelShape":
@@ -79,6 +80,7 @@ class ModelShape:
             vocab=config.vocab_size,
             tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
             qkv_bias=getattr(config, "model_type", "") == "qwen2" or bool(getattr(config, "attention_bias", False)),
+            qk_norm=getattr(config, "model_type", "") == "olmo2",
         )
 
     @property
@@ -93,9 +95,11 @@ class ModelShape:
         return self.layers * self.layer_parameters() + self.root_parameters()
 
     def layer_parameters(self) -> int:
-        """One decoder layer: attention, gate/up/down and two RMSNorm weights."""
+        """One decoder layer: attention (with OLMo 2's q and k norms), gate/up/down and two RMSNorm weights."""
         h, q, kv = self.hidden, self.q_dim, self.kv_dim
-        attention = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0)
+        attention = (
+            h * q + 2 * h * kv + q * h + ((q + 2 * kv) if self.qkv_bias else 0) + ((q + kv) if self.qk_norm else 0)
+        )
         return attention + 3 * h * self.intermediate + 2 * h
 
     def root_parameters(self) -> int:
@@ -128,11 +132,13 @@ class ModelShape:
         output for SDPA, and o_proj's input (b·(3·q_dim + 2·kv_dim)), and SDPA's float32 log-sum-exp a head; the
         SwiGLU MLP keeps gate and up, SiLU(gate) and their product (4·b·I), which are also the projections' inputs.
         b is the dtype's bytes. In float32 a GPU's attention copies keys and values to every query head
-        (alignment/models/packed_rows.py): 5·b·q_dim. Checked against the live tensors of a CPU step
-        (tests/test_memory_plan.py).
+        (alignment/models/packed_rows.py): 5·b·q_dim. OLMo 2's q and k norms keep what a layer norm keeps, at
+        widths q_dim and kv_dim. Checked against the live tensors of a CPU step (tests/test_memory_plan.py).
         """
         b, h = dtype_bytes, self.hidden
         norms = 2 * (4 * h + 2 * b * h + 4)
+        if self.qk_norm:
+            norms += (4 + 2 * b) * (self.q_dim + self.kv_dim) + 8
         kv_dim = self.q_dim if b == 4 else self.kv_dim
         attention = b * (3 * self.q_dim + 2 * kv_dim) + 4 * self.heads
         return norms + attention + 4 * b * self.intermediate
@@ -458,8 +464,9 @@ def describe(result: MemoryPlan, machine: Machine, work: Workload, shape: ModelS
     return "\n".join(lines + [f"  {note}" for note in result.notes])
 
 
-# The handouts' models, from their published config.json (Qwen2.5-Math-1.5B: CS336 A5 and UW; Qwen3-0.6B: PKU), so
-# that planning them needs no network. Qwen3's q_norm / k_norm (2 x 128 weights a layer) are not counted.
+# The handouts' models, from their published config.json (Qwen2.5-Math-1.5B: CS336 A5 2025 and UW; Qwen3-0.6B: PKU;
+# OLMo-2-0425-1B: CS336 A5 2026), so that planning them needs no network. Qwen3's q_norm / k_norm (2 x 128 weights a
+# layer) are not counted; OLMo 2's, over the whole query and key widths, are.
 PUBLISHED_SHAPES = {
     "Qwen/Qwen2.5-Math-1.5B": ModelShape(
         hidden=1536,
@@ -482,6 +489,18 @@ PUBLISHED_SHAPES = {
         vocab=151936,
         tied_embeddings=True,
         qkv_bias=False,
+    ),
+    "allenai/OLMo-2-0425-1B": ModelShape(
+        hidden=2048,
+        layers=16,
+        heads=16,
+        kv_heads=16,
+        head_dim=128,
+        intermediate=8192,
+        vocab=100352,
+        tied_embeddings=False,
+        qkv_bias=False,
+        qk_norm=True,
     ),
 }
 

@@ -96,6 +96,7 @@ def math_tasks(config: Any, whole_validation: bool = False) -> tuple[Task, Task]
         None if whole_validation else config.n_eval_examples,
         config.allow_validation_overlap,
         allow_evaluation_split=config.train_on_evaluation_split,
+        n_train=config.n_train_examples,
     )
     for note in data.notes:
         print(note)

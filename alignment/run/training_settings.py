@@ -119,6 +119,12 @@ class MathDataSettings:
         "(alignment/data/math_datasets.py; $ALIGNMENT_DATA_MIRROR holds local copies of hub repos).",
     )
     dataset_split: str = setting("train", "Split of --dataset to train on (a source with one split trains on it).")
+    n_train_examples: int | None = setting(
+        None,
+        "Train on this many questions of the training split, drawn reproducibly (alignment/data/splits.py: seed 0, "
+        "kept in file order); default: all. CS336 2026: 6400 of GSM8K's 7,473 (with --n-eval-examples 1024 of its "
+        "1,319 test problems).",
+    )
     validation_dataset: str | None = setting(
         None,
         "Validation questions (default: --dataset's test or validation split, e.g. MATH's 5,000 test problems for "
