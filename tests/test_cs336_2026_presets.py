@@ -39,6 +39,8 @@ HANDOUT = {
     "loss_type": ("reinforce_with_baseline", 'importance_reweighting_method = "none"'),
     "loss_aggregation": ("sequence_mean", 'loss_normalization = "sequence"'),
     "model": ("allenai/OLMo-2-0425-1B", "OLMo-2-0425-1B"),
+    "dataset": ("gsm8k", "GSM8K"),
+    "n_train_examples": (6400, "n_train_examples = 6400"),
     "prompt": ("r1_zero", "use the zero-shot r1_zero prompt"),
 }
 
@@ -49,8 +51,11 @@ def starter() -> dict:
 
 @pytest.mark.parametrize("name", HANDOUT)
 def test_the_starter_file_is_the_handouts(name):
+    """Each value as the run gets it: the file's, or the setting's default (baseline and normalizer: GRPO's)."""
     value, line = HANDOUT[name]
-    assert starter()[name] == value, f"{STARTER.name}: {name} = {starter()[name]!r}; the handout: {line}"
+    config = GRPOConfig(**starter())
+    got = config.normalizer if name == "advantage_normalizer" else getattr(config, name)
+    assert got == value, f"{STARTER.name}: {name} is {got!r}; the handout: {line}"
 
 
 def test_the_starter_runs_alone_and_is_on_policy():
@@ -97,7 +102,9 @@ def test_learning_rates_bracket_the_default_and_plot_against_the_final_reward():
 
 
 def test_prompt_ablation_runs_the_other_two_prompts():
-    assert {s["prompt"] for s in arms("prompt_ablation").values()} == {"question_only", "r1_zero_three_shot_gsm8k"}
+    prompts = {arm: s["prompt"] for arm, s in arms("prompt_ablation").items()}
+    # the course repository's question_only file asks for a boxed answer: question_only_boxed here
+    assert prompts == {"question_only": "question_only_boxed", "r1_zero_three_shot_gsm8k": "r1_zero_three_shot_gsm8k"}
 
 
 def test_the_on_policy_variants_are_section_5_4s_with_z_b_g_512():
@@ -132,11 +139,14 @@ def test_off_policy_takes_32_steps_per_rollout_batch_with_the_papers_clip_ranges
     }
 
 
-@pytest.mark.parametrize("prompt", ["question_only", "r1_zero", "r1_zero_three_shot_gsm8k"])
-def test_prompting_baselines_sample_as_the_handout_says(prompt):
+@pytest.mark.parametrize(
+    "name,prompt",
+    [("question_only", "question_only_boxed"), ("r1_zero", "r1_zero"), ("r1_zero_three_shot_gsm8k",) * 2],
+)
+def test_prompting_baselines_sample_as_the_handout_says(name, prompt):
     from alignment.prompts import stop_strings
 
-    config = tomllib.loads((ROOT / "configs" / "cs336_2026" / f"prompting_{prompt}.toml").read_text())
+    config = tomllib.loads((ROOT / "configs" / "cs336_2026" / f"prompting_{name}.toml").read_text())
     assert (config["model"], config["prompt"], config["temperature"], config["top_p"], config["max_tokens"]) == (
         "allenai/OLMo-2-0425-1B",
         prompt,
@@ -145,4 +155,4 @@ def test_prompting_baselines_sample_as_the_handout_says(prompt):
         512,
     )
     assert "stop" not in config  # the prompt's own: </answer> for the r1_zero prompts, none for question_only
-    assert stop_strings(prompt) == (() if prompt == "question_only" else ("</answer>",))
+    assert stop_strings(prompt) == (() if name == "question_only" else ("</answer>",))
