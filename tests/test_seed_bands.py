@@ -217,3 +217,15 @@ def test_seeds_run_side_by_side_as_ray_tasks(cluster, tmp_path, monkeypatch):
     results = (root / "results.md").read_text()
     assert "Seeds (--seeds): 0, 1." in results and "| a | 2 | 0.500 |" in results
     assert (root / "plots" / "eval_reward_vs_step.png").is_file()
+
+
+def test_ray_tasks_hold_gpus_or_cpus_and_a_run_too_big_for_the_cluster_is_refused():
+    import typer
+
+    assert script.task_resources({"a_seed0": 1, "a_seed1": 1}, 0, 2) == {
+        "a_seed0": {"num_gpus": 0, "num_cpus": 2},
+        "a_seed1": {"num_gpus": 0, "num_cpus": 2},
+    }  # a cluster without GPUs: CPUs per run
+    assert script.task_resources({"a_seed0": 2}, 8, 1) == {"a_seed0": {"num_gpus": 2, "num_cpus": 1}}
+    with pytest.raises(typer.BadParameter, match=r"has 1 GPUs, fewer than these runs need: a_seed0 \(2\)"):
+        script.task_resources({"a_seed0": 2}, 1, 1)
