@@ -178,7 +178,7 @@ def report(output_root: Path = typer.Option(Path("outputs/bench"), help="Where t
         steps = [time_per_step(r) for r in rows]
         rollout = statistics.fmean(s["rollout"] for s in steps)
         train = statistics.fmean(s["train"] for s in steps)
-        kept = [row["rows_in_backward"] for r in rows for row in r if "rows_in_backward" in row]
+        kept = [1 - row["rows_without_backward"] for r in rows for row in r if "rows_without_backward" in row]
         through = f"{statistics.fmean(kept):.2f}" if kept else "-"
         band = "-" if finals.n < 2 else f"{finals.low:.3f} to {finals.high:.3f}"
         std = "-" if finals.n < 2 else f"{finals.std:.3f}"
