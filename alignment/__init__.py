@@ -2,12 +2,16 @@
 
 The top of the package holds what the handouts (CS336 A5, UW CSE599-O A3, PKU NLPDL HW3) ask a student to write,
 one concept per module, pure tensor and string functions where they can be (tests/adapters.py exposes them under
-the handouts' `run_*` names):
+the handouts' `run_*` names, tests/adapters_cs336_2026.py under the 2026 CS336 edition's):
 
-    advantages.py         group-normalized rewards (`compute_group_normalized_rewards`), RLOO, REINFORCE++
-    losses.py             naive policy gradient, GRPO-Clip, GSPO, CISPO and `compute_policy_gradient_loss`
+    advantages.py         rewards of rollouts (`compute_rollout_rewards`) and group advantages: `group_advantages`
+                          (baseline x normalizer: GRPO, Dr. GRPO, RFT, MaxRL) under both CS336 editions' names
+                          (`compute_group_normalized_rewards`, `compute_group_advantages`), RLOO, REINFORCE++
+    losses.py             naive policy gradient, GRPO-Clip, GSPO, CISPO, `compute_policy_gradient_loss` (by loss type)
+                          and `reweighted_policy_gradient_loss` (by CS336 2026's importance reweighting)
     masked.py             `masked_mean`, `masked_normalize`
-    grpo_step.py          `grpo_microbatch_train_step` and the loss aggregations
+    grpo_step.py          `grpo_microbatch_train_step` and the loss aggregations (`aggregate_loss_across_microbatch`)
+    grpo_train_step.py    CS336 2026's `grpo_train_step`: graded text to one optimizer step, zero-advantage rows pruned
     rollout_correction.py importance weights for the rollout engine's log-prob mismatch (TIS / MIS)
     kl.py                 k1 / k3 KL estimators
     sft.py                `tokenize_prompt_and_output`, `sft_microbatch_train_step`

@@ -110,9 +110,9 @@ def grpo_train_step(
         rows_needing_backward(advantages, None) if skip_zero_advantage else torch.ones(n, dtype=torch.bool)
     ).nonzero()[:, 0]
     micro_size = n // gradient_accumulation_steps
-    total_loss = torch.zeros((), dtype=dtype, device=device)
-    entropy_sum = clipped_sum = tokens = 0.0
-    microbatches = 0
+    # the step's sums stay on the device until the last microbatch is queued: one host sync per step
+    total_loss, entropy_sum, clipped_sum = (torch.zeros((), dtype=precision, device=device) for _ in range(3))
+    tokens, microbatches = 0, 0
     for start in range(0, len(kept), micro_size):
         rows = kept[start : start + micro_size]
         mask = batch["response_mask"][rows]
@@ -140,10 +140,10 @@ def grpo_train_step(
         else:  # the sum over every token / Z, whichever microbatch the token is in
             loss = aggregate_token_loss(token_loss, mask, "constant", 1, 0, normalization_constant)
         loss.backward()
-        total_loss += loss.detach()
-        entropy_sum += (out["token_entropy"].detach() * mask).sum().item()
-        clipped_sum += (loss_metadata["clipped"] & mask).sum().item()
-        tokens += mask.sum().item()
+        total_loss += loss.detach().to(precision)
+        entropy_sum += (out["token_entropy"].detach() * mask).sum().to(precision)
+        clipped_sum += (loss_metadata["clipped"] & mask).sum().to(precision)
+        tokens += int(batch["response_mask"][rows].sum())  # a host tensor: no sync
         microbatches += 1
     parameters = [p for p in model.parameters() if p.grad is not None]
     grad_norm = torch.nn.utils.clip_grad_norm_(parameters, math.inf if max_grad_norm is None else max_grad_norm)
@@ -152,8 +152,8 @@ def grpo_train_step(
     metadata = {
         "loss": total_loss.item(),
         "grad_norm": float(grad_norm),
-        "token_entropy": entropy_sum / max(tokens, 1),
-        "clip_fraction": clipped_sum / max(tokens, 1),
+        "token_entropy": entropy_sum.item() / max(tokens, 1),
+        "clip_fraction": clipped_sum.item() / max(tokens, 1),
         "rows_in_backward": len(kept) / n,
         "microbatches": float(microbatches),
     }

@@ -3,7 +3,7 @@ picks the reward function (alignment/grader.py) and the stop strings.
 
 The two kinds: `r1_zero` (reward `r1_zero_reward_fn`, generation stops at `</answer>`, kept in the output) and
 `question_only` (reward `question_only_reward_fn`, the last \\boxed{}; no stop string: the response ends at EOS). Each
-shipped name has its kind (`PROMPT_KINDS`):
+shipped name has its kind (`PROMPT_KINDS`)::
 
     r1_zero                   the DeepSeek R1-Zero prompt (CS336 A5 2025 and 2026, UW, PKU)
     r1_zero_three_shot_gsm8k  r1_zero with three worked GSM8K training problems before the question (CS336 2026's

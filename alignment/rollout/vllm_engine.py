@@ -13,11 +13,16 @@
   build, docs/benchmarks/vllm_cpu.md); an engine built with `lora=` instead serves the adapter with vLLM's LoRA support,
   each update a new LoRARequest version written as peft's adapter folder (Ray generators, whose syncs carry
   only the adapters).
+- Models vLLM serves through its Transformers backend (OLMo 2 in vLLM 0.32): the backend decorates the transformers
+  decoder class itself for torch.compile (its bases, `__init__` and `__call__`), which would break every other
+  instance of that class in the process, the policy first. `confine_compile_decoration` gives the class its own
+  methods back and moves the decoration to a subclass that only vLLM's instances take.
 - Threads: vLLM sets torch to one intra-op thread "for serving" unless OMP_NUM_THREADS is set, and its CPU
   worker replaces `torch.set_num_threads` with a no-op. Here the engine shares the process with the trainer,
   so OMP_NUM_THREADS is set to torch's current thread count first, and `torch.set_num_threads` is restored.
 """
 
+import inspect
 import itertools
 import os
 import shutil
@@ -139,6 +144,7 @@ class VLLMRolloutEngine:
                     else {}
                 ),
             )
+        confine_compile_decoration(self.llm)
         self.adapter = None  # the LoRARequest every generate call uses, once load_adapter gave one
         self.adapter_root = Path(tempfile.mkdtemp(prefix="vllm-adapters-")) if self.serves_lora else None
         self.cycle = SleepCycle(self.llm) if sleep else None
@@ -285,6 +291,40 @@ class VLLMRolloutEngine:
             if self.adapter_root is not None and Path(previous.lora_path).parent == self.adapter_root:
                 shutil.rmtree(previous.lora_path, ignore_errors=True)  # a version load_policy_weights wrote
         self.llm.reset_prefix_cache()
+
+
+def confine_compile_decoration(llm: Any) -> None:
+    """Undo, on each transformers class in `llm`'s model, vLLM's in-place torch.compile decoration (an extra base,
+    TorchCompileWithNoGuardsWrapper, and its own `__init__`, `__call__` and attributes), and make vLLM's instances of
+    it a subclass that carries the decoration: the engine runs as it was built, and the trainer's models of the
+    same class (built before or after) run as transformers wrote them. A no-op for models vLLM implements itself."""
+    from vllm.compilation.decorators import IGNORE_COMPILE_KEY, TorchCompileWithNoGuardsWrapper
+
+    def confine(model: torch.nn.Module) -> None:
+        for module in model.modules():
+            cls = type(module)
+            if not cls.__module__.startswith("transformers.") or TorchCompileWithNoGuardsWrapper not in cls.__bases__:
+                continue
+            decorated = {
+                k: v for k, v in vars(cls).items() if k in ("__init__", "__call__", "save_aot_compiled_function")
+            }
+            init = decorated.get("__init__")
+            original_init = inspect.getclosurevars(init).nonlocals.get("old_init") if inspect.isfunction(init) else None
+            if original_init is None:  # a decoration of another shape (another vLLM release): left as vLLM made it
+                continue
+            confined = type(
+                cls.__name__, (cls, TorchCompileWithNoGuardsWrapper), decorated | {IGNORE_COMPILE_KEY: False}
+            )
+            cls.__bases__ = tuple(b for b in cls.__bases__ if b is not TorchCompileWithNoGuardsWrapper)
+            for name in (*decorated, IGNORE_COMPILE_KEY):
+                delattr(cls, name)
+            if cls.__init__ is not original_init:  # the class had an __init__ of its own
+                cls.__init__ = original_init
+            for instance in model.modules():
+                if type(instance) is cls:
+                    instance.__class__ = confined
+
+    llm.apply_model(confine)
 
 
 def vllm_prompts(prompts: Sequence[Prompt]) -> list[Any]:
