@@ -170,6 +170,9 @@ def test_a_learning_rate_sweep_plots_final_reward_against_the_rate(tmp_path):
     assert failed == {3e-5: 1}
     assert final_value_figure(points, "learning rate", "final validation reward", tmp_path / "lr.png", failed)
     assert (tmp_path / "lr.png").stat().st_size > 5000
+    record = {"preset": str(path), "script": "train_grpo", "set": {}, "arms": None, "from_best": None}
+    written = {p.name for p in script.compare(preset, tmp_path, preset.runs, record)}
+    assert {"final_reward_vs_learning_rate.png", "eval_reward_vs_step.png", "results.md"} <= written
     two_settings = tmp_path / "two.toml"
     two_settings.write_text(
         "[shared]\nn_grpo_steps = 2\n[arms.a]\nlearning_rate = 1e-5\n[arms.b]\nlearning_rate = "
