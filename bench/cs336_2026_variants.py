@@ -153,32 +153,39 @@ def keyword_batch(model, tokenizer, prompts: int, group_size: int, max_tokens: i
 
 @app.command()
 def report(output_root: Path = typer.Option(Path("outputs/bench"), help="Where the sweep's runs went.")) -> None:
-    """Per arm: final validation reward over its seeds, wall time per run, seconds per step by phase; figures
-    copied into docs/figures/cs336_2026_variants/."""
-    from alignment.experiments.plotting import time_per_step
+    """Per arm, over the seeds whose runs are there: final validation reward (mean, std, min, max, 95% band), wall
+    time per run, seconds per step by phase, rows through the model; the sweep's figures (each arm's mean with its
+    band) and results.md redrawn over those seeds, the figures copied into docs/figures/cs336_2026_variants/."""
+    from alignment.experiments.plotting import plot_rows, time_per_step
     from alignment.experiments.run_table import final_rewards
     from alignment.experiments.seeds import spread
-    from alignment.experiments.sweep import load_preset, read_metrics
+    from alignment.experiments.sweep import load_preset, read_metrics, results_table, run_styles
 
     root = sweep_dir(output_root)
-    preset = load_preset(PRESET)
+    ran = {p.name for p in root.glob("*_seed*") if (p / "metrics.jsonl").is_file()}
+    seeds = sorted({int(name.rsplit("_seed", 1)[1]) for name in ran})
+    preset = load_preset(PRESET, seeds=seeds)
+    runs = [r for r in preset.runs if r.label in ran]
+    rows = {r.label: read_metrics(root / r.label) for r in runs}
+    plot_rows(rows, root / "plots", run_styles(runs), phases=False, arms={r.label: r.arm for r in runs})
+    (root / "results.md").write_text(results_table(preset, root))
     lines = [
         "| arm | seeds | final held-out reward: mean | std | min | max | 95% band | wall time per run (s) | "
         "rollout s/step | train s/step | rows through the model |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm in preset.arms:
-        rows = [read_metrics(root / r.label) for r in preset.runs if r.arm == arm]
-        rows = [r for r in rows if final_rewards(r) is not None and final_rewards(r)["step"] > 0]
-        if not rows:
+        finished = [rows[r.label] for r in runs if r.arm == arm]
+        finished = [r for r in finished if final_rewards(r) is not None and final_rewards(r)["step"] > 0]
+        if not finished:
             lines.append(f"| {arm} | 0 | not run | | | | | | | | |")
             continue
-        finals = spread([final_rewards(r)["final"] for r in rows])
-        wall = statistics.fmean(final_rewards(r)["time_s"] for r in rows)
-        steps = [time_per_step(r) for r in rows]
+        finals = spread([final_rewards(r)["final"] for r in finished])
+        wall = statistics.fmean(final_rewards(r)["time_s"] for r in finished)
+        steps = [time_per_step(r) for r in finished]
         rollout = statistics.fmean(s["rollout"] for s in steps)
         train = statistics.fmean(s["train"] for s in steps)
-        kept = [1 - row["rows_without_backward"] for r in rows for row in r if "rows_without_backward" in row]
+        kept = [1 - row["rows_without_backward"] for r in finished for row in r if "rows_without_backward" in row]
         through = f"{statistics.fmean(kept):.2f}" if kept else "-"
         band = "-" if finals.n < 2 else f"{finals.low:.3f} to {finals.high:.3f}"
         std = "-" if finals.n < 2 else f"{finals.std:.3f}"
@@ -188,7 +195,7 @@ def report(output_root: Path = typer.Option(Path("outputs/bench"), help="Where t
         )
     typer.echo("\n".join(lines))
     FIGURES.mkdir(parents=True, exist_ok=True)
-    for name in ("eval_reward_vs_step.png", "eval_reward_vs_time.png", "train_reward.png", "response_length.png"):
+    for name in ("eval_reward_vs_step.png", "eval_reward_vs_time.png", "train_reward.png", "time_per_step.png"):
         if (root / "plots" / name).is_file():
             shutil.copy(root / "plots" / name, FIGURES / name)
             typer.echo(f"copied {FIGURES / name}")
