@@ -2,11 +2,13 @@
 docs/benchmarks/cs336_2026_variants.md reports.
 
     uv run python bench/cs336_2026_variants.py sweep     # 5 arms x 4 seeds (configs/experiments/cpu/...)
+    uv run python bench/cs336_2026_variants.py sweep --streams 2   # two sweeps side by side, seeds split
     uv run python bench/cs336_2026_variants.py pruning   # grpo_train_step on one RFT batch, pruned vs unpruned
     uv run python bench/cs336_2026_variants.py report    # the page's tables, and its figures into docs/figures/
 
 `sweep` runs scripts/sweep.py on configs/experiments/cpu/cs336_2026_variants_cpu.toml seed by seed (--seeds 0, then
-0,1, then 0,1,2,3: finished runs are skipped), so that a sweep cut short has every arm at the same seeds. `pruning`
+0,1, then 0,1,2,3: finished runs are skipped), so that a sweep cut short has every arm at the same seeds; with
+--streams 2, two such sweeps side by side (seeds 0 and 2, seeds 1 and 3), gathered into one folder (`gather`). `pruning`
 samples one batch of keyword rollouts from SmolLM2-135M, grades it, and times `grpo_train_step` with RFT's settings
 (baseline none, normalizer none, constant normalization) with and without `skip_zero_advantage`, alternating, after
 checking that both give the same gradient step. `report` prints each arm's final validation reward over its seeds
@@ -19,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -37,13 +40,49 @@ def sweep_dir(output_root: Path) -> Path:
 
 
 @app.command()
-def sweep(output_root: Path = typer.Option(Path("outputs/bench"), help="Where the sweep's runs go.")) -> None:
-    """Every arm at seed 0, then at seed 1, then at seeds 2 and 3."""
-    for seeds in SEED_STAGES:
-        started = time.perf_counter()
-        command = [sys.executable, str(ROOT / "scripts" / "sweep.py"), str(PRESET), "--seeds", seeds]
-        subprocess.run(command + ["--output-root", str(output_root)], check=True)
-        typer.echo(f"seeds {seeds}: {time.perf_counter() - started:.0f} s")
+def sweep(
+    output_root: Path = typer.Option(Path("outputs/bench"), help="Where the sweep's runs go."),
+    streams: int = typer.Option(
+        1, help="Sweeps side by side, each over its share of the seeds in a folder of its own, gathered at the end."
+    ),
+) -> None:
+    """Every arm at seed 0, then at seed 1, then at seeds 2 and 3; with --streams N, N sweeps side by side (seed k
+    in stream k mod N), their runs gathered into one folder at the end (gather)."""
+    if streams == 1:
+        for seeds in SEED_STAGES:
+            started = time.perf_counter()
+            run_sweep(seeds, output_root)
+            typer.echo(f"seeds {seeds}: {time.perf_counter() - started:.0f} s")
+        return
+    roots = [output_root / f"stream{k}" for k in range(streams)]
+
+    def stream(k: int) -> None:
+        for seed in range(k, len(SEED_STAGES[-1].split(",")), streams):
+            run_sweep(str(seed), roots[k])
+
+    with ThreadPoolExecutor(streams) as pool:
+        list(pool.map(stream, range(streams)))
+    gather(output_root, roots)
+
+
+def run_sweep(seeds: str, output_root: Path) -> None:
+    command = [sys.executable, str(ROOT / "scripts" / "sweep.py"), str(PRESET), "--seeds", seeds]
+    subprocess.run(command + ["--output-root", str(output_root)], check=True)
+
+
+@app.command()
+def gather(
+    output_root: Path = typer.Option(Path("outputs/bench"), help="The folder the report reads."),
+    sources: list[Path] = typer.Argument(..., help="Output roots of other sweeps of the same preset."),
+) -> None:
+    """Move the run folders of sweeps of this preset made elsewhere (other seeds) into output_root's."""
+    target = sweep_dir(output_root)
+    target.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        for run in sorted(sweep_dir(source).glob("*_seed*")):
+            if not (target / run.name).exists():
+                shutil.move(str(run), str(target / run.name))
+                typer.echo(f"{run} -> {target / run.name}")
 
 
 @app.command()
