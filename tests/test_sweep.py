@@ -29,6 +29,7 @@ from tests.test_console import LIBRARY_LINE
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs" / "experiments").rglob("*.toml"))
 SWEEP_PRESETS = PRESETS + sorted((ROOT / "configs" / "pku").glob("grpo_*.toml"))
+BASELINES_CPU = ROOT / "configs" / "experiments" / "cpu" / "grpo_baselines_cpu.toml"
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
@@ -549,13 +550,13 @@ def test_bad_flags_and_preset_are_reported(tmp_path):
         (["--from-best", str(tmp_path)], "no sweep.json there"),
         (["--diverged", "ignore"], "ignore"),
     ]:
-        result = runner.invoke(script.app, [str(PRESETS[0]), *flags])
+        result = runner.invoke(script.app, [str(BASELINES_CPU), *flags])
         assert result.exit_code != 0 and message in result.output, flags
     result = runner.invoke(script.app, [str(tmp_path / "missing.toml")])
     assert result.exit_code != 0 and "no such preset file" in result.output
-    result = runner.invoke(script.app, [str(PRESETS[0]), "--launcher", "slurm"])
+    result = runner.invoke(script.app, [str(BASELINES_CPU), "--launcher", "slurm"])
     assert result.exit_code != 0 and "slurm" in result.output
-    result = runner.invoke(script.app, [str(PRESETS[0]), "--gpus-per-arm", "-1"])
+    result = runner.invoke(script.app, [str(BASELINES_CPU), "--gpus-per-arm", "-1"])
     assert result.exit_code != 0 and "must be >= 0" in result.output
 
 
