@@ -192,16 +192,17 @@ def keyword_batch(model, tokenizer, prompts: int, group_size: int, max_tokens: i
 
 @app.command()
 def report(output_root: Path = typer.Option(Path("outputs/bench"), help="Where the sweep's runs went.")) -> None:
-    """Per arm, over the seeds whose runs are there: final validation reward (mean, std, min, max, 95% band), wall
+    """Per arm, over the seeds whose runs finished: final validation reward (mean, std, min, max, 95% band), wall
     time per run, seconds per step by phase, rows through the model; the sweep's figures (each arm's mean with its
     band) and results.md redrawn over those seeds, the figures copied into docs/figures/cs336_2026_variants/."""
     from alignment.experiments.plotting import plot_rows, time_per_step
     from alignment.experiments.run_table import final_rewards
     from alignment.experiments.seeds import spread
-    from alignment.experiments.sweep import load_preset, read_metrics, results_table, run_styles
+    from alignment.experiments.sweep import load_preset, read_metrics, results_table, run_state, run_styles
 
     root = sweep_dir(output_root)
-    ran = {p.name for p in root.glob("*_seed*") if (p / "metrics.jsonl").is_file()}
+    steps = load_preset(PRESET).runs[0].settings.get("n_grpo_steps")
+    ran = {p.name for p in root.glob("*_seed*") if run_state(p, None if steps is None else int(steps)) == "finished"}
     seeds = sorted({int(name.rsplit("_seed", 1)[1]) for name in ran})
     preset = load_preset(PRESET, seeds=seeds)
     runs = [r for r in preset.runs if r.label in ran]
