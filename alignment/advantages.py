@@ -107,7 +107,44 @@ def reinforce_pp_advantages(raw_rewards: torch.Tensor, group_size: int, advantag
     return (centered - centered.mean()) / (centered.std() + advantage_eps)
 
 
-AdvantageEstimator = Literal["group_norm", "rloo", "reinforce_pp"]
+# Estimators other than group_norm, by name: (raw_rewards (n,), group_size, advantage_eps) -> advantages (n,).
+# A run's `advantage_estimator = NAME` picks one. A new estimator is one function with @register_advantage_estimator:
+EstimatorFn = Callable[[torch.Tensor, int, float], torch.Tensor]
+ADVANTAGE_ESTIMATORS: dict[str, EstimatorFn] = {}
+AdvantageEstimator = str  # "group_norm" or a name in ADVANTAGE_ESTIMATORS
+
+
+def register_advantage_estimator(name: str) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Decorator: the function becomes the advantage estimator `name` (a run's `advantage_estimator = name`). It
+    gets the step's raw rewards (n,), consecutive runs of `group_size` answering one prompt, and `advantage_eps`,
+    and returns an advantage per rollout (n,). Its module must be imported before the run's settings are checked:
+    define it here, or import its module from here."""
+
+    def register(fn: EstimatorFn) -> EstimatorFn:
+        if name == "group_norm" or name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return register
+
+
+def advantage_estimator_names() -> tuple[str, ...]:
+    return ("group_norm", *ADVANTAGE_ESTIMATORS)
+
+
+register_advantage_estimator("rloo")(lambda rewards, group_size, eps: rloo_advantages(rewards, group_size))
+register_advantage_estimator("reinforce_pp")(reinforce_pp_advantages)
+
+
+@register_advantage_estimator("sqrt_mean")
+def sqrt_mean_advantages(raw_rewards: torch.Tensor, group_size: int, advantage_eps: float) -> torch.Tensor:
+    """An example of a registered estimator (CS336 2026's try_your_own): the group-mean baseline divided by
+    sqrt(mu + eps), mu the group's mean reward: between Dr. GRPO (dividing by 1) and MaxRL (by mu + eps). One
+    change against either. (n,) -> (n,); a group of all-zero rewards gets 0."""
+    grouped = raw_rewards.float().view(-1, group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    return ((grouped - mean) / (mean + advantage_eps).sqrt()).reshape(-1)
 
 
 def estimate_advantages(
@@ -121,16 +158,17 @@ def estimate_advantages(
     advantage_normalizer: AdvantageNormalizer | None = None,
 ) -> torch.Tensor:
     """Dispatch: group_norm (GRPO and its variants: `group_advantages` with `baseline` and `advantage_normalizer`,
-    which defaults to std, or none when `normalize_by_std` is False), rloo, reinforce_pp. (n,) -> (n,)."""
+    which defaults to std, or none when `normalize_by_std` is False), else the registered estimator of that name
+    (rloo, reinforce_pp, ...: ADVANTAGE_ESTIMATORS). (n,) -> (n,)."""
     if estimator == "group_norm":
         if advantage_normalizer is None:
             advantage_normalizer = "none" if normalize_by_std is False else "std"
         return group_advantages(raw_rewards, group_size, baseline, advantage_eps, advantage_normalizer)
-    if estimator == "rloo":
-        return rloo_advantages(raw_rewards, group_size)
-    if estimator == "reinforce_pp":
-        return reinforce_pp_advantages(raw_rewards, group_size, advantage_eps)
-    raise ValueError(f"unknown advantage estimator {estimator!r}; expected group_norm, rloo or reinforce_pp")
+    if estimator not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(
+            f"unknown advantage estimator {estimator!r}; expected one of {', '.join(advantage_estimator_names())}"
+        )
+    return ADVANTAGE_ESTIMATORS[estimator](raw_rewards, group_size, advantage_eps)
 
 
 def overlong_penalty(lengths: torch.Tensor, max_tokens: int, buffer: int, penalty: float) -> torch.Tensor:

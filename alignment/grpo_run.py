@@ -13,7 +13,9 @@ alone prints, writes the run folder's files and logs.
 """
 
 import random
+from collections.abc import Callable
 from contextlib import closing
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -26,7 +28,7 @@ from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo.environments import env_spec
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner, rollout_forward_tape
-from alignment.grpo.sampler import GRPOSampler, validation_sampling
+from alignment.grpo.sampler import Drawn, GRPOSampler, validation_sampling
 from alignment.models.loading import check_model_source
 from alignment.models.policy_folder import push_weights
 from alignment.prompts import chat_template, format_prompt
@@ -61,17 +63,31 @@ def train_grpo(
 
 
 def grpo_step(
-    sampler: GRPOSampler | EpisodeSampler, learner: GRPOLearner, engine: RolloutEngine
+    sampler: GRPOSampler | EpisodeSampler,
+    learner: GRPOLearner,
+    engine: RolloutEngine,
+    on_drawn: Callable[[Drawn], None] | None = None,
 ) -> list[dict[str, float]]:
     """One GRPO step: sample and grade groups, update the policy on them, hand the new weights to the engine.
-    Returns one metrics row per optimizer step."""
+    `on_drawn` sees the graded groups before the update (to log them). Returns one metrics row per optimizer step."""
     timer = PhaseTimer()
     drawn = sampler.draw(learner.step, timer)
+    if on_drawn is not None:
+        on_drawn(drawn)
     rows = learner.update(learner.make_batch(drawn.questions, drawn.rollouts, drawn.scores), timer)
     with timer("weight_sync"):
         push_weights(engine, learner.policy)
     shared = drawn.stats | {f"time_{phase}_s": seconds for phase, seconds in timer.seconds.items()}
     return [{"grpo_step": learner.step} | shared | row for row in rows]
+
+
+def train_examples(task: Task, drawn: Drawn) -> list[dict[str, Any]]:
+    """Every rollout of a step with its question, ground truth and rewards, as rollouts.jsonl holds them."""
+    truths = task.truths_for(drawn.questions, [r.prompt_index for r in drawn.rollouts])
+    return [
+        {"question": task.questions[drawn.questions[r.prompt_index]], "response": r.text, "ground_truth": truth} | score
+        for r, truth, score in zip(drawn.rollouts, truths, drawn.scores)
+    ]
 
 
 def sampler_and_learner(
@@ -158,6 +174,12 @@ def _train(
             validating + len(final.questions), checkpoint=upcoming % config.checkpoint_every == 0
         )
 
+    def log_train_rollouts(drawn: Drawn) -> None:
+        """--log-train-rollouts-every N: the rollouts of every Nth step, before the update (kind "train")."""
+        upcoming = learner.step + 1
+        if config.log_train_rollouts_every and upcoming % config.log_train_rollouts_every == 0:
+            log.log_rollouts(upcoming, "train", train_examples(task, drawn))
+
     rows: list[dict] = []
     # the log records a divergence (Diverged: NaN, or a loss past its bound) in the run folder as the run stops
     with log, closing(grader):
@@ -165,7 +187,7 @@ def _train(
         with tqdm(total=config.n_grpo_steps, initial=learner.step, desc="GRPO", unit="step", disable=not main) as bar:
             while another_step():
                 with clock.timing_step():
-                    step_rows = grpo_step(sampler, learner, engine)
+                    step_rows = grpo_step(sampler, learner, engine, log_train_rollouts)
                 for row in step_rows:
                     row["time_elapsed_s"] = clock.elapsed()
                     log.log(row)

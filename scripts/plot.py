@@ -7,7 +7,8 @@ response_length.png, kl.png, clip_fraction.png, train_reward.png, time_breakdown
 seconds per step of each phase), kl_and_validation.png, kl_sum_and_validation.png (UW's Eq. 8 beside validation
 reward), and one phase_times_<label>.png per run. A figure whose metric no run has is skipped. The step axis is the
 runs' own (GRPO step, SFT step or EI step, as each run folder's settings.json says; `step` for runs of different
-kinds or a wandb export).
+kinds or a wandb export). Runs in folders named <arm>_seed<k> (as scripts/sweep.py writes them) are drawn per arm: the
+mean over its seeds with a 95% band (mean +- 1.96 s / sqrt(n)), each seed faint beneath.
 """
 
 from pathlib import Path

@@ -5,6 +5,7 @@
     uv run scripts/sweep.py configs/experiments/grpo_baselines.toml --set n_grpo_steps=50 --arms no_baseline
     uv run scripts/sweep.py configs/experiments/grpo_length_normalization.toml --from-best outputs/grpo_learning_rate
     uv run scripts/sweep.py configs/pku/grpo_baselines.toml            # runs in outputs/pku/grpo_baselines/
+    uv run scripts/sweep.py configs/cs336_2026/variants_on_policy.toml --seeds 0,1,2,3
 
 Each run (an arm, at each of the preset's seeds) trains in its own folder <output-root>/<preset>/<run>/ as a
 subprocess of the preset's script (scripts/train_grpo.py unless it names another, e.g. train_grpo_ray), with its
@@ -19,10 +20,14 @@ checkpoint resume, so re-running the command after an interruption picks up wher
 NaN, or a loss past --set divergence_loss_bound=...) is reported as such and left alone unless --diverged says
 otherwise. With several GPUs (or a Ray cluster) runs go side by side through Ray, each on the GPUs it needs (2 when
 its rollouts use vLLM: a policy GPU and a rollout GPU, as the handouts run; for GRPO on Ray one per actor holding a
-model; else 1; --gpus-per-arm sets a number); on a CPU they run one after another. At the end: plots/ (one line per
-run: validation reward vs step and vs wall time, entropy, response length, gradient norm, clip fraction, KL, the time
-per phase), results.md (how the sweep was run, each run's status and validation rewards, loop throughput and
-device-hours for GRPO on Ray, the best arm) and sweep.json (what --from-best reads).
+model; else 1; --gpus-per-arm sets a number; on a Ray cluster without GPUs, --cpus-per-run CPUs each); on a CPU
+they run one after another unless --launcher ray. --seeds 0,1,2,3 runs every arm once per seed, in place of the
+preset's seeds list. At the end: plots/ (one line per run, or per arm run at several seeds its mean with a 95% band,
+mean +- 1.96 s / sqrt(n), each seed faint beneath: validation reward vs step and vs wall time, entropy, response
+length, gradient norm, clip fraction, KL, the time per phase; where the arms differ in one numeric setting, the final
+validation reward against it), results.md (how the sweep was run, each run's status and validation rewards, per arm
+the mean, std, min, max and 95% band over its seeds, loop throughput and device-hours for GRPO on Ray, the best arm)
+and sweep.json (what --from-best reads).
 """
 
 import inspect
@@ -35,7 +40,7 @@ import typer
 
 from alignment.config.cli import option_parameters, script_help, typer_app
 from alignment.config.settings import setting
-from alignment.experiments.plotting import plot_rows, step_label
+from alignment.experiments.plotting import final_value_figure, plot_rows, step_label
 from alignment.experiments.sweep import (
     SWEEP_FILE,
     ArmRun,
@@ -44,11 +49,13 @@ from alignment.experiments.sweep import (
     base_left_out,
     best_arm,
     changed_settings,
+    final_by_setting,
     folder_before_course_folders,
     gpus_needed,
     launch,
     load_preset,
     parse_overrides,
+    parse_seeds,
     preset_script,
     read_metrics,
     results_table,
@@ -56,6 +63,7 @@ from alignment.experiments.sweep import (
     run_state,
     run_styles,
     script_settings,
+    swept_setting,
     toml_value,
     write_run_config,
     write_sweep_record,
@@ -83,7 +91,18 @@ class SweepConfig:
         "rollout GPU as the handouts run; for GRPO on Ray, 1 colocated, else one per learner process and one for the "
         "generator; else 1).",
     )
-    ray_address: str | None = setting(None, "Address of a running Ray cluster (default: start one here).")
+    ray_address: str | None = setting(
+        None,
+        "Address of a running Ray cluster (default: start one here, or use the one this process is connected to).",
+    )
+    cpus_per_run: int = setting(
+        1, "CPUs each run holds under Ray on a cluster without GPUs (runs side by side up to its CPUs)."
+    )
+    seeds: str | None = setting(
+        None,
+        "Comma-separated seeds, e.g. 0,1,2,3: every arm runs once per seed (run folders <arm>_seed<k>), in place of "
+        "the preset's own seeds list. Plots then show each arm's mean with a 95% band, results.md its spread.",
+    )
     set: list[str] = setting(
         [],
         "KEY=VALUE: a setting for every arm, over the preset's (repeatable; typed like the setting, e.g. "
@@ -114,15 +133,34 @@ def use_ray(config: SweepConfig, gpus: list[int]) -> bool:
     return len(gpus) > 1 and torch.cuda.device_count() >= sum(sorted(gpus)[:2])
 
 
+def task_resources(gpus: dict[str, int], cluster_gpus: float, cpus_per_run: int) -> dict[str, dict[str, float]]:
+    """Each run's Ray resources: its GPUs; on a cluster without GPUs, `cpus_per_run` CPUs instead (runs side by side
+    up to the cluster's CPUs). A run needing more GPUs than the cluster has would wait forever: an error naming it."""
+    if not cluster_gpus:
+        return {label: {"num_gpus": 0, "num_cpus": cpus_per_run} for label in gpus}
+    too_big = {label: n for label, n in gpus.items() if n > cluster_gpus}
+    if too_big:
+        runs = ", ".join(f"{label} ({n})" for label, n in too_big.items())
+        raise typer.BadParameter(
+            f"the Ray cluster has {cluster_gpus:g} GPUs, fewer than these runs need: {runs}",
+            param_hint="'--gpus-per-arm'",
+        )
+    return {label: {"num_gpus": n, "num_cpus": 1} for label, n in gpus.items()}
+
+
 def run_on_ray(jobs: dict[str, tuple[list[str], Path]], gpus: dict[str, int], config: SweepConfig) -> dict[str, int]:
-    """Every job as a Ray task holding its GPUs; Ray sets CUDA_VISIBLE_DEVICES for each."""
+    """Every job as a Ray task holding its GPUs (Ray sets CUDA_VISIBLE_DEVICES for each: one run per free GPU when
+    each needs one), or its CPUs on a cluster without GPUs. A Ray connection this process already has is used and
+    left open; one started here is shut down at the end."""
     from alignment.ray.env import ray
 
-    ray.init(address=config.ray_address)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=config.ray_address, include_dashboard=False)
     try:
+        resources = task_resources(gpus, ray.cluster_resources().get("GPU", 0), config.cpus_per_run)
         pending = {
-            ray.remote(num_gpus=gpus[label])(launch).remote(command, log): label
-            for label, (command, log) in jobs.items()
+            ray.remote(**resources[label])(launch).remote(command, log): label for label, (command, log) in jobs.items()
         }
         statuses = {}
         while pending:
@@ -132,7 +170,8 @@ def run_on_ray(jobs: dict[str, tuple[list[str], Path]], gpus: dict[str, int], co
             typer.echo(f"{label}: exit status {statuses[label]}")
         return statuses
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
 
 
 def prepare(preset: Preset, root: Path, arms: list[str], diverged: str) -> dict[str, tuple[list[str], Path]]:
@@ -201,6 +240,8 @@ def how_it_ran(record: dict[str, Any]) -> list[str]:
             + ", ".join(f"`{k} = {toml_value(v)}`" for k, v in record["set"].items())
             + "."
         )
+    if record.get("seeds"):
+        lines.append(f"Seeds (--seeds): {', '.join(map(str, record['seeds']))}.")
     if record["from_best"]:
         lines.append(f"Base (--from-best): {record['from_best']}.")
     if record["arms"]:
@@ -217,7 +258,14 @@ def compare(preset: Preset, root: Path, runs: list[ArmRun], record: dict[str, An
         run_styles(runs),
         phases=preset.script == "train_grpo_ray",  # UW v2 problem 7's time series of each strategy's phases
         xlabel=step_label(root / label for label, run_rows in rows.items() if run_rows),
+        arms={run.label: run.arm for run in runs},
     )
+    setting = swept_setting(preset)
+    if setting is not None:  # e.g. CS336's grpo_learning_rate: final validation reward against the learning rate
+        points, failed = final_by_setting(preset, root, setting)
+        path = root / "plots" / f"final_reward_vs_{setting}.png"
+        if final_value_figure(points, setting.replace("_", " "), "final validation reward", path, failed):
+            written.append(path)
     text = f"# {preset.folder.as_posix()}\n\n" + "\n".join(how_it_ran(record)) + "\n\n" + results_table(preset, root)
     atomic_write_text(root / "results.md", text)
     return written + [root / "results.md"]
@@ -247,7 +295,13 @@ def main(preset: Path, **flags: Any) -> None:
             + (f"; left out (no {script} setting): {', '.join(left_out)}" if left_out else "")
         )
     try:
-        loaded = load_preset(preset, overrides, base)
+        seeds = None if config.seeds is None else parse_seeds(config.seeds)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="'--seeds'") from None
+    if config.cpus_per_run < 1:
+        raise typer.BadParameter(f"must be >= 1, got {config.cpus_per_run}", param_hint="'--cpus-per-run'")
+    try:
+        loaded = load_preset(preset, overrides, base, seeds)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="'PRESET'") from None
     if loaded.placeholder:
@@ -274,6 +328,7 @@ def main(preset: Path, **flags: Any) -> None:
             param_hint="'PRESET'",
         )
     record = {
+        "seeds": seeds,
         "set": overrides,
         "arms": None if config.arms is None else arms,
         "from_best": None if base is None else base.describe(),

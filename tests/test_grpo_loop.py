@@ -199,3 +199,19 @@ def test_on_policy_grpo_clip_updates_exactly_like_reinforce_with_baseline(tiny_m
             assert rows[0]["clip_fraction"] == 0.0 and "time_old_logprob_s" in rows[0]
     for name, tensor in states["grpo_clip"].items():
         assert torch.allclose(tensor, states["reinforce_with_baseline"][name], atol=1e-6), name
+
+
+def test_training_rollouts_are_logged_every_n_steps(tiny_model_dir, tmp_path):
+    """--log-train-rollouts-every 2: every rollout of steps 2 and 4, with its question, truth and rewards, beside the
+    validations' examples in rollouts.jsonl."""
+    config = tiny_config(tiny_model_dir, tmp_path, n_grpo_steps=4, log_train_rollouts_every=2, eval_every=4)
+    train_grpo(config, TASK, TASK)
+    lines = [json.loads(line) for line in (config.output_dir / "rollouts.jsonl").read_text().splitlines()]
+    train = [line for line in lines if line["kind"] == "train"]
+    assert [line["grpo_step"] for line in train] == [2] * 4 + [4] * 4  # rollout_batch_size 4 at each
+    for line in train:
+        truth = TASK.truths[QUESTIONS.index(line["question"])]
+        assert line["ground_truth"] == truth and line["reward"] == hash_reward(line["response"], truth)["reward"]
+    assert {line["kind"] for line in lines} == {"train", "eval"}
+    with pytest.raises(ValueError, match="--log-train-rollouts-every must be >= 1, got 0"):
+        validate(replace(config, log_train_rollouts_every=0))

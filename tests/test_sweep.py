@@ -29,6 +29,7 @@ from tests.test_console import LIBRARY_LINE
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted((ROOT / "configs" / "experiments").rglob("*.toml"))
 SWEEP_PRESETS = PRESETS + sorted((ROOT / "configs" / "pku").glob("grpo_*.toml"))
+BASELINES_CPU = ROOT / "configs" / "experiments" / "cpu" / "grpo_baselines_cpu.toml"
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
@@ -216,7 +217,8 @@ def test_results_table_with_seed_summary(tmp_path):
     assert "| a_seed0 | a | 0 | stopped before its first checkpoint | 2 | 0.500 | 0.500 | 10 |" in table
     assert "| b_seed0 | b | 0 | stopped before its first checkpoint | 2 | 0.125 | 0.250 | 10 |" in table
     assert "| b_seed1 | b | 1 | not run | - | - | - | - |" in table
-    assert "| a | 2 | 0.625 | 0.500 | 0.750 | 0 |" in table and "| b | 1 | 0.125 | 0.125 | 0.125 | 0 |" in table
+    assert "| a | 2 | 0.625 | 0.177 | 0.500 | 0.750 | 0.380 to 0.870 | 10 | 0 |" in table  # std 0.25 / sqrt(2)
+    assert "| b | 1 | 0.125 | - | 0.125 | 0.125 | - | 10 | 0 |" in table
     assert table.endswith("left out): none yet.\n")  # no arm has finished
 
 
@@ -300,7 +302,7 @@ def test_best_arm_names_its_metric_and_leaves_out_diverged_and_unfinished_arms(t
     table = results_table(preset, root)
     assert "| lr_b_seed1 | lr_b | 1 | diverged at step 2 | 1 | 0.200 | 0.200 | 10 |" in table
     assert "| lr_c_seed1 | lr_c | 1 | stopped (resumable) | 1 | 0.800 | 0.800 | 10 |" in table
-    assert "| lr_b | 1 | 0.900 | 0.900 | 0.900 | 1 |" in table  # the diverged seed is out of the mean, and counted
+    assert "| lr_b | 1 | 0.900 | - | 0.900 | 0.900 | - | 10 | 1 |" in table  # diverged: out of the mean, counted
     assert "left out): **lr_a**, 0.600 (mean of 2 seeds)." in table  # lr_b diverged once, lr_c is unfinished
 
     best = best_arm(root)
@@ -550,13 +552,13 @@ def test_bad_flags_and_preset_are_reported(tmp_path):
         (["--from-best", str(tmp_path)], "no sweep.json there"),
         (["--diverged", "ignore"], "ignore"),
     ]:
-        result = runner.invoke(script.app, [str(PRESETS[0]), *flags])
+        result = runner.invoke(script.app, [str(BASELINES_CPU), *flags])
         assert result.exit_code != 0 and message in result.output, flags
     result = runner.invoke(script.app, [str(tmp_path / "missing.toml")])
     assert result.exit_code != 0 and "no such preset file" in result.output
-    result = runner.invoke(script.app, [str(PRESETS[0]), "--launcher", "slurm"])
+    result = runner.invoke(script.app, [str(BASELINES_CPU), "--launcher", "slurm"])
     assert result.exit_code != 0 and "slurm" in result.output
-    result = runner.invoke(script.app, [str(PRESETS[0]), "--gpus-per-arm", "-1"])
+    result = runner.invoke(script.app, [str(BASELINES_CPU), "--gpus-per-arm", "-1"])
     assert result.exit_code != 0 and "must be >= 0" in result.output
 
 

@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from alignment.config.settings import SETTINGS_FILE  # noqa: E402
 from alignment.experiments.run_table import read_wandb_export  # noqa: E402
+from alignment.experiments.seeds import arm_of, per_step, seed_band, spread  # noqa: E402
 from alignment.run.metrics_log import read_metrics_jsonl  # noqa: E402
 
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
@@ -74,6 +75,46 @@ def series(rows: list[dict], key: str, x: str = "grpo_step") -> tuple[list[float
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def arm_groups(labels: Iterable[str], arms: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """{arm: its runs' labels}, arms in first-seen order; `arms` maps a label to its arm, else the label's
+    <arm>_seed<k> form says it (seeds.arm_of)."""
+    groups: dict[str, list[str]] = {}
+    for label in labels:
+        groups.setdefault((arms or {}).get(label, arm_of(label)), []).append(label)
+    return groups
+
+
+BAND_TITLE = "mean over seeds, 95% band (mean ± 1.96 s/√n); each seed faint"
+
+
+def draw_seed_bands(ax: Any, runs_by_arm: dict[str, list[list[dict]]], keys: list[str], x: str = "grpo_step") -> bool:
+    """Per arm and key: each seed's curve faint, the mean over the seeds bold, and the 95% band (seeds.seed_band)
+    shaded where at least two seeds logged the step. Returns whether anything was drawn."""
+    drawn, colour = False, 0
+    for arm, runs in runs_by_arm.items():
+        for key in keys:
+            band = seed_band(runs, key, x)
+            if not band.xs:
+                continue
+            colour_name = f"C{colour % 10}"
+            colour += 1
+            for rows in runs:
+                curve = per_step(rows, key, x)
+                ax.plot(
+                    [p[0] for p in curve.values()],
+                    [p[1] for p in curve.values()],
+                    color=colour_name,
+                    alpha=0.3,
+                    linewidth=0.8,
+                )
+            name = arm if len(keys) == 1 else f"{arm}: {key}"
+            ax.plot(band.xs, band.means, color=colour_name, linewidth=2, label=f"{name} (n={len(runs)})")
+            if len(runs) > 1:
+                ax.fill_between(band.xs, band.lows, band.highs, color=colour_name, alpha=0.2, linewidth=0)
+            drawn = True
+    return drawn
+
+
 def line_figure(
     runs: dict[str, list[dict]],
     keys: list[str],
@@ -82,11 +123,18 @@ def line_figure(
     x: str = "grpo_step",
     styles: dict[str, dict[str, Any]] | None = None,
     xlabel: str = "GRPO step",
+    arms: dict[str, str] | None = None,
 ) -> bool:
     """One line per run and key; `styles` gives a run's line keyword arguments (colour per arm, dashes per
-    seed), used where a figure has one key per run."""
+    seed), used where a figure has one key per run. Where an arm has several runs (seeds: `arms` maps labels to arms,
+    else <arm>_seed<k> labels say it), one band per arm instead: draw_seed_bands."""
     fig, ax = plt.subplots(figsize=(6, 4))
     drawn = False
+    groups = arm_groups(runs, arms)
+    if any(len(labels) > 1 for labels in groups.values()):
+        drawn = draw_seed_bands(ax, {arm: [runs[k] for k in labels] for arm, labels in groups.items()}, keys, x)
+        ax.set_title(BAND_TITLE, fontsize=8)
+        runs = {}
     for label, rows in runs.items():
         style = (styles or {}).get(label, {}) if len(keys) == 1 else {}
         for key in keys:
@@ -319,6 +367,52 @@ def pass_at_n_figure(summaries: dict[str, dict[str, dict[int, float]]], path: Pa
     return True
 
 
+def final_value_figure(
+    points: dict[float, list[float]], xlabel: str, ylabel: str, path: Path, failed: dict[float, int] | None = None
+) -> bool:
+    """A final value (e.g. the last validation reward) against a setting (e.g. the learning rate): each seed a faint
+    dot, the mean over seeds joined by a line with its 95% band as an error bar (seeds.spread). A log x axis when the
+    settings span a factor of 10 or more; `failed` counts, per setting, the seeds that diverged (no value, noted
+    beneath the axis)."""
+    settings = sorted(x for x, values in points.items() if values)
+    if not settings:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for x in settings:
+        ax.scatter([x] * len(points[x]), points[x], color="C0", alpha=0.35, s=14)
+    spreads = [spread(points[x]) for x in settings]
+    ax.errorbar(
+        settings,
+        [s.mean for s in spreads],
+        yerr=[s.half_width for s in spreads],
+        color="C0",
+        marker="o",
+        capsize=4,
+        label="mean over seeds, 95% band",
+    )
+    if min(settings) > 0 and max(settings) / min(settings) >= 10:
+        ax.set_xscale("log")
+    for x, count in (failed or {}).items():
+        if count:
+            ax.annotate(
+                f"{count} diverged",
+                (x, 0),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                color="C3",
+                xytext=(0, 4),
+                textcoords="offset points",
+                ha="center",
+            )
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_png(fig, path)
+    plt.close(fig)
+    return True
+
+
 def plot_runs(
     paths: list[Path],
     labels: list[str],
@@ -339,10 +433,12 @@ def plot_rows(
     styles: dict[str, dict[str, Any]] | None = None,
     phases: bool = True,
     xlabel: str = "GRPO step",
+    arms: dict[str, str] | None = None,
 ) -> list[Path]:
     """Every figure some run has data for, one line per run, with the time breakdowns (summed, and per step) and KL
     with validation accuracy (per token, and Eq. 8's sums); `phases` adds one time-per-phase figure per run (a time
-    series). `xlabel` names the runs' step (step_label)."""
+    series). `xlabel` names the runs' step (step_label). Runs of one arm at several seeds (`arms`, or labels
+    <arm>_seed<k>) become the arm's mean with a 95% band, each seed faint beneath (draw_seed_bands)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     written = []
     figures = {
@@ -350,7 +446,7 @@ def plot_rows(
         "eval_reward_vs_time": (["eval_reward"], "validation reward", "time_elapsed_s"),
     } | {name: (keys, ylabel, "grpo_step") for name, (ylabel, keys) in CURVES.items()}
     for name, (keys, ylabel, x) in figures.items():
-        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x, styles, xlabel):
+        if line_figure(runs, keys, ylabel, output_dir / f"{name}.png", x, styles, xlabel, arms):
             written.append(output_dir / f"{name}.png")
     drawings = {
         "time_breakdown": time_breakdown_figure,

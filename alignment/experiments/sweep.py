@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from alignment.config.settings import choices_of, upgraded
 from alignment.experiments.run_table import final_rewards
+from alignment.experiments.seeds import spread
 from alignment.rollout.backends import vllm_build
 from alignment.run.checkpoint import complete_step
 from alignment.run.divergence import read_marker
@@ -209,10 +210,28 @@ def preset_folder(path: Path) -> Path:
     return Path(path.stem)
 
 
-def load_preset(path: Path, overrides: dict[str, Any] | None = None, base: BestArm | None = None) -> Preset:
+def parse_seeds(text: str) -> list[int]:
+    """--seeds 0,1,2,3 as [0, 1, 2, 3]; a ValueError naming --seeds for anything else (empty, repeated, not
+    integers)."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        seeds = [int(item) for item in items]
+    except ValueError:
+        raise ValueError(f"--seeds {text}: expected comma-separated integers, e.g. --seeds 0,1,2,3") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds {text}: expected distinct comma-separated integers, e.g. --seeds 0,1,2,3")
+    return seeds
+
+
+def load_preset(
+    path: Path,
+    overrides: dict[str, Any] | None = None,
+    base: BestArm | None = None,
+    seeds: list[int] | None = None,
+) -> Preset:
     """Read and check a preset; errors name the file, the arm and the setting. `overrides` (--set) go over every
     arm's settings; `base` (--from-best) stands in for the preset's own base settings file and its [placeholder]
-    settings."""
+    settings; `seeds` (--seeds) replace the preset's own seeds list: every arm runs once per seed."""
     data = read_toml(path, "preset file")
     unknown = sorted(set(data) - PRESET_KEYS)
     if unknown:
@@ -238,7 +257,7 @@ def load_preset(path: Path, overrides: dict[str, Any] | None = None, base: BestA
     shared, arms = defaults | data.get("shared", {}), data.get("arms", {})
     if not arms or not all(isinstance(a, dict) for a in arms.values()):
         _fail(path, "needs at least one [arms.<name>] table")
-    seeds = data.get("seeds")
+    seeds = data.get("seeds") if seeds is None else seeds
     if seeds is not None and (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds)):
         _fail(path, f"seeds must be a non-empty list of integers, got {seeds!r}")
     runs = []
@@ -493,20 +512,7 @@ def results_table(preset: Preset, root: Path) -> str:
         if r.rewards is not None:
             by_arm.setdefault(r.arm, []).append(r)
     if any(len(v) > 1 for v in by_arm.values()):
-        lines += [
-            "",
-            "| arm | seeds | mean final validation reward | min | max | diverged |",
-            "|---|---|---|---|---|---|",
-        ]
-        for arm, runs in by_arm.items():
-            finals = [r.rewards["final"] for r in runs if r.state != "diverged"]  # type: ignore[index]
-            diverged = len(runs) - len(finals)
-            lines.append(
-                f"| {arm} | {len(finals)} | - | - | - | {diverged} |"
-                if not finals
-                else f"| {arm} | {len(finals)} | {sum(finals) / len(finals):.3f} | {min(finals):.3f} | "
-                f"{max(finals):.3f} | {diverged} |"
-            )
+        lines += ["", seed_summary(by_arm)]
     best = best_arm_of(results)
     if best is None:
         lines += ["", f"Best arm by {BEST_BY}: none yet."]
@@ -515,6 +521,60 @@ def results_table(preset: Preset, root: Path) -> str:
         over = f" (mean of {seeds} seeds)" if seeds > 1 else ""
         lines += ["", f"Best arm by {BEST_BY}: **{arm}**, {reward:.3f}{over}."]
     return "\n".join(lines) + "\n"
+
+
+def seed_summary(by_arm: dict[str, list[RunResult]]) -> str:
+    """Markdown: per arm, the final validation reward over its seeds (diverged runs left out and counted): their mean,
+    sample std, min, max and 95% band (mean +- 1.96 std / sqrt(n), seeds.spread), and the mean wall time of a run."""
+    lines = [
+        "| arm | seeds | mean final validation reward | std | min | max | 95% band | mean wall time (s) | diverged |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, runs in by_arm.items():
+        kept = [r for r in runs if r.state != "diverged"]
+        diverged = len(runs) - len(kept)
+        if not kept:
+            lines.append(f"| {arm} | 0 | - | - | - | - | - | - | {diverged} |")
+            continue
+        finals = spread([r.rewards["final"] for r in kept])  # type: ignore[index]
+        times = [r.rewards["time_s"] for r in kept if math.isfinite(r.rewards["time_s"])]  # type: ignore[index]
+        std = "-" if finals.n < 2 else f"{finals.std:.3f}"
+        band = "-" if finals.n < 2 else f"{finals.low:.3f} to {finals.high:.3f}"
+        wall = f"{statistics.fmean(times):.0f}" if times else "-"
+        lines.append(
+            f"| {arm} | {finals.n} | {finals.mean:.3f} | {std} | {finals.min:.3f} | {finals.max:.3f} | {band} | "
+            f"{wall} | {diverged} |"
+        )
+    return "\n".join(lines)
+
+
+def swept_setting(preset: Preset) -> str | None:
+    """The one numeric setting the preset's arms differ in (grpo_learning_rate's learning_rate), seeds aside; None
+    when they differ in none, in more than one, or in a non-numeric one."""
+    by_arm = {run.arm: run.settings for run in preset.runs}
+    if len(by_arm) < 2:
+        return None
+    keys = {k for settings in by_arm.values() for k in settings} - {"seed"}
+    differing = [k for k in sorted(keys) if len({repr(s.get(k)) for s in by_arm.values()}) > 1]
+    if len(differing) != 1:
+        return None
+    values = [s.get(differing[0]) for s in by_arm.values()]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return differing[0] if numeric else None
+
+
+def final_by_setting(preset: Preset, root: Path, setting: str) -> tuple[dict[float, list[float]], dict[float, int]]:
+    """Final validation rewards by the value of `setting` (one per seed that validated and did not diverge), and the
+    diverged runs by value: final_reward_vs_<setting>.png's points."""
+    points: dict[float, list[float]] = {}
+    failed: dict[float, int] = {}
+    for run, result in zip(preset.runs, sweep_results(preset, root)):
+        value = float(run.settings[setting])
+        if result.state == "diverged":
+            failed[value] = failed.get(value, 0) + 1
+        elif result.rewards is not None:
+            points.setdefault(value, []).append(result.rewards["final"])
+    return points, failed
 
 
 def write_sweep_record(root: Path, preset_path: Path, preset: Preset, record: dict[str, Any]) -> None:

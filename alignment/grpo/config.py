@@ -5,7 +5,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from alignment.advantages import AdvantageEstimator, AdvantageNormalizer, Baseline
+from alignment.advantages import AdvantageEstimator, AdvantageNormalizer, Baseline, advantage_estimator_names
 from alignment.config.settings import check_choices, override, setting
 from alignment.data.keywords import KeywordMatch
 from alignment.grpo.environments import ENVIRONMENTS, env_spec
@@ -98,7 +98,9 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
     advantage_estimator: AdvantageEstimator = setting(
         "group_norm",
         "group_norm: (r - group mean) / group std (GRPO); rloo: r minus the mean of the group's other samples (RLOO); "
-        "reinforce_pp: r - group mean, then normalized across the batch (REINFORCE++-baseline).",
+        "reinforce_pp: r - group mean, then normalized across the batch (REINFORCE++-baseline); sqrt_mean: r - group "
+        "mean over sqrt(group mean + eps) (an example); or any estimator registered by name "
+        "(register_advantage_estimator, alignment/advantages.py).",
     )
     use_std_normalization: bool = setting(
         True, "group_norm: divide advantages by the group std (off: Dr. GRPO); --advantage-normalizer says more."
@@ -174,6 +176,11 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         "microbatches of the same size, fewer of them (CS336 2026's pruning: RFT's wrong answers, GRPO's groups "
         "whose rewards agree). The same update; token_entropy and the rollout-mismatch metrics then cover the rows "
         "that pass.",
+    )
+    log_train_rollouts_every: int | None = setting(
+        None,
+        "Write every rollout of each Nth GRPO step (question, response, ground truth, rewards) to rollouts.jsonl as "
+        'kind "train", beside the validations\' examples (CS336 2026 suggests 40; off by default).',
     )
     adam_beta1: float = setting(0.9, "AdamW beta1.")
     adam_beta2: float = setting(0.95, "AdamW beta2.")
@@ -252,6 +259,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         "skip_zero_advantage",
         "prune_zero_advantage",
         "ignore_memory_plan",
+        "log_train_rollouts_every",
     }
     # A keyword run saved before --keyword-match existed matched whole words
     ADDED: ClassVar[dict[str, Any]] = TrainingSettings.ADDED | {"keyword_match": "word"}
@@ -328,6 +336,8 @@ def validate(config: GRPOConfig) -> None:
     ):
         if getattr(c, name) < 1:
             _fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(c, name)}")
+    if c.log_train_rollouts_every is not None and c.log_train_rollouts_every < 1:
+        _fail(f"--log-train-rollouts-every must be >= 1, got {c.log_train_rollouts_every}")
     if c.torch_threads is not None and c.torch_threads < 1:
         _fail(f"--torch-threads must be >= 1, got {c.torch_threads}")
     if c.time_budget is not None:
@@ -439,6 +449,11 @@ def validate_objective(c: GRPOConfig) -> None:
         _fail(
             f"--advantage-normalizer {c.advantage_normalizer} contradicts --no-use-std-normalization (which is "
             "--advantage-normalizer none); give one of them"
+        )
+    if c.advantage_estimator not in advantage_estimator_names():
+        _fail(
+            f"--advantage-estimator {c.advantage_estimator!r} is not one of {', '.join(advantage_estimator_names())} "
+            "(a new one is a function registered by name: register_advantage_estimator in alignment/advantages.py)"
         )
     if c.advantage_estimator != "group_norm" and (c.baseline != "mean" or c.advantage_normalizer is not None):
         _fail(
