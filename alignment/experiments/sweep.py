@@ -253,6 +253,7 @@ def load_preset(
                 defaults = read_toml(path.parent / data["base"], "base settings file")
             except ValueError as err:
                 _fail(path, f"base = {data['base']!r}: {err}")
+            defaults.pop("output_dir", None)  # one run's folder: the sweep gives each of its runs its own
         defaults |= placeholder
     shared, arms = defaults | data.get("shared", {}), data.get("arms", {})
     if not arms or not all(isinstance(a, dict) for a in arms.values()):
