@@ -30,6 +30,10 @@ SCRIPT_OF = SETTINGS_FILES | {
     "pku/best_of_n": "best_of_n",
     "pku/grpo": "train_grpo",
     "pku/kissing_grpo": "train_grpo",
+    "cs336_2026/grpo_starter": "train_grpo",
+    "cs336_2026/prompting_question_only": "eval_zero_shot",
+    "cs336_2026/prompting_r1_zero": "eval_zero_shot",
+    "cs336_2026/prompting_r1_zero_three_shot_gsm8k": "eval_zero_shot",
 }
 
 
