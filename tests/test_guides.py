@@ -371,6 +371,26 @@ def test_each_guide_command_parses_and_validates(command: Command, monkeypatch, 
         raise AssertionError(f"{command}\n{err}") from err
 
 
+def from_best_at_small_size(words: list[str]) -> list[str]:
+    """A chained sweep's `--from-best outputs/X` read at small size: the folder the small run of the guide command
+    that sweeps X's preset wrote (its marker's --output-root), so that it runs on the earlier small sweep's best arm."""
+    if "--from-best" not in words:
+        return words
+    from alignment.experiments.sweep import preset_folder
+
+    i = words.index("--from-best") + 1
+    for path in sorted((ROOT / "configs").rglob("*.toml")):
+        if "[arms." not in path.read_text() or Path("outputs") / preset_folder(path) != Path(words[i]):
+            continue
+        preset = path.relative_to(ROOT).as_posix()
+        for earlier in (c for c in COMMANDS if c.kind == "small" and preset in c.line.split()):
+            note = shlex.split(earlier.note)
+            if "--output-root" in note:
+                root = Path(note[note.index("--output-root") + 1])
+                return words[:i] + [str(root / preset_folder(path))] + words[i + 1 :]
+    return words
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS, ids=command_id)
 def test_each_guide_command_runs_at_a_small_size(command: Command, tmp_path):
@@ -382,7 +402,7 @@ def test_each_guide_command_runs_at_a_small_size(command: Command, tmp_path):
     if words[0] == "pytest":
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *words[1:]]
     else:
-        argv = [sys.executable, *words, *shlex.split(command.note)]
+        argv = [sys.executable, *from_best_at_small_size(words), *shlex.split(command.note)]
     # Ray's node has 60 s to start by default, too few on a loaded 2-core machine (docs/benchmarks/ray.md)
     ray = {"RAY_raylet_start_wait_time_s": "300"}
     env = dict(e.split("=", 1) for e in env_words) | ray
