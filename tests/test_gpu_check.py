@@ -57,6 +57,7 @@ def gpu_check(tmp_path: Path, *args: str, **env: str) -> tuple[int, list[dict], 
     return done.returncode, [json.loads(line) for line in done.stdout.splitlines()], done.stderr
 
 
+@pytest.mark.slow  # about 50 s: every step, one after another
 def test_the_tiny_check_runs_every_step_and_prints_only_json(tmp_path):
     rc, lines, stderr = gpu_check(tmp_path, "--tiny")
     logs = tmp_path / "logs"
@@ -186,7 +187,7 @@ def test_a_step_cut_short_by_the_checks_time_stops_with_sigint_and_pytest_keeps_
     )
     rc, lines, _ = gpu_check(
         tmp_path, "--tiny", PYTHON=stand_in_python(tmp_path), REAL_PYTHON=sys.executable, SLOW_TESTS=str(slow),
-        GPU_CHECK_SECONDS="5", GPU_CHECK_FAULTS="",
+        GPU_CHECK_SECONDS="3", GPU_CHECK_FAULTS="",
     )  # fmt: skip
     steps = {line["step"]: line["status"] for line in lines if line["figure"] == "gpu_check.step"}
     assert re.fullmatch(r"cut short after \d+ s: the check's time was spent", steps["tests"]), steps
