@@ -3,7 +3,7 @@
 # on stdout and nothing else. Its first line says which kernels and paths the probe chose.
 #
 #   bash bench/gpu_check.sh           # one CUDA GPU: Qwen2.5-Math-1.5B's shape, random weights, within 330 s
-#   bash bench/gpu_check.sh --tiny    # the same steps on the CPU at toy sizes (the test suite runs it)
+#   bash bench/gpu_check.sh --tiny    # the same steps on the CPU at toy sizes (`pytest -m slow` runs it)
 #
 # Needs torch (and the Triton its Linux builds bring), transformers, peft and pytest: no vLLM, Ray, datasets, network
 # or weights (random weights of real shapes, a synthetic tokenizer). It runs from the repository root with
