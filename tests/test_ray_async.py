@@ -48,7 +48,6 @@ ASYNC = RayGRPOConfig(
         ({"off_policy_objective": "naive", "tis_cap": 2.0}, "--off-policy-objective naive trains stale samples"),
         ({"backend": "transformer_lm"}, "our TransformerLM's sampler does not stream"),
         ({"backend": "vllm", "lora_rank": 4}, "--partial-rollouts with --lora-rank on --backend vllm"),
-        ({"actor_restarts": 1, "weight_sync": "gloo"}, "--actor-restarts with --weight-sync gloo"),
     ],
 )
 def test_bad_async_flags_are_named(overrides, message):

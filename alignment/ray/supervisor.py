@@ -6,8 +6,9 @@ node; an actor silent past --ray-timeout-s is hung, treated as dead and killed),
 `Supervisor.recover`, which
 
 - finds what was lost (a probe of every actor; on a timeout, the actors the wait was on that do not answer),
-- replaces each lost generator (with the learner's current weights, and their version) and the scorer, while the
-  run's replacements stay within --actor-restarts (every kind counted together),
+- replaces each lost generator (with the learner's current weights, and their version; over --weight-sync gloo or
+  nccl in a collective group formed again, alignment/ray/weight_sync.py) and the scorer, while the run's
+  replacements stay within --actor-restarts (every kind counted together),
 - logs the event to events.jsonl: which actors, when, the seconds lost, the groups the strategy hands out again,
 - and otherwise re-raises the error: the driver then stops the run as before, naming the actor, checkpointing what
   it can and saying how to resume.
@@ -97,8 +98,8 @@ class Supervisor:
             a.generators[name] = handle
             if a.generator is a.names[name]:
                 a.generator = handle
-            if self.sync is not None:
-                self.sync.generators = list(a.generators.values())
+            if self.sync is not None:  # over gloo or nccl: a collective group formed again, with the replacement
+                self.sync.replace_generators(list(a.generators.values()))
         a.names[name] = handle
         timeout = self.config.ray_timeout_s
         ray.get(handle.ping.remote(), timeout=timeout)
