@@ -26,7 +26,9 @@ every trained group within ETA:
   response), `partial_fraction`.
 
 Faults. A generator that dies is replaced (--actor-restarts, alignment/ray/supervisor.py) and its unfinished groups
-handed out again on the current weights; past the allowance the run stops naming it, with a checkpoint. A checkpoint
+handed out again on the current weights; one that cannot be replaced (past the allowance, or no room on the cluster)
+is dropped while another generator lives, the survivors taking its groups; with none left the run stops naming it,
+with a checkpoint. A lost scorer's replacement grades again every group whose grading was under way. A checkpoint
 keeps the groups trained (never handed out again), the graded groups waiting (kept on resume unless the bound,
 possibly lowered, would be broken: those are dropped, counted in `resume_dropped`, and sampled again) and the
 position reached; groups in flight at the crash are sampled again on the checkpoint's weights.

@@ -9,6 +9,8 @@ node; an actor silent past --ray-timeout-s is hung, treated as dead and killed),
 - replaces each lost generator (with the learner's current weights, and their version; over --weight-sync gloo or
   nccl in a collective group formed again, alignment/ray/weight_sync.py) and the scorer, while the run's
   replacements stay within --actor-restarts (every kind counted together),
+- under the async strategy, drops a lost generator it cannot replace (past the bound, or no room on the cluster)
+  while another generator lives, the survivors taking its work,
 - logs the event to events.jsonl: which actors, when, the seconds lost, the groups the strategy hands out again,
 - and otherwise re-raises the error: the driver then stops the run as before, naming the actor, checkpointing what
   it can and saying how to resume.
@@ -72,7 +74,7 @@ class Supervisor:
         own error), when a learner was, or past --actor-restarts, or when the cluster has no room for a replacement.
 
         `can_drop` (the async strategy): a lost generator that cannot be replaced (past --actor-restarts, or no room)
-        is dropped instead while another generator lives, the run going on with the survivors (in `dropped`)."""
+        is dropped instead while another generator lives, the run going on with the survivors (a `dropped` event)."""
         bound = self.config.actor_restarts
         if self.restarts >= bound and not can_drop:  # nothing left to replace with: at once, as without restarts
             raise err

@@ -113,13 +113,13 @@ class WeightSync:
     def sender(self) -> ActorHandle:
         return self.learner if isinstance(self.learner, ActorHandle) else self.learner.main
 
-    def replace_generators(self, generators: Sequence[ActorHandle]) -> float:
-        """The generators after one was replaced (survivors and replacements); over a direct transport the group is
-        formed again over the learner and them, since the old one holds the lost actor. Returns the seconds it took."""
-        start = time.perf_counter()
+    def replace_generators(self, generators: Sequence[ActorHandle]) -> None:
+        """The generators after one was lost (the survivors, and its replacement if any); over a direct transport the
+        group is formed again over the learner and them, since the old one holds the lost actor. The new group is
+        registered where Ray's own create_collective_group registers one (Ray's internals, as the lock pins them)."""
         self.generators = list(generators)
         if self.group is None:
-            return 0.0
+            return
         if not self.own_group:  # validate_ray refuses restarts with a LearnerGroup's gloo world
             raise RuntimeError("a learner group's gloo world cannot take a replaced generator")
         try:
@@ -144,7 +144,6 @@ class WeightSync:
                 internal_kv._internal_kv_del(get_master_address_metadata_key(name))
         self.group = CommunicatorHandle(members, name, self.transport)
         RemoteCommunicatorManager.get().add_remote_communicator(self.group)
-        return time.perf_counter() - start
 
     def weights(self) -> ray.ObjectRef:
         """A reference to the learner's weights as they are once its queued calls are done."""
