@@ -159,12 +159,20 @@ def test_eta_0_is_the_synchronous_update_bit_for_bit(cluster, tiny_model_dir, tm
 LONG = dict(sampling_max_tokens=48, sampling_min_tokens=48, n_grpo_steps=4, eval_every=2, max_staleness=2)
 
 
-@pytest.mark.slow  # 50 s with the cluster's start; by default the batch rule, admission and resume run on fake actors
-def test_eta_2_partial_rollouts_and_a_generator_killed_mid_stream(cluster, tiny_model_dir, tmp_path):
+@pytest.mark.slow  # 50 s each with the cluster's start; by default the batch rule, admission and resume run on fakes
+@pytest.mark.parametrize("transport", ["object_store", "gloo"])
+def test_eta_2_partial_rollouts_and_a_generator_killed_mid_stream(cluster, tiny_model_dir, tmp_path, transport):
     """Long responses (48 tokens; the learner's update is shorter): weights arrive while a unit is decoding. The
-    generator is killed after update 1 and replaced; its unfinished groups are sampled again, none trained twice."""
-    config = config_for(tiny_model_dir, tmp_path, strategy="async", actor_restarts=1, **LONG)
-    kill = lambda step, actors: ray.kill(actors.generator) if step == 1 else None  # noqa: E731
+    generator is killed after update 1 (once update 1's weights reached it) and replaced (over gloo, in a group
+    formed again, its first weights sent over it); its unfinished groups are sampled again, none trained twice."""
+    config = config_for(tiny_model_dir, tmp_path, strategy="async", actor_restarts=1, weight_sync=transport, **LONG)
+
+    def kill(step, actors):
+        if step == 1:
+            # a transfer cut by the death would take the learner too (Ray kills both ends of a failed one)
+            ray.get(actors.generator.__ray_call__.options(concurrency_group="control").remote(lambda g: None))
+            ray.kill(actors.generator)
+
     train_grpo_ray(config, TASK, TASK, on_step=kill)
     rows = logged(config)
     check_async_rows(rows, 2, 4, 2)
@@ -173,7 +181,9 @@ def test_eta_2_partial_rollouts_and_a_generator_killed_mid_stream(cluster, tiny_
     assert max(row["staleness_max"] for row in updates) >= 1  # it did run ahead of the learner
     assert [row["actor_restarts"] for row in updates] == [0, 1, 1, 1]
     assert sorted(trained_tickets(config)) == list(range(8))
-    assert [row["grpo_step"] for row in rows if "eval_reward" in row] == [0, 2, 4]
+    evals = [row["grpo_step"] for row in rows if "eval_reward" in row]
+    # the one asked after update 2 runs on the weights the generator holds then: version 2, or 3 if it got them first
+    assert evals[0] == 0 and evals[1] in (2, 3) and evals[2:] == [4]
 
 
 def events_of(config, kind: str) -> list[dict]:
@@ -203,7 +213,9 @@ def test_a_generator_lost_past_the_restarts_leaves_the_survivor_to_finish_the_ru
     assert sorted(trained_tickets(config)) == list(range(8))  # none lost, none trained twice
     trained = [json.loads(line) for line in (config.output_dir / "rollouts.jsonl").read_text().splitlines()]
     assert all(row["samples"] == config.group_size for row in trained if row["kind"] == "trained")
-    assert [row["grpo_step"] for row in rows if "eval_reward" in row] == [0, 2, 4]
+    evals = [row["grpo_step"] for row in rows if "eval_reward" in row]
+    # the one asked after update 2 runs on the weights the generator holds then: version 2, or 3 if it got them first
+    assert evals[0] == 0 and evals[1] in (2, 3) and evals[2:] == [4]
     assert [row["actor_restarts"] for row in rows if "loss" in row] == [0, 0, 0, 0]
     [dropped] = events_of(config, "dropped")
     assert dropped["actors"] == ["Generator 0"] and dropped["generators_left"] == ["Generator 1"]
