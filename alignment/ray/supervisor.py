@@ -90,7 +90,7 @@ class Supervisor:
         for name in lost:
             if self.restarts < bound:
                 try:
-                    self.replace(name)
+                    self.replace(name, wait=not (can_drop and survivors))
                     self.restarts += 1
                     replaced.append(name)
                     continue
@@ -124,15 +124,16 @@ class Supervisor:
             )
         return replaced
 
-    def replace(self, name: str) -> None:
+    def replace(self, name: str, wait: bool = True) -> None:
         """Start a fresh actor under `name` and put it where the old one was; a generator gets the learner's current
-        weights before any work. Raises NoRoom when the cluster has no room for it."""
+        weights before any work. Raises NoRoom when it does not start within --ray-timeout-s (a node may join
+        meanwhile) or, without `wait` (survivors can go on without it), when the cluster has no room for it now."""
         a, timeout = self.actors, self.config.ray_timeout_s
         if name == "Scorer":
             handle = spawn(Scorer, 0, 0, *a.scorer_args, node=scorer_node())
         else:
             assert a.respawn is not None
-            if not room(a.generator_demand):
+            if not wait and not room(a.generator_demand):
                 raise NoRoom(f"no room on the cluster for a generator ({describe_demand(a.generator_demand)})")
             handle = a.respawn(name)
         try:
