@@ -133,6 +133,7 @@ def main(
             train_batch_size=8,
             gradient_accumulation_steps=2,
             sampling_max_tokens=8,
+            backend="hf",  # vLLM's CPU attention has no kernel for the tiny model's head size (16)
         )
     cluster = ExitStack()
     if nodes > 1:  # a raylet per node, as on a cluster of machines (alignment/ray/local_cluster.py)

@@ -169,6 +169,49 @@ def test_a_generator_node_removed_mid_run_is_replaced_and_nothing_is_lost(
     assert replaced[0]["replace_s"] > 0 and replaced[0]["nodes"][removed["actor"]]["node_id"] != removed["node_id"]
 
 
+@pytest.mark.slow
+def test_an_async_generator_whose_node_goes_with_no_room_left_is_dropped_and_the_survivor_finishes(
+    three_nodes, tiny_model_dir, tmp_path
+):
+    """async with two generators, one restart allowed; after step 2 the first generator's node is removed and none
+    joins: no `generator` unit is free for a replacement, so the run goes on with the survivor, re-issuing the lost
+    groups whole to it, and every update completes."""
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="async",
+        generators=2,
+        max_staleness=1,
+        n_grpo_steps=4,
+        actor_restarts=1,
+        ray_address=three_nodes.address,
+    )
+    removed = []
+
+    def preempt(step, actors):
+        if step == 2:
+            removed.append(three_nodes.name_of(actors.nodes["Generator 0"]))
+            three_nodes.remove(removed[0])
+
+    try:
+        rows = train_grpo_ray(config, TASK, TASK, on_step=preempt)
+    finally:
+        if removed:  # the module's cluster gets its node back
+            three_nodes.add(f"{removed[0]} (back)")
+    assert {r["grpo_step"] for r in rows} == {1, 2, 3, 4}
+    updates = [r for r in logged(config) if "tokens_checksum_sent" in r]
+    assert all(0 <= r["staleness_max"] <= config.max_staleness for r in updates)
+    groups = trained_groups(config)
+    assert sorted(groups) == [1, 2, 3, 4]
+    assert all(g["samples"] == config.group_size for trained in groups.values() for g in trained)
+    assert sorted(g["ticket"] for trained in groups.values() for g in trained) == list(range(8))
+    events = RunEvents(config.output_dir).read()
+    [dropped] = [e for e in events if e["event"] == "dropped"]
+    assert dropped["actors"] == ["Generator 0"] and dropped["generators_left"] == ["Generator 1"], events
+    assert dropped["reason"].startswith("no room on the cluster for a generator") and "1 generator" in dropped["reason"]
+    assert not [e for e in events if e["event"] == "replaced"]
+
+
 def policy_tensors(folder) -> dict:
     from safetensors.torch import load_file
 

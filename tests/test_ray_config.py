@@ -156,7 +156,15 @@ def test_actor_restarts_bound_every_strategy_and_read_a_saved_generator_restarts
     validate_ray(RayGRPOConfig(strategy="disaggregated-one-behind", actor_restarts=2))  # no longer async-only
     with pytest.raises(ValueError, match="--actor-restarts must be >= 0, got -1"):
         validate_ray(RayGRPOConfig(actor_restarts=-1))
-    with pytest.raises(ValueError, match="--actor-restarts with --weight-sync gloo"):
-        validate_ray(RayGRPOConfig(strategy="replay-buffer", actor_restarts=1, weight_sync="gloo"))
+    # a replaced generator joins a direct transport's group formed again; a learner group's gloo world cannot take it
+    for transport in ("gloo", "nccl"):
+        validate_ray(RayGRPOConfig(strategy="replay-buffer", actor_restarts=1, weight_sync=transport))
+        validate_ray(RayGRPOConfig(strategy="async", actor_restarts=1, weight_sync=transport))
+    validate_ray(RayGRPOConfig(strategy="replay-buffer", actor_restarts=1, learner_processes=2))
+    two_learners = RayGRPOConfig(strategy="replay-buffer", actor_restarts=1, weight_sync="gloo", learner_processes=2)
+    with pytest.raises(ValueError) as err:
+        validate_ray(two_learners)
+    assert str(err.value).startswith("--actor-restarts with --weight-sync gloo and --learner-processes 2: ")
+    assert "use --weight-sync object_store, or --learner-processes 1" in str(err.value) and "\n" not in str(err.value)
     values = typed_values(RayGRPOConfig, {"generator_restarts": 3}, tmp_path / "settings.json")
     assert values["actor_restarts"] == 3 and "generator_restarts" not in values

@@ -180,6 +180,46 @@ def test_one_behind_lag_sync_and_a_dead_generator_then_resume(cluster, tiny_mode
     assert [row["version_lag"] for row in rows] == [0, 1, 0]  # batch 1 overlapped learning on batch 0; resumed fresh
 
 
+@pytest.mark.slow  # 40 s under load; the refusal with a learner group runs by default in tests/test_ray_config.py
+def test_a_generator_killed_mid_run_over_gloo_joins_a_group_formed_again(cluster, tiny_model_dir, tmp_path):
+    """disaggregated-one-behind over the gloo direct transport; the generator is killed after step 2. Its replacement
+    joins a collective group formed again over the learner and it, gets the learner's weights over it, and the run
+    completes every step on the planned prompts, the replacement holding the learner's weights after each sync."""
+    from alignment.ray.run_events import RunEvents
+    from alignment.run.setup import PromptOrder
+
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="disaggregated-one-behind",
+        weight_sync="gloo",
+        actor_restarts=1,
+        n_grpo_steps=4,
+    )
+    digests = []
+
+    def check_sync_then_kill(step, actors):
+        digests.append(ray.get([actors.learner.digest.remote(), actors.generator.digest.remote()], timeout=60))
+        if step == 2:
+            ray.kill(actors.generator)
+
+    rows = train_grpo_ray(config, TASK, TASK, on_step=check_sync_then_kill)
+    assert [row["grpo_step"] for row in rows if "loss" in row] == [1, 2, 3, 4]
+    check_rows([row for row in logged(config) if "loss" in row], max_lag=1)
+    assert len(digests) == 4 and all(learner == generator for learner, generator in digests)  # after 3, the new one
+    assert len({learner for learner, _ in digests}) == 4
+    replaced = [e for e in RunEvents(config.output_dir).read() if e["event"] == "replaced"]
+    assert len(replaced) == 1 and replaced[0]["actors"] == ["Generator"] and replaced[0]["restarts"] == 1
+    assert replaced[0]["groups_reissued"] == PromptOrder(len(TASK.questions), config.seed, position=6).take(2)
+    n = config.n_prompts_per_rollout_batch
+    trained = [json.loads(line) for line in (config.output_dir / "rollouts.jsonl").read_text().splitlines()]
+    for step in range(1, 5):
+        groups = [row for row in trained if row["kind"] == "trained" and row["grpo_step"] == step]
+        assert all(g["samples"] == config.group_size for g in groups)
+        planned = PromptOrder(len(TASK.questions), config.seed, position=(step - 1) * n).take(n)
+        assert [g["question"] for g in groups] == planned
+
+
 @pytest.mark.slow  # 30 s: three Ray actors and two FSDP2 ranks; the buffer's policy and the two-actor learner
 # are tested by default in tests/test_replay_buffer.py and tests/test_ray_learner_group.py
 def test_replay_buffer_over_the_gloo_direct_transport_from_a_learner_of_two_actors(cluster, tiny_model_dir, tmp_path):

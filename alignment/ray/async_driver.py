@@ -26,7 +26,9 @@ every trained group within ETA:
   response), `partial_fraction`.
 
 Faults. A generator that dies is replaced (--actor-restarts, alignment/ray/supervisor.py) and its unfinished groups
-handed out again on the current weights; past the allowance the run stops naming it, with a checkpoint. A checkpoint
+handed out again on the current weights; one that cannot be replaced (past the allowance, or no room on the cluster)
+is dropped while another generator lives, the survivors taking its groups; with none left the run stops naming it,
+with a checkpoint. A lost scorer's replacement grades again every group whose grading was under way. A checkpoint
 keeps the groups trained (never handed out again), the graded groups waiting (kept on resume unless the bound,
 possibly lowered, would be broken: those are dropped, counted in `resume_dropped`, and sampled again) and the
 position reached; groups in flight at the crash are sampled again on the checkpoint's weights.
@@ -45,6 +47,7 @@ from alignment.ray.actors import Clock, Learned, Streamed, Validate, Validated, 
 from alignment.ray.cluster import Actors
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.env import ray
+from alignment.ray.supervisor import FAILURES
 from alignment.ray.weight_sync import WeightSync
 from alignment.rollout.interface import Rollout
 from alignment.run.metrics_log import MetricsLog
@@ -298,8 +301,13 @@ class AsyncLoop:
         if self.learning is not None and item is self.learning.ref:
             return "learned"
         if item in self.gradings:
-            ticket = self.gradings.pop(item)
-            scored = d.get(item, f"Scorer: grade group {ticket.number}")
+            ticket = self.gradings[item]
+            try:
+                scored = d.get(item, f"Scorer: grade group {ticket.number}")
+            except FAILURES as err:
+                self.replace_scorer(err)
+                return "restarted"
+            del self.gradings[item]
             ticket.scores, ticket.grading_s = scored.scores, scored.seconds
             return "graded"
         name = next(name for name, stream in self.streams.items() if stream is item)
@@ -328,18 +336,39 @@ class AsyncLoop:
             raise RuntimeError(f"{name} streamed group {streamed.ticket}, which it was not sampling")
         ticket.rollouts, ticket.generator = streamed.rollouts, None
         self.assigned[name].discard(ticket.number)
-        texts = [(0, r.text) for r in streamed.rollouts]
-        self.gradings[d.actors.scorer.grade.remote([ticket.question], texts)] = ticket
+        self.grade(ticket)
         return "streamed"
 
+    def grade(self, ticket: Ticket) -> None:
+        texts = [(0, r.text) for r in ticket.rollouts]
+        self.gradings[self.driver.actors.scorer.grade.remote([ticket.question], texts)] = ticket
+
+    def replace_scorer(self, err: Exception) -> None:
+        """A lost scorer: replaced by the Supervisor (within --actor-restarts, else the error stands), and every group
+        whose grading was under way graded again by the replacement: never scored as zero, never dropped."""
+        d = self.driver
+        waiting = sorted(self.gradings.values(), key=lambda t: t.number)
+        replaced = d.supervisor.recover(err, ["Scorer"], "Scorer: grading groups", [t.number for t in waiting])
+        if replaced != ["Scorer"]:  # another actor died too: not this loop's to mend
+            raise err
+        self.gradings = {}
+        for ticket in waiting:
+            self.grade(ticket)
+
     def replace_generator(self, name: str, err: Exception) -> None:
-        """A dead generator: replaced by the Supervisor (within --actor-restarts, else the error stands and the Driver
-        names the dead actor and checkpoints), its unfinished groups handed out again on the current weights."""
+        """A dead generator: replaced by the Supervisor (within --actor-restarts and while the cluster has room), or
+        else dropped while another generator lives (the run goes on with the survivors); its unfinished groups are
+        handed out again whole on the current weights. With none left the error stands and the Driver names the dead
+        actor and checkpoints."""
         d = self.driver
         lost = sorted(self.assigned[name])
-        replaced = d.supervisor.recover(err, [name], f"{name}: streaming groups", lost)
-        if replaced != [name]:  # another actor died too: not this loop's to mend
-            raise err
+        replaced = d.supervisor.recover(err, [name], f"{name}: streaming groups", lost, can_drop=True)
+        for gone in [g for g in self.streams if g not in d.actors.generators]:
+            self.forget(gone)
+        if replaced != [name]:
+            if replaced:  # another actor was replaced too: not this loop's to mend
+                raise err
+            return
         for number in lost:
             del self.tickets[number]
         self.assigned[name] = set()
@@ -352,6 +381,17 @@ class AsyncLoop:
         self.counted.pop(name, None)
         pending, self.validations[name] = self.validations[name], 0
         for _ in range(pending):
+            self.validate()
+
+    def forget(self, name: str) -> None:
+        """A generator dropped (lost, and not replaced): its unfinished groups and validations go to the survivors."""
+        lost = sorted(self.assigned.pop(name))
+        for number in lost:
+            del self.tickets[number]
+        self.redo.extendleft(reversed(lost))
+        for table in (self.streams, self.clocks, self.counted):
+            table.pop(name, None)
+        for _ in range(self.validations.pop(name)):
             self.validate()
 
     # --- learning

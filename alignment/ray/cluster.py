@@ -55,6 +55,7 @@ class Actors:
     respawn: Callable[[str], ActorHandle] | None = None  # a fresh generator of that name (async: replacing a dead one)
     nodes: dict[str, str] = field(default_factory=dict)  # actor name -> the id of the node it runs on
     scorer_args: tuple = ()  # what a replacement Scorer is started with
+    generator_demand: dict[str, float] = field(default_factory=dict)  # the resources one generator holds
 
     def stop(self) -> None:
         for handle in self.names.values():
@@ -178,6 +179,7 @@ def start_actors(config: RayGRPOConfig, task: Task, validation: Task) -> Actors:
             learner_names=list(learner.names),
             generators=generators,
             respawn=respawn,
+            generator_demand={"CPU": generator_cpus, "GPU": gpu_share, **on_generator_node},
         )
     actors.scorer_args = scorer_args
     try:

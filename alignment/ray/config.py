@@ -85,8 +85,10 @@ class RayGRPOConfig(GRPOConfig):
     generators: int = setting(1, "async: generator actors streaming groups side by side.")
     actor_restarts: int = setting(
         0,
-        "Generators and scorers that may die (or hang past --ray-timeout-s) and be replaced mid-run, every kind "
-        "counted together, before the run stops naming the lost one (alignment/ray/supervisor.py).",
+        "Actors that may die (or hang past --ray-timeout-s) and be replaced mid-run, every kind counted together: a "
+        "generator or the scorer is replaced (a generator over --weight-sync gloo or nccl joins a collective group "
+        "formed again), a lost learner restarts every actor from the last checkpoint; past the bound the run stops "
+        "naming the lost one (alignment/ray/supervisor.py).",
     )
 
     # The transport, timeouts and cluster may change too: they move the same tensors. Under async, so may the
@@ -197,10 +199,11 @@ def validate_ray(config: RayGRPOConfig) -> None:
         _fail(f"--ray-timeout-s must be > 0, got {c.ray_timeout_s}")
     if c.actor_restarts < 0:
         _fail(f"--actor-restarts must be >= 0, got {c.actor_restarts}")
-    if c.actor_restarts > 0 and c.weight_sync != "object_store":
+    if c.actor_restarts > 0 and c.weight_sync == "gloo" and c.learner_processes > 1:
         _fail(
-            f"--actor-restarts with --weight-sync {c.weight_sync}: a replaced generator would have to join the "
-            "collective group again; use --weight-sync object_store"
+            f"--actor-restarts with --weight-sync gloo and --learner-processes {c.learner_processes}: the learners' "
+            "gloo world spans the generators and holds the policy's shards, so a replacement cannot join it without "
+            "restarting every learner; use --weight-sync object_store, or --learner-processes 1"
         )
     if c.learner_processes < 1:
         _fail(f"--learner-processes must be >= 1, got {c.learner_processes}")

@@ -13,17 +13,33 @@ The learner actor must offer `weights(on_cpu: bool) -> dict[str, Tensor]` and ea
 `enable_tensor_transport=True`.
 A learner of several processes (alignment/ray/learner_group.py's LearnerGroup) gathers its shards for each sync and
 sends from its rank 0; over gloo, its process group already spans the generators, and the sync uses that group.
+
+A generator replaced mid-run (alignment/ray/supervisor.py) joins a group formed again (`replace_generators`). Ray's
+own create and destroy do not do it alone: `destroy_collective_group` tolerates a dead member but releases only
+Ray's subgroup, while a torch-gloo group keeps torch's default process group, whose world still holds the lost rank
+(a later group in the same processes is carved out of that world, and the replacement, a fresh process, waits for a
+rendezvous nobody answers); and `create_collective_group` starts each rank on the actor's default thread, which an
+async generator's stream holds for the whole run. So the survivors drop the default group too, and every member
+joins the new group on the thread Ray's transfers run on (`_ray_system`, ordered after the transfers queued
+before it).
 """
 
 import importlib.util
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from ray.actor import ActorHandle
+from ray.exceptions import RayActorError
+from ray.experimental import internal_kv
 from ray.experimental.collective import create_collective_group, destroy_collective_group, get_collective_groups
+from ray.experimental.collective.collective import RemoteCommunicatorManager
+from ray.experimental.collective.communicator import CommunicatorHandle
+from ray.util.collective.collective_group.torch_gloo_collective_group import get_master_address_metadata_key
 
 from alignment.ray.env import ray
 
@@ -86,12 +102,48 @@ class WeightSync:
         self.transport, self.learner, self.generators, self.timeout_s = transport, learner, list(generators), timeout_s
         self.group, self.own_group = None, False
         if transport != "object_store":
-            members = [learner if isinstance(learner, ActorHandle) else learner.main, *generators]
+            members = [self.sender, *generators]
             joined = get_collective_groups(members, backend=transport)  # a LearnerGroup's world, over gloo
             self.group, self.own_group = (
                 (joined[0], False) if joined else (create_collective_group(members, backend=transport), True)
             )
         self.latencies: list[float] = []
+
+    @property
+    def sender(self) -> ActorHandle:
+        return self.learner if isinstance(self.learner, ActorHandle) else self.learner.main
+
+    def replace_generators(self, generators: Sequence[ActorHandle]) -> None:
+        """The generators after one was lost (the survivors, and its replacement if any); over a direct transport the
+        group is formed again over the learner and them, since the old one holds the lost actor. The new group is
+        registered where Ray's own create_collective_group registers one (Ray's internals, as the lock pins them)."""
+        self.generators = list(generators)
+        if self.group is None:
+            return
+        if not self.own_group:  # validate_ray refuses restarts with a LearnerGroup's gloo world
+            raise RuntimeError("a learner group's gloo world cannot take a replaced generator")
+        try:
+            destroy_collective_group(self.group)
+        except (ValueError, RayActorError):  # Ray destroyed it after a failed transfer, or a member is gone
+            pass
+        members = [self.sender, *self.generators]
+        on_transfer_thread = [m.__ray_call__.options(concurrency_group="_ray_system") for m in members]
+        gloo = self.transport == "gloo"
+        ray.get([call.remote(_leave, self.group.name, gloo) for call in on_transfer_thread], timeout=self.timeout_s)
+        name = str(uuid.uuid4())
+        try:
+            ray.get(
+                [
+                    call.remote(_join, len(members), rank, self.transport, name)
+                    for rank, call in enumerate(on_transfer_thread)
+                ],
+                timeout=self.timeout_s,
+            )
+        finally:
+            if gloo:
+                internal_kv._internal_kv_del(get_master_address_metadata_key(name))
+        self.group = CommunicatorHandle(members, name, self.transport)
+        RemoteCommunicatorManager.get().add_remote_communicator(self.group)
 
     def weights(self) -> ray.ObjectRef:
         """A reference to the learner's weights as they are once its queued calls are done."""
@@ -130,3 +182,20 @@ class WeightSync:
             except ValueError:  # Ray destroyed it already, after a transfer to an actor that died
                 pass
         self.group = None
+
+
+def _leave(actor: Any, name: str, gloo: bool) -> None:
+    """In a member of a group that lost one: release the group, and under gloo torch's default process group (Ray's
+    torch-gloo groups start it, and its world holds the lost rank)."""
+    from ray.util import collective
+
+    if collective.is_group_initialized(name):
+        collective.destroy_collective_group(name)
+    if gloo and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _join(actor: Any, world: int, rank: int, backend: str, name: str) -> None:
+    from ray.util import collective
+
+    collective.init_collective_group(world, rank, backend, group_name=name)
