@@ -4,7 +4,8 @@ head and two worker nodes, each its own raylet; alignment/ray/local_cluster.py).
     uv run python bench/ray_faults.py                 # a tiny random model, 4 steps per run
     uv run python bench/ray_faults.py --steps 6 --kill-after 3
 
-For disaggregated-one-behind and async (two generators): a run left alone, then the same run with the (first)
+For disaggregated-one-behind (over the object store, and over gloo: the replacement joins a collective group formed
+again) and async (two generators): a run left alone, then the same run with the (first)
 generator's node taken away after step --kill-after and a fresh node joined; for colocated-sync: the learner killed
 after that step (every actor restarts from the checkpoint). Prints per run the wall time, the time lost against the
 run left alone, the replacement's seconds and the groups handed out again (events.jsonl), and whether every trained
@@ -59,6 +60,7 @@ def main(
     )
     runs = {
         "disaggregated-one-behind": {"strategy": "disaggregated-one-behind"},
+        "disaggregated-one-behind, gloo": {"strategy": "disaggregated-one-behind", "weight_sync": "gloo"},
         "async": {"strategy": "async", "generators": 2, "max_staleness": 1},
         "colocated-sync": {"strategy": "colocated-sync"},
     }
@@ -68,7 +70,8 @@ def main(
         for name, overrides in runs.items():
             walls = {}
             for kind in ("left alone", "lost"):
-                config = replace(base, output_dir=output_dir / name / kind.replace(" ", "_"), **overrides)
+                folder = output_dir / name.replace(", ", "_") / kind.replace(" ", "_")
+                config = replace(base, output_dir=folder, **overrides)
                 config = replace(config, ray_address=cluster.address)
 
                 def lose(step, actors, config=config, kind=kind):
@@ -108,15 +111,16 @@ def main(
     print(f"\n{steps} steps, lost after step {kill_after}, three nodes on one machine, tiny model")
     print(
         "| strategy | what is lost | wall, left alone (s) | wall, lost (s) | time lost (s) | replacement (s) "
-        "| whole groups |"
+        "| groups re-issued | whole groups |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         what = "learner (restart from checkpoint)" if name == "colocated-sync" else "generator's node"
         replace_s = ", ".join(f"{e['replace_s']:.1f}" for e in r["events"] if e.get("replace_s") is not None) or "-"
+        reissued = sum(len(e["groups_reissued"] or ()) for e in r["events"])
         print(
             f"| {name} | {what} | {r['wall_left_alone_s']:.1f} | {r['wall_lost_s']:.1f} | {r['time_lost_s']:.1f} | "
-            f"{replace_s} | {r['whole_groups']} |" + (f" stopped: {r['stopped']}" if r["stopped"] else "")
+            f"{replace_s} | {reissued} | {r['whole_groups']} |" + (f" stopped: {r['stopped']}" if r["stopped"] else "")
         )
     (output_dir / "summary.json").write_text(json.dumps(results, indent=2, default=str))
     print(f"summary: {output_dir / 'summary.json'}")
