@@ -132,6 +132,8 @@ def test_a_kernel_that_fails_its_first_use_check_warns_once_by_name_and_torch_se
     use_kernels("triton")  # asked for by name, a failed check is an error
     with pytest.raises(RuntimeError, match="--kernels triton: the Triton sampling kernel cannot serve on cuda:1"):
         kernel_serves("sampling", cuda1, torch.bfloat16, failing)
+    # a dtype no kernel takes stays with torch untried, even when asked for by name
+    assert not kernel_serves("head", cuda1, torch.float64, failing) and len(checked) == 1
     use_kernels("torch")  # nothing is tried
     assert not kernel_serves("head", cuda1, torch.float16, failing) and len(checked) == 1
     with pytest.raises(ValueError, match="--kernels 'tritn' is not one of auto, torch, triton"):

@@ -19,9 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from alignment.kernels.support import on_device
+from alignment.kernels.support import DTYPES, on_device
 
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_BLOCK = 4096  # logits a program holds at once: 16 KB of float32 per accumulator, 16 per thread at 8 warps
 
 

@@ -26,9 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from alignment.kernels.support import on_device
+from alignment.kernels.support import DTYPES, on_device
 
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BLOCK = 2048  # logits a program holds at once
 
 

@@ -37,6 +37,7 @@ KERNELS_HELP = (
     "keeps to torch), torch (never a Triton kernel), or triton (as auto, but a failed check is an error)."
 )
 Check = Callable[[torch.device, torch.dtype], None]
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # what every kernel here takes; others keep to torch
 
 _choice: list[Kernels] = ["auto"]
 _verdicts: dict[tuple[str, torch.device, torch.dtype], str | None] = {}
@@ -92,11 +93,11 @@ def triton_runs_on(device: torch.device) -> bool:
 
 
 def kernel_serves(name: str, device: torch.device, dtype: torch.dtype, check: Check) -> bool:
-    """Whether the Triton kernel `name` does its work on `device` for inputs of `dtype`: never under --kernels torch;
-    else where Triton runs on the device and `check(device, dtype)` (the kernel against its torch path, raising on a
-    mismatch) passed, tried once per kernel, device and dtype. A failure warns once, naming the kernel and the
-    reason; under --kernels triton it raises instead."""
-    if kernel_choice() == "torch":
+    """Whether the Triton kernel `name` does its work on `device` for inputs of `dtype`: never under --kernels torch
+    or for a dtype outside DTYPES; else where Triton runs on the device and `check(device, dtype)` (the kernel against
+    its torch path, raising on a mismatch) passed, tried once per kernel, device and dtype. A failure warns once,
+    naming the kernel and the reason; under --kernels triton it raises instead."""
+    if kernel_choice() == "torch" or dtype not in DTYPES:
         return False
     key = (name, device, dtype)
     if key not in _verdicts:

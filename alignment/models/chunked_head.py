@@ -119,11 +119,7 @@ def elementwise_ops(hidden: torch.Tensor) -> ElementwiseOps:
     states on a GPU where --kernels allows them and they passed their first-use check for the logits' dtype (float16,
     bfloat16 or float32; alignment/kernels/support.py); torch's chain of kernels otherwise."""
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else hidden.dtype  # the logits'
-    if (
-        hidden.is_cuda
-        and dtype in (torch.float16, torch.bfloat16, torch.float32)
-        and kernel_serves("head", hidden.device, dtype, check_head_kernels)
-    ):
+    if hidden.is_cuda and kernel_serves("head", hidden.device, dtype, check_head_kernels):
         from alignment.kernels import head as head_kernels
 
         return ElementwiseOps(head_kernels.chunk_stats, head_kernels.chunk_grad, float_logits=False)

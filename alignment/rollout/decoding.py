@@ -142,12 +142,7 @@ def choose_tokens(
 def sampling_kernel_serves(logits: torch.Tensor) -> bool:
     """Whether the Triton sampling kernel draws from `logits`: --kernels allows it and it passed its first-use check
     on their device and dtype (alignment/kernels/support.py)."""
-    return logits.dtype in KERNEL_DTYPES and kernel_serves(
-        "sampling", logits.device, logits.dtype, check_sampling_kernel
-    )
-
-
-KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # the sampling kernel's
+    return kernel_serves("sampling", logits.device, logits.dtype, check_sampling_kernel)
 
 
 def check_sampling_kernel(device: torch.device, dtype: torch.dtype) -> None:
