@@ -1,0 +1,14 @@
+"""Tasks a user brings: one contract for the rows, the prompt and the rewards of a one-turn task, and one way to
+name a task or an environment on every entry point (`--task`, `--env`).
+
+source.py       how a source is named (built-in, file.py:NAME, pkg.module:NAME, reasoning_gym:, textarena:,
+                openenv:, verifiers:) and how a file or module attribute is loaded in any process
+definition.py   TaskDefinition and Reward: what a user writes
+rewards.py      RewardSet: the rewards as one grader (per-function scores, weighted sum, errors naming the row)
+loading.py      `--task` to a TaskDefinition, and its rewards rebuilt by name in other processes
+"""
+
+from alignment.tasks.definition import Reward, TaskDefinition
+from alignment.tasks.rewards import RewardError, RewardSet
+
+__all__ = ["Reward", "RewardError", "RewardSet", "TaskDefinition"]
