@@ -23,9 +23,9 @@ from tqdm.auto import tqdm
 from alignment.config.settings import write_run_settings
 from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup
+from alignment.envs.loading import environment_tasks
 from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.config import GRPOConfig, validate
-from alignment.grpo.environments import env_spec
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner, rollout_forward_tape
 from alignment.grpo.sampler import Drawn, GRPOSampler, validation_sampling
@@ -110,7 +110,7 @@ def _train(
     check_writable_dir(check_output_dir(config, resume))
     if task is None or validation is None:  # data errors surface before any model loads
         if config.env is not None:
-            task, validation = env_spec(config.env).tasks(config)
+            task, validation = environment_tasks(config.env, config)
         elif config.task == "math":
             task, validation = math_tasks(config, whole_validation=config.time_budget is not None)
         else:

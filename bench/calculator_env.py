@@ -19,8 +19,8 @@ import torch
 import typer
 
 from alignment.config.cli import read_config_file
+from alignment.envs.loading import environment_tasks
 from alignment.grpo.config import GRPOConfig
-from alignment.grpo.environments import env_spec
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.sampler import validation_sampling
 from alignment.grpo_run import train_grpo
@@ -39,7 +39,7 @@ def without_tool(config: GRPOConfig, model: str) -> dict[str, float]:
     policy, tokenizer = load_model_and_tokenizer(model, "cpu", torch.float32)
     engine = HFRolloutEngine(policy.eval(), tokenizer, progress=False)
     arm = replace(config, env="arithmetic_no_tool")
-    _, validation = env_spec(arm.env).tasks(arm)
+    _, validation = environment_tasks(arm.env, arm)
     summary, _ = EpisodeSampler(arm, engine, validation, tokenizer).evaluate(validation, validation_sampling(arm))
     return summary
 

@@ -17,9 +17,9 @@ from alignment.envs.arithmetic import MAX_CHARS, CalculatorError, evaluate, form
 from alignment.envs.base import EnvStep, context_messages
 from alignment.envs.calculator import CalculatorEnv, arithmetic_tasks, grade
 from alignment.envs.episode import ChatRendering
+from alignment.envs.loading import environment_maker, environment_tasks
 from alignment.envs.runner import run_episodes
 from alignment.grpo.config import GRPOConfig, validate
-from alignment.grpo.environments import env_spec
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo_run import grpo_step
@@ -98,11 +98,11 @@ def test_the_calculator_env_reads_gsm8k_through_the_registry(tmp_path):
     config = env_config(
         tmp_path, env="calculator", dataset=str(GSM8K / "train.jsonl"), validation_dataset=str(GSM8K / "test.jsonl")
     )
-    train, validation = env_spec("calculator").tasks(config)
+    train, validation = environment_tasks("calculator", config)
     assert len(train.questions) > 7000 and len(validation.questions) == config.n_eval_examples
-    env = env_spec("calculator").make(config)
-    assert env.reset({"question": train.questions[0], "answer": train.truths[0]}) == train.questions[0]
-    assert env.step(f"<answer>{train.truths[0]}</answer>").reward == 1.0
+    env = environment_maker("calculator", config)()
+    assert env.reset(train.truths[0]) == train.questions[0]
+    assert env.step(f"<answer>{train.truths[0]['answer']}</answer>").reward == 1.0
 
 
 # --- the calculator environment ----------------------------------------------------------------------------------

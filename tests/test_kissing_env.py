@@ -10,8 +10,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from alignment.envs.base import Environment
+from alignment.envs.loading import environment_tasks
 from alignment.grpo.config import GRPOConfig, validate
-from alignment.grpo.environments import env_spec
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo_run import grpo_step
@@ -140,7 +140,7 @@ def test_grpo_trains_on_the_refinement_loop_through_the_registry(tokenizer, tmp_
         grader_workers=1,
         output_dir=tmp_path,
     )
-    train, _ = env_spec("kissing").tasks(config)
+    train, _ = environment_tasks("kissing", config)
     torch.manual_seed(0)
     policy = LlamaForCausalLM(tiny_config("llama", len(tokenizer), tokenizer.pad_token_id))
     engine = RefiningEngine(tokenizer)

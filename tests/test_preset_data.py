@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from alignment.data.splits import run_data
+from alignment.envs.loading import environment_tasks
 from alignment.experiments.sweep import load_preset
 from alignment.grpo.config import GRPOConfig
-from alignment.grpo.environments import env_spec
 from alignment.prompts import load_prompt
 from alignment.ray.config import RayGRPOConfig
 from alignment.run.setup import keyword_run_tasks
@@ -58,7 +58,7 @@ def load_data(script: str, settings: dict) -> int:
     config = CONFIGS[script](**settings)
     if script in ("train_grpo", "train_grpo_ray"):  # the Ray driver loads a run's data as train_grpo does
         if config.env is not None:  # an environment's tasks
-            return len(env_spec(config.env).tasks(config)[0].questions)
+            return len(environment_tasks(config.env, config)[0].questions)
         if config.task == "keywords":
             return len(keyword_run_tasks(config, "{question}")[0].questions)
         return len(

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 from alignment.advantages import AdvantageEstimator, AdvantageNormalizer, Baseline, advantage_estimator_names
 from alignment.config.settings import check_choices, override, setting
 from alignment.data.keywords import KeywordMatch
-from alignment.grpo.environments import ENVIRONMENTS, env_spec
+from alignment.envs.loading import BUILTIN_ENVS, environment_maker
 from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
@@ -49,8 +49,11 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
     n_train_prompts: int = setting(1024, "keywords task: training prompts generated.")
     env: str | None = setting(
         None,
-        f"Train on multi-turn episodes of this environment ({', '.join(sorted(ENVIRONMENTS))}; "
-        "alignment/grpo/environments.py) instead of one-turn answers to --task; rewards are the environment's.",
+        f"Train on multi-turn episodes of an environment instead of one-turn answers: a built-in one "
+        f"({', '.join(sorted(BUILTIN_ENVS))}), path/to/file.py:NAME or package.module:NAME (an Environment class, a "
+        "function of the settings returning one, or an EnvironmentDefinition: docs/guides/own_environment.md), or "
+        "textarena:GAME-ID (a single-player TextArena game). Rewards are the environment's; rows come from --task "
+        "when given, else the environment's own, else seeds.",
     )
     env_max_turns: int | None = setting(None, "--env: model turns per episode (default: the environment's).")
     env_max_tokens: int = setting(
@@ -399,15 +402,21 @@ def validate_env(c: GRPOConfig) -> None:
             if getattr(c, name):
                 _fail(f"--{name.replace('_', '-')} needs --env")
         return
-    env_spec(c.env)  # a ValueError naming --env
     if c.env_max_turns is not None and c.env_max_turns < 1:
         _fail(f"--env-max-turns must be >= 1, got {c.env_max_turns}")
     if c.env_max_tokens < 2:
         _fail(f"--env-max-tokens must be >= 2, got {c.env_max_tokens}")
+    check_environment_source(c)
     if c.reuse_rollout_forward == "on":
         _fail("--reuse-rollout-forward on replays one sampling call's forward; an --env episode takes several")
     if c.dynamic_sampling:
         _fail("--dynamic-sampling draws one-turn rollouts again; it does not apply to --env episodes")
+
+
+def check_environment_source(c: GRPOConfig) -> None:
+    """--env's source loads and names an environment (one instance made; its rows are read with the run's data)."""
+    assert c.env is not None
+    environment_maker(c.env, c)  # a ValueError naming --env
 
 
 def check_distillation(c: GRPOConfig) -> None:

@@ -1,60 +1,55 @@
-"""The environments `--env NAME` selects: how to build one (a fresh instance per episode) and its tasks.
-
-A new environment is a class implementing alignment.envs.base.Environment and one line here.
+"""The built-in environments, written against the contract a user's follows (alignment/envs/definition.py):
+module attributes that `--env NAME` loads through alignment/envs/loading.py's BUILTIN_ENVS, as it loads
+`--env file.py:NAME`. Each is a function of the run's settings returning an EnvironmentDefinition.
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from alignment.data.task import Task
-from alignment.envs.base import Environment
 from alignment.envs.calculator import CalculatorEnv, arithmetic_tasks
-from alignment.kissing.environment import HANDOUT_PROMPT, grade_reply, kissing_environment
+from alignment.envs.definition import EnvironmentDefinition
+from alignment.kissing.environment import HANDOUT_PROMPT, kissing_environment
 from alignment.run.setup import math_tasks
+from alignment.tasks.definition import Row
 
 
-@dataclass(frozen=True)
-class EnvSpec:
-    make: Callable[[Any], Environment]  # run settings -> a fresh environment
-    tasks: Callable[[Any], tuple[Task, Task]]  # run settings -> (training, validation) tasks
-    about: str
+def _rows(task: Task) -> list[Row]:
+    return [{"question": q, "answer": a} for q, a in zip(task.questions, task.truths)]
 
 
-def _generated(config: Any) -> tuple[Task, Task]:
-    return arithmetic_tasks(config.n_train_prompts, config.n_eval_examples, config.seed)
+def _math_rows(settings: Any) -> tuple[list[Row], list[Row]]:
+    train, validation = math_tasks(settings)
+    return _rows(train), _rows(validation)
 
 
-def _kissing_tasks(config: Any) -> tuple[Task, Task]:
-    """The handout's one task, n_train_prompts times for training (each group plays it anew) and
-    n_eval_examples times for validation."""
-
-    def copies(n: int) -> Task:
-        return Task([HANDOUT_PROMPT] * n, [""] * n, "{question}", grade_reply)
-
-    return copies(config.n_train_prompts), copies(config.n_eval_examples)
+def _generated_rows(settings: Any) -> tuple[list[Row], list[Row]]:
+    train, validation = arithmetic_tasks(settings.n_train_prompts, settings.n_eval_examples, settings.seed)
+    return _rows(train), _rows(validation)
 
 
-ENVIRONMENTS: dict[str, EnvSpec] = {
-    "calculator": EnvSpec(
-        lambda c: CalculatorEnv(c.env_max_turns or 4), math_tasks, "calculator tool on --dataset (e.g. gsm8k)"
-    ),
-    "calculator_arithmetic": EnvSpec(
-        lambda c: CalculatorEnv(c.env_max_turns or 4), _generated, "calculator tool on generated word problems"
-    ),
-    "arithmetic_no_tool": EnvSpec(
-        lambda c: CalculatorEnv(1, tool=False), _generated, "the generated word problems, one turn, no tool"
-    ),
-    "kissing": EnvSpec(
-        lambda c: kissing_environment(max_turns=c.env_max_turns or 4),
-        _kissing_tasks,
-        "PKU HW3 §7: write a kissing configuration's program, read the evaluator's verdict, refine",
-    ),
-}
+def calculator(settings: Any) -> EnvironmentDefinition:
+    """The calculator tool on --dataset's problems (e.g. gsm8k)."""
+    return EnvironmentDefinition(lambda: CalculatorEnv(settings.env_max_turns or 4), rows=_math_rows)
 
 
-def env_spec(name: str) -> EnvSpec:
-    """The registered environment `name`; a ValueError naming --env and the choices otherwise."""
-    if name not in ENVIRONMENTS:
-        raise ValueError(f"--env {name!r} is not an environment; choose one of {', '.join(sorted(ENVIRONMENTS))}")
-    return ENVIRONMENTS[name]
+def calculator_arithmetic(settings: Any) -> EnvironmentDefinition:
+    """The calculator tool on generated word problems."""
+    return EnvironmentDefinition(lambda: CalculatorEnv(settings.env_max_turns or 4), rows=_generated_rows)
+
+
+def arithmetic_no_tool(settings: Any) -> EnvironmentDefinition:
+    """The generated word problems in one turn, without the tool."""
+    return EnvironmentDefinition(lambda: CalculatorEnv(1, tool=False), rows=_generated_rows)
+
+
+def kissing(settings: Any) -> EnvironmentDefinition:
+    """PKU HW3 §7: write a kissing configuration's program, read the evaluator's verdict, refine. The handout's one
+    task, --n-train-prompts times for training (each group plays it anew), --n-eval-examples times for validation."""
+
+    def copies(n: int) -> list[Row]:
+        return [{"question": HANDOUT_PROMPT, "answer": ""} for _ in range(n)]
+
+    return EnvironmentDefinition(
+        lambda: kissing_environment(max_turns=settings.env_max_turns or 4),
+        rows=lambda s: (copies(s.n_train_prompts), copies(s.n_eval_examples)),
+    )

@@ -16,9 +16,9 @@ from transformers import PreTrainedTokenizerBase
 from alignment.data.task import Task
 from alignment.envs.base import stop_strings
 from alignment.envs.episode import Episode
+from alignment.envs.loading import environment_maker
 from alignment.envs.runner import run_episodes
 from alignment.grpo.config import GRPOConfig
-from alignment.grpo.environments import env_spec
 from alignment.grpo.sampler import Drawn, rollout_sampling
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
 from alignment.run.setup import PhaseTimer, PromptOrder
@@ -33,19 +33,19 @@ class EpisodeSampler:
     ) -> None:
         assert config.env is not None
         self.config, self.engine, self.task, self.tokenizer = config, engine, task, tokenizer
-        self.spec = env_spec(config.env)
-        self.stop = stop_strings(self.spec.make(config))
+        self.make_env = environment_maker(config.env, config)  # rebuilt from its source in every process
+        self.stop = stop_strings(self.make_env())
         self.order = PromptOrder(len(task.questions), config.seed)
 
     def play(self, task: Task, questions: Sequence[int], group_size: int, sampling: SamplingConfig) -> list[Episode]:
         model = getattr(self.engine, "model", None)
         if isinstance(model, torch.nn.Module):
             model.eval()  # an in-process engine samples the policy, which the learner left in train mode
-        rows = [{"question": task.questions[q], "answer": task.truths[q]} for q in questions]
+        rows = [episode_row(task, q) for q in questions]
         return run_episodes(
             self.engine,
             self.tokenizer,
-            lambda: self.spec.make(self.config),
+            self.make_env,
             rows,
             group_size,
             replace(sampling, stop=self.stop),
@@ -75,6 +75,13 @@ class EpisodeSampler:
             for e in episodes[:3]
         ]
         return episode_stats(episodes, "eval_"), examples
+
+
+def episode_row(task: Task, question: int) -> dict[str, Any]:
+    """The row an episode of `question` resets on: an environment task's truth is its row; a task of questions and
+    answers gives {"question", "answer"}."""
+    truth = task.truths[question]
+    return truth if isinstance(truth, dict) else {"question": task.questions[question], "answer": truth}
 
 
 def episode_stats(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:

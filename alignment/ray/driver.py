@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from alignment.config.settings import write_run_settings
 from alignment.data.task import Task
-from alignment.grpo.environments import env_spec
+from alignment.envs.loading import environment_tasks
 from alignment.grpo.sampler import rollout_stats, validation_sampling
 from alignment.models.loading import check_model_source, load_tokenizer
 from alignment.prompts import chat_template
@@ -89,7 +89,7 @@ def tasks(config: RayGRPOConfig, task: Task | None, validation: Task | None) -> 
     if task is not None and validation is not None:
         return task, validation
     if config.env is not None:
-        return env_spec(config.env).tasks(config)
+        return environment_tasks(config.env, config)
     if config.task == "math":
         return math_tasks(config)
     return keyword_run_tasks(config, chat_template(load_tokenizer(config.model)))  # the tokenizer alone: no model here
