@@ -160,6 +160,9 @@ def test_unknown_and_two_player_games_are_refused_in_one_line(game_id, message):
         environment_maker(f"textarena:{game_id}", SETTINGS)
 
 
+HINT = re.compile(r"\[(\d+)\]<\|im_end\|>\n<\|im_start\|>user\nThe target number is (\w+)")
+
+
 class Bisector:
     """A rollout engine playing GuessTheNumber by bisection over the hints in its prompt; the episode at an odd
     position of a call guesses 1 below the middle, so a group's rewards differ."""
