@@ -3,8 +3,12 @@ moves with its real observations and rewards, invalid moves are scored by the ga
 touching the run's random state, games needing data this machine lacks are refused naming it, and GRPO steps on
 the episodes (a scripted policy in the default suite, a tiny random model end to end under -m slow)."""
 
+import json
 import random
 import re
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -21,6 +25,7 @@ from alignment.rollout.interface import Rollout, SamplingConfig
 from alignment.run.metrics_log import read_metrics_jsonl
 from tests.conftest import tiny_config
 
+ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = SimpleNamespace(env_max_turns=None, n_train_prompts=4, n_eval_examples=2, seed=0)
 
 
@@ -235,3 +240,18 @@ def test_train_grpo_runs_a_textarena_game_on_a_tiny_random_model(tiny_model_dir,
     assert len(rows) == 1 and 0.0 <= rows[0]["train_reward"] <= 1.0 and 1 <= rows[0]["train_turns_mean"] <= 2
     logged = read_metrics_jsonl(config.output_dir / "metrics.jsonl")
     assert any(0.0 <= r.get("eval_reward", -1) <= 1.0 for r in logged)
+
+
+@pytest.mark.slow
+def test_the_textarena_benchmark_runs_tiny(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "textarena_learning.py"), "--tiny", "--output-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["tiny"] and [r["seed"] for r in result["runs"]] == [0, 1]
+    assert all(r["steps"] == 1 and 0.0 <= r["success_end"] <= 1.0 for r in result["runs"])
+    assert result["summary"]["success_start"]["n"] == 2 and "success_start" in done.stdout
