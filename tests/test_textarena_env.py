@@ -16,7 +16,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from alignment.envs.loading import environment_maker, environment_tasks
-from alignment.envs.textarena import TextArenaGame, _find_nltk
+from alignment.envs.textarena import TextArenaGame, _find_nltk, _missing
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner
@@ -148,9 +148,15 @@ def test_rows_are_seeds_distinct_between_training_and_validation_and_max_turns_c
 
 
 @pytest.mark.skipif(_find_nltk("words"), reason="this machine has NLTK's word list: the word games load")
-def test_a_game_needing_data_this_machine_lacks_is_refused_naming_it():
+def test_a_game_needing_data_this_machine_lacks_is_refused_naming_it(capfd):
     with pytest.raises(ValueError, match=r"--env textarena:Hangman-v0: the game needs NLTK data 'words'"):
         environment_maker("textarena:Hangman-v0", SETTINGS)
+    assert "nltk_data" not in capfd.readouterr().err  # NLTK's downloader never ran (it reports its failures there)
+
+
+def test_nltk_s_missing_resource_message_names_the_resource():
+    error = LookupError("\n****\n  Resource \x1b[93mwords\x1b[0m not found.\n  Please use the NLTK Downloader\n")
+    assert _missing(error) == "NLTK data 'words'"
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from alignment.envs.base import EnvStep
 from alignment.envs.definition import EnvironmentDefinition
 
 T = TypeVar("T")
-_RESOURCE = re.compile(r"Resource '?\x1b?\[?[0-9;]*m?([\w./-]+?)\x1b?\[?[0-9;]*m?'? not found")
+_RESOURCE = re.compile(r"Resource (?:\x1b\[\d+m)?'?([\w./-]+?)'?(?:\x1b\[0m)? not found")  # NLTK colours it
 _DATA_FOLDERS = ("corpora", "taggers", "tokenizers", "chunkers", "misc", "models", "sentiment", "stemmers")
 
 
