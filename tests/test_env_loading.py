@@ -246,3 +246,26 @@ def test_the_shipped_example_is_won_by_bisection():
     env = environment_maker(f"{EXAMPLE}:GuessNumber", settings)()  # the class alone plays seeds
     env.reset({"seed": 3})
     assert 1 <= env.secret <= 16 and env.step("no idea").observation == "Answer with a number."
+
+
+@pytest.mark.slow  # about a minute on 2 loaded cores
+def test_a_user_s_environment_file_trains_on_ray_rebuilt_from_its_source(cluster, tiny_model_dir, tmp_path):
+    """The actors get the --env text alone and load the file themselves: the run trains and validates on it."""
+    from alignment.ray.driver import train_grpo_ray
+    from tests.test_ray_strategies import config_for, logged
+
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        env=f"{EXAMPLE}:guess_number",
+        env_max_turns=2,
+        env_max_tokens=200,
+        n_train_prompts=8,
+        n_grpo_steps=1,
+        strategy="colocated-sync",
+    )
+    train_grpo_ray(config)
+    rows = logged(config)
+    assert [r["grpo_step"] for r in rows if "loss" in r] == [1]
+    assert all(1 <= r["train_turns_mean"] <= 2 for r in rows if "loss" in r)
+    assert [r["grpo_step"] for r in rows if "eval_reward" in r] == [0, 1]
