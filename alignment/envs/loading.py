@@ -70,7 +70,11 @@ def definition_for(text: str, settings: Any) -> EnvironmentDefinition:
         raise ValueError(f"--env {text}: {VERIFIERS_REFUSED}")
     if source.kind == "reasoning_gym":
         raise ValueError(f"--env {text}: reasoning-gym tasks are one-turn; use --task {text}")
-    return as_definition(load_attribute(source, "--env"), settings, text)
+    try:
+        obj = load_attribute(source, "--env")
+    except FileNotFoundError:
+        raise ValueError(f"--env {text}: no file {source.target}") from None
+    return as_definition(obj, settings, text)
 
 
 def _constructor_arguments(cls: type, text: str) -> int:
