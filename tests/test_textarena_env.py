@@ -261,3 +261,14 @@ def test_the_textarena_benchmark_runs_tiny(tmp_path):
     assert result["tiny"] and [r["seed"] for r in result["runs"]] == [0, 1]
     assert all(r["steps"] == 1 and 0.0 <= r["success_end"] <= 1.0 for r in result["runs"])
     assert result["summary"]["success_start"]["n"] == 2 and "success_start" in done.stdout
+
+
+def test_a_turn_limit_set_by_the_run_is_the_game_s_and_the_game_scores_it():
+    settings = SimpleNamespace(**vars(SETTINGS) | {"env_max_turns": 3})
+    env = environment_maker("textarena:GuessTheNumber-v0", settings)()
+    assert "within 3 turns" in env.reset({"seed": 4})
+    secret = secret_number(env)
+    guesses = [g for g in (1, 2, 3, 20, 19) if g != secret][:3]
+    steps = [env.step(f"[{g}]") for g in guesses]
+    assert [s.done for s in steps] == [False, False, True]  # the game ended itself at its (the run's) limit
+    assert steps[-1].reward == pytest.approx(1 - abs(guesses[-1] - secret) / 19) and steps[-1].reward > 0
