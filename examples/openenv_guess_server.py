@@ -61,12 +61,16 @@ class GuessEnvironment(Environment):
         return self._state
 
 
+def make_app(sessions: int = 256) -> Any:
+    """The server's ASGI app: at most `sessions` episodes at once (one WebSocket session, one instance each)."""
+    return create_app(GuessEnvironment, GuessAction, GuessObservation, env_name="guess", max_concurrent_envs=sessions)
+
+
 def main(
     port: int = typer.Option(8011, help="Port on 127.0.0.1."),
-    sessions: int = typer.Option(256, help="Episodes the server plays at once (one WebSocket session each)."),
+    sessions: int = typer.Option(256, help="Episodes the server plays at once (a batch's episodes need one each)."),
 ) -> None:
-    app = create_app(GuessEnvironment, GuessAction, GuessObservation, env_name="guess", max_concurrent_envs=sessions)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(make_app(sessions), host="127.0.0.1", port=port, log_level="warning")
 
 
 if __name__ == "__main__":
