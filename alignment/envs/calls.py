@@ -90,6 +90,11 @@ class EnvCalls:
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="env-calls-loop", daemon=True).start()
+
+            def serve() -> None:
+                loop.run_forever()
+                loop.close()  # stopped by close(): what is still pending was abandoned
+
+            threading.Thread(target=serve, name="env-calls-loop", daemon=True).start()
             self._loop = loop
         return self._loop
