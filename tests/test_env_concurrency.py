@@ -178,6 +178,43 @@ def test_failed_episodes_end_flagged_and_the_others_are_as_without_them(tokenize
     assert intact_groups(mixed, 2) == [True, False, False, False]
 
 
+class Staggered:
+    """Answers after a delay that shrinks with the row: with every call at once, the last episode answers first."""
+
+    name, max_turns, stop = "staggered", 3, ()
+
+    def reset(self, task: dict) -> str:
+        self.id, self.turn = task["id"], 0
+        return f"Row {self.id}."
+
+    def step(self, action: str) -> EnvStep:
+        threading.Event().wait(0.01 * (8 - self.id))
+        self.turn += 1
+        return EnvStep(
+            f"Turn {self.turn} of row {self.id}.", float(len(action) + self.id), self.turn == 1 + self.id % 3
+        )
+
+
+def test_episodes_do_not_depend_on_which_environment_answered_first(tokenizer):
+    tasks = [{"id": i} for i in range(8)]
+    play = [
+        run_episodes(Repeater(tokenizer), tokenizer, Staggered, tasks, 2, SamplingConfig(max_tokens=8), 256, 30, n)
+        for n in (0, 1, 3)  # all at once (reversed finishing order), one after another, three at a time
+    ]
+    for episodes in play[1:]:
+        assert [(e.token_ids, e.turn_rewards, e.stopped_by) for e in episodes] == [
+            (e.token_ids, e.turn_rewards, e.stopped_by) for e in play[0]
+        ]
+    assert [e.turns for e in play[0]][::2] == [1, 2, 3, 1, 2, 3, 1, 2]
+
+
+def test_the_deadline_and_concurrency_settings_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="--env-step-timeout-s must be > 0, got 0"):
+        validate(env_config(tmp_path, env_step_timeout_s=0.0))
+    with pytest.raises(ValueError, match="--env-concurrency must be >= 0"):
+        validate(env_config(tmp_path, env_concurrency=-1))
+
+
 def test_a_service_gone_stops_the_batch(tokenizer):
     with pytest.raises(EnvironmentUnavailable, match="http://127.0.0.1:9 is gone"):
         run_episodes(Repeater(tokenizer), tokenizer, Flaky, rows(None, "gone"), 2, SamplingConfig(max_tokens=8), 256)
