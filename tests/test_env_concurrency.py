@@ -3,9 +3,12 @@ deadline abandoning a hung call, failed episodes flagged and their groups droppe
 stopping the step before any update, and the seconds spent in the environments."""
 
 import asyncio
+import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +25,8 @@ from alignment.grpo.learner import GRPOLearner
 from alignment.grpo_run import grpo_step
 from alignment.rollout.interface import Rollout, SamplingConfig
 from tests.test_envs import env_config, small_policy
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --- the calls ---------------------------------------------------------------------------------------------------
 
@@ -75,6 +80,18 @@ def test_a_hung_call_is_abandoned_at_its_deadline_and_the_others_answer():
     assert not release.is_set() and results[0] == "A"
     assert isinstance(results[1], CallTimeout) and isinstance(results[2], KeyError)
     release.set()
+
+
+def test_the_process_ends_with_a_hung_call_still_blocked():
+    """Nothing waits for an abandoned call's thread, not even the interpreter's exit."""
+    code = (
+        "import threading\n"
+        "from alignment.envs.calls import EnvCalls\n"
+        "with EnvCalls(0.2) as calls:\n"
+        "    print(type(calls([(threading.Event().wait, ())])[0]).__name__)\n"  # waits forever
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "CallTimeout", done.stderr
 
 
 def test_async_calls_share_one_loop_run_at_once_and_a_late_one_is_cancelled():
