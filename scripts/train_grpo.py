@@ -25,6 +25,7 @@ from pathlib import Path
 import typer
 
 from alignment.config.cli import run_command, script_help
+from alignment.envs.base import EnvironmentUnavailable
 from alignment.experiments.plotting import describe_held_out, describe_time_per_step, plot_runs, read_rows
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo_run import train_grpo
@@ -43,6 +44,9 @@ def run(config: GRPOConfig, resume: bool, plan_memory: str | None = None, plan_p
         train_grpo(config, resume=resume)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    except EnvironmentUnavailable as err:  # an environment's service gone: no update was made from that batch
+        typer.echo(f"stopped: {err}", err=True)
+        raise typer.Exit(1) from None
     except FloatingPointError as err:  # diverged: diverged.json in the run folder says at which step
         typer.echo(f"diverged: {err} (recorded in {config.output_dir / 'diverged.json'})", err=True)
         raise typer.Exit(1) from None

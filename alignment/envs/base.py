@@ -23,9 +23,14 @@ class EnvStep:
 class Environment(Protocol):
     """One episode at a time: `reset` then `step` until `done`. A runner holds one instance per live episode.
 
+    `reset` and `step` may be coroutine functions (an environment that talks to a service); the runner calls every
+    live episode's environment at once either way, each call under a deadline (alignment/envs/calls.py).
+
     Optional: a `stop` attribute, the strings that end a model turn (e.g. a tool call's closing tag; default: none,
     the turn ends at EOS or the token limit); see `stop_strings`. A `context` attribute, chat messages placed
-    before the first observation (a system prompt, demonstration turns; default: none); see `context_messages`.
+    before the first observation (a system prompt, demonstration turns; default: none); see `context_messages`. A
+    `close()` method (sync or async), called once its episode's batch is played, to release what the environment
+    holds (a connection, a server session).
     """
 
     name: str
@@ -38,6 +43,12 @@ class Environment(Protocol):
     def step(self, action: str) -> EnvStep:
         """Answer the model's turn `action` (its decoded text, stop string included)."""
         ...
+
+
+class EnvironmentUnavailable(RuntimeError):
+    """The service an environment plays against is gone (after its retries): the run stops before any update, with
+    this one-line message naming the service and the error. Any other error of `reset` or `step` ends only its
+    episode (alignment/envs/runner.py)."""
 
 
 def stop_strings(env: Environment) -> tuple[str, ...]:

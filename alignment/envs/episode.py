@@ -15,7 +15,8 @@ from transformers import PreTrainedTokenizerBase
 
 from alignment.rollout.interface import Rollout
 
-StoppedBy = Literal["done", "max_turns", "max_tokens"]
+StoppedBy = Literal["done", "max_turns", "max_tokens", "env_error", "env_timeout"]
+ENV_FAILURES: tuple[StoppedBy, ...] = ("env_error", "env_timeout")  # the environment raised, or missed its deadline
 
 _PROBE = "\x00"  # a message content no template alters, to find where the template puts it
 
@@ -37,6 +38,17 @@ class Episode(Rollout):
     @property
     def turns(self) -> int:
         return len(self.turn_starts)
+
+    @property
+    def failed(self) -> bool:
+        """The environment raised or missed its deadline (the error in info["env_error"]): not a trainable episode."""
+        return self.stopped_by in ENV_FAILURES
+
+
+def intact_groups(episodes: Sequence[Episode], group_size: int) -> list[bool]:
+    """Per group of `group_size` consecutive episodes: whether none of them failed in its environment (a group with
+    a failed episode is dropped whole: its advantages would be normalized over a partial group)."""
+    return [not any(e.failed for e in episodes[i : i + group_size]) for i in range(0, len(episodes), group_size)]
 
 
 def turn_returns(episodes: Sequence[Rollout]) -> tuple[list[torch.Tensor], list[list[int]]]:

@@ -6,15 +6,24 @@ environment says done, after its environment's max_turns, or at the token cap (p
 flagged in Episode.stopped_by; ended episodes leave the batch. Turn t's call is seeded prompt_seed(seed, t), and
 episode j of the call draws from prompt_seed of that and j (the engines' rule), so every episode of a group is an
 independent draw and the same seed reproduces the whole set.
+
+The environments of a turn answer at once (alignment/envs/calls.py): every reset together, then each turn's steps
+together, each under `step_timeout_s`, and their answers are read in episode order, so the episodes do not depend on
+which environment answered first. An environment that raises ends its episode "env_error", one past its deadline
+"env_timeout" (abandoned: never called again, not even to close), the error in info["env_error"]; the caller drops
+the group of such an episode (alignment/envs/episode.py `intact_groups`). EnvironmentUnavailable (a service gone)
+is raised instead: the batch is not trained at all.
 """
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from alignment.envs.base import Environment, context_messages
+from alignment.envs.base import Environment, EnvironmentUnavailable, context_messages
+from alignment.envs.calls import CallTimeout, EnvCalls
 from alignment.envs.episode import ChatRendering, Episode, StoppedBy
 from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig, prompt_seed
 
@@ -38,6 +47,11 @@ class _Live:
 
     def length(self) -> int:
         return len(self.prompt_ids) + len(self.ids)
+
+    def fail(self, error: BaseException) -> None:
+        """End the episode on its environment's error or missed deadline."""
+        self.stopped_by = "env_timeout" if isinstance(error, CallTimeout) else "env_error"
+        self.info["env_error"] = f"{type(error).__name__}: {error}"
 
     def episode(self) -> Episode:
         last_reward = self.turn_rewards[-1] if self.turn_rewards else 0.0
@@ -75,64 +89,98 @@ def run_episodes(
     group_size: int,
     sampling: SamplingConfig,
     max_tokens: int,
+    step_timeout_s: float = 60.0,
+    concurrency: int = 0,
+    timer: Callable[[str], AbstractContextManager[Any]] | None = None,
 ) -> list[Episode]:
     """`group_size` episodes of each task, task-major (episodes[i * G:(i + 1) * G] play tasks[i], prompt_index i).
 
     `sampling` is each turn's (its max_tokens a turn's most, its stop strings the environment's); `max_tokens`
-    caps an episode's whole sequence, prompt included.
+    caps an episode's whole sequence, prompt included. `step_timeout_s`: each environment call's deadline;
+    `concurrency`: environment calls at once (0: every live episode's). `timer("env")` wraps the environment calls
+    (e.g. a PhaseTimer: the seconds the batch waited on its environments).
     """
+    timed = timer or (lambda phase: nullcontext())
     chat = ChatRendering(tokenizer, context_messages(make_env()))
     episodes: list[_Live] = []
-    for t, task in enumerate(tasks):
-        for _ in range(group_size):
-            env = make_env()
-            prompt = chat.prompt_ids(env.reset(task))
-            if len(prompt) >= max_tokens:
+    with EnvCalls(step_timeout_s, concurrency) as calls:
+        envs = [make_env() for _ in tasks for _ in range(group_size)]
+        with timed("env"):
+            firsts = answers(calls, [(env.reset, (task,)) for env, task in zip(envs, tasks_of(tasks, group_size))])
+        for env, first in zip(envs, firsts):
+            e = _Live(len(episodes), len(episodes) // group_size, env, [])
+            episodes.append(e)
+            if isinstance(first, BaseException):
+                e.fail(first)
+                continue
+            e.prompt_ids = chat.prompt_ids(first)
+            if len(e.prompt_ids) >= max_tokens:
                 raise ValueError(
-                    f"a first prompt of {len(prompt)} tokens leaves no room in --env-max-tokens {max_tokens}"
+                    f"a first prompt of {len(e.prompt_ids)} tokens leaves no room in --env-max-tokens {max_tokens}"
                 )
-            episodes.append(_Live(len(episodes), t, env, prompt))
-    live = list(episodes)
-    turn = 0
-    while live:
-        # One call samples for the episode with the most room; each turn is then cut at its own episode's room,
-        # which draws the same tokens as a call capped there would (the tokens before a cut do not depend on it).
-        rooms = [max_tokens - e.length() for e in live]
-        call = replace(
-            sampling,
-            max_tokens=min(sampling.max_tokens, max(rooms)),
-            min_tokens=min(sampling.min_tokens, max(rooms)),
-            seed=None if sampling.seed is None else prompt_seed(sampling.seed, turn),
-        )
-        turns = engine.generate([e.prompt_ids + e.ids for e in live], 1, call)
-        going = []
-        for e, room, rollout in zip(live, rooms, turns):
-            if len(rollout.token_ids) > room:
-                rollout = cut_turn(rollout, room, tokenizer)
-            e.turn_starts.append(len(e.ids))
-            e.ids += rollout.token_ids
-            e.mask += [1] * len(rollout.token_ids)
-            e.logprobs += rollout.logprobs
-            e.text.append(rollout.text)
-            answer = e.env.step(rollout.text)
-            e.turn_rewards.append(answer.reward)
-            e.info |= answer.info
-            if answer.done:
-                e.stopped_by = "done"
-            elif len(e.turn_starts) >= e.env.max_turns:
-                e.stopped_by = "max_turns"
-            elif e.length() >= max_tokens:
-                e.stopped_by = "max_tokens"
-            else:
-                observation = chat.observation_ids(answer.observation, rollout.token_ids)
-                if e.length() + len(observation) >= max_tokens:  # no room left for a model token after it
+        live = [e for e in episodes if e.stopped_by is None]
+        turn = 0
+        while live:
+            # One call samples for the episode with the most room; each turn is then cut at its own episode's room,
+            # which draws the same tokens as a call capped there would (the tokens before a cut do not depend on it).
+            rooms = [max_tokens - e.length() for e in live]
+            call = replace(
+                sampling,
+                max_tokens=min(sampling.max_tokens, max(rooms)),
+                min_tokens=min(sampling.min_tokens, max(rooms)),
+                seed=None if sampling.seed is None else prompt_seed(sampling.seed, turn),
+            )
+            turns = engine.generate([e.prompt_ids + e.ids for e in live], 1, call)
+            for i, (e, room, rollout) in enumerate(zip(live, rooms, turns)):
+                if len(rollout.token_ids) > room:
+                    turns[i] = rollout = cut_turn(rollout, room, tokenizer)
+                e.turn_starts.append(len(e.ids))
+                e.ids += rollout.token_ids
+                e.mask += [1] * len(rollout.token_ids)
+                e.logprobs += rollout.logprobs
+                e.text.append(rollout.text)
+            with timed("env"):
+                steps = answers(calls, [(e.env.step, (rollout.text,)) for e, rollout in zip(live, turns)])
+            going = []
+            for e, rollout, answer in zip(live, turns, steps):
+                if isinstance(answer, BaseException):
+                    e.turn_rewards.append(0.0)
+                    e.fail(answer)
+                    continue
+                e.turn_rewards.append(answer.reward)
+                e.info |= answer.info
+                if answer.done:
+                    e.stopped_by = "done"
+                elif len(e.turn_starts) >= e.env.max_turns:
+                    e.stopped_by = "max_turns"
+                elif e.length() >= max_tokens:
                     e.stopped_by = "max_tokens"
                 else:
-                    e.ids += observation
-                    e.mask += [0] * len(observation)
-                    e.logprobs += [0.0] * len(observation)
-                    e.text.append(tokenizer.decode(observation))
-                    going.append(e)
-        live = going
-        turn += 1
+                    observation = chat.observation_ids(answer.observation, rollout.token_ids)
+                    if e.length() + len(observation) >= max_tokens:  # no room left for a model token after it
+                        e.stopped_by = "max_tokens"
+                    else:
+                        e.ids += observation
+                        e.mask += [0] * len(observation)
+                        e.logprobs += [0.0] * len(observation)
+                        e.text.append(tokenizer.decode(observation))
+                        going.append(e)
+            live = going
+            turn += 1
+        with timed("env"):  # errors closing are the environments' own business: the episodes are played
+            calls([(e.env.close, ()) for e in episodes if hasattr(e.env, "close") and e.stopped_by != "env_timeout"])
     return [e.episode() for e in episodes]
+
+
+def tasks_of(tasks: Sequence[dict[str, Any]], group_size: int) -> list[dict[str, Any]]:
+    """Each task `group_size` times, task-major: the task of every episode."""
+    return [task for task in tasks for _ in range(group_size)]
+
+
+def answers(calls: EnvCalls, batch: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
+    """The calls' results in order (an exception or CallTimeout for a failed one); EnvironmentUnavailable raised."""
+    results = calls(batch)
+    for result in results:
+        if isinstance(result, EnvironmentUnavailable):
+            raise result
+    return results

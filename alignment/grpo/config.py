@@ -60,6 +60,14 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
         1024,
         "--env: tokens per episode, prompt, model turns and observations included (a turn: --sampling-max-tokens).",
     )
+    env_step_timeout_s: float = setting(
+        60.0,
+        "--env: seconds an environment's reset or step may take; past it the episode ends env_timeout and its "
+        "group is not trained (the environment is abandoned).",
+    )
+    env_concurrency: int = setting(
+        0, "--env: environment calls at once (0: every live episode's at once; 1: one after another)."
+    )
     turn_rewards: bool = setting(
         False,
         "--env: each turn's tokens get the return from that turn (the sum of its and later turns' rewards), "
@@ -407,6 +415,10 @@ def validate_env(c: GRPOConfig) -> None:
     if c.env_max_tokens < 2:
         _fail(f"--env-max-tokens must be >= 2, got {c.env_max_tokens}")
     check_environment_source(c)
+    if not c.env_step_timeout_s > 0:
+        _fail(f"--env-step-timeout-s must be > 0, got {c.env_step_timeout_s}")
+    if c.env_concurrency < 0:
+        _fail(f"--env-concurrency must be >= 0 (0: all at once), got {c.env_concurrency}")
     if c.reuse_rollout_forward == "on":
         _fail("--reuse-rollout-forward on replays one sampling call's forward; an --env episode takes several")
     if c.dynamic_sampling:

@@ -4,6 +4,9 @@ Each step draws n_prompts_per_rollout_batch tasks in the run's seeded order and 
 (alignment/envs/runner.py); the episodes go to the learner as rollouts, scored by their final reward, and the
 learner's collate lays them out with their own prompts and masks (alignment/grpo/batch.py). Validation plays one
 episode per held-out task at the validation settings.
+
+A group with an episode its environment failed (an error, a missed --env-step-timeout-s) is dropped whole: the step
+trains on the intact groups (train_env_groups_dropped counts the others); a step with none stops the run.
 """
 
 from collections.abc import Sequence
@@ -14,8 +17,8 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from alignment.data.task import Task
-from alignment.envs.base import stop_strings
-from alignment.envs.episode import Episode
+from alignment.envs.base import EnvironmentUnavailable, stop_strings
+from alignment.envs.episode import ENV_FAILURES, Episode, intact_groups
 from alignment.envs.loading import environment_maker
 from alignment.envs.runner import run_episodes
 from alignment.grpo.config import GRPOConfig
@@ -37,32 +40,62 @@ class EpisodeSampler:
         self.stop = stop_strings(self.make_env())
         self.order = PromptOrder(len(task.questions), config.seed)
 
-    def play(self, task: Task, questions: Sequence[int], group_size: int, sampling: SamplingConfig) -> list[Episode]:
+    def play(
+        self,
+        task: Task,
+        questions: Sequence[int],
+        group_size: int,
+        sampling: SamplingConfig,
+        timer: PhaseTimer | None = None,
+    ) -> list[Episode]:
         model = getattr(self.engine, "model", None)
         if isinstance(model, torch.nn.Module):
             model.eval()  # an in-process engine samples the policy, which the learner left in train mode
-        rows = [episode_row(task, q) for q in questions]
+        c = self.config
         return run_episodes(
             self.engine,
             self.tokenizer,
             self.make_env,
-            rows,
+            [episode_row(task, q) for q in questions],
             group_size,
             replace(sampling, stop=self.stop),
-            self.config.env_max_tokens,
+            c.env_max_tokens,
+            c.env_step_timeout_s,
+            c.env_concurrency,
+            timer,
         )
 
     def draw(self, step: int, timer: PhaseTimer | None = None) -> Drawn:
+        """Step `step`'s groups, those with a failed episode left out (their count in train_env_groups_dropped)."""
         c, timer = self.config, timer or PhaseTimer()
-        questions = self.order.take(c.n_prompts_per_rollout_batch)
+        asked = self.order.take(c.n_prompts_per_rollout_batch)
         with timer("rollout"):
-            episodes, scores = self.scored_episodes(questions, step)
-        return Drawn(questions, list(episodes), scores, episode_stats(episodes, "train_"))
+            episodes, scores = self.scored_episodes(asked, step, timer)
+        stats = episode_stats(episodes, "train_")
+        questions: list[int] = []
+        kept: list[Episode] = []
+        kept_scores: list[dict[str, float]] = []
+        for i, intact in enumerate(intact_groups(episodes, c.group_size)):
+            if intact:
+                group = slice(i * c.group_size, (i + 1) * c.group_size)
+                kept += [replace(e, prompt_index=len(questions)) for e in episodes[group]]
+                kept_scores += scores[group]
+                questions.append(asked[i])
+        if not questions:
+            error = next(e.info["env_error"] for e in episodes if e.failed)
+            raise EnvironmentUnavailable(
+                f"every group of GRPO step {step + 1} had an episode its environment failed: {error}"
+            )
+        stats["train_env_groups_dropped"] = len(asked) - len(questions)
+        return Drawn(questions, list(kept), kept_scores, stats)
 
-    def scored_episodes(self, questions: Sequence[int], step: int) -> tuple[list[Episode], list[dict[str, float]]]:
+    def scored_episodes(
+        self, questions: Sequence[int], step: int, timer: PhaseTimer | None = None
+    ) -> tuple[list[Episode], list[dict[str, float]]]:
         """Step `step`'s group_size episodes of each question, and their scores (the final reward, and the
         environment's other *_reward entries) as a grader's."""
-        episodes = self.play(self.task, questions, self.config.group_size, rollout_sampling(self.config, step))
+        sampling = rollout_sampling(self.config, step)
+        episodes = self.play(self.task, questions, self.config.group_size, sampling, timer)
         scores = [{"reward": e.reward} | {k: v for k, v in e.info.items() if k.endswith("_reward")} for e in episodes]
         return episodes, scores
 
@@ -94,7 +127,7 @@ def episode_stats(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
         "sampled_tokens_mean": sum(sum(e.sampled_mask or ()) for e in episodes) / n,
         "episode_tokens_mean": sum(len(e.token_ids) for e in episodes) / n,
     }
-    for reason in ("max_turns", "max_tokens"):
+    for reason in ("max_turns", "max_tokens", *ENV_FAILURES):
         stats[f"stopped_by_{reason}"] = sum(e.stopped_by == reason for e in episodes) / n
     keys = sorted({k for e in episodes for k, v in e.info.items() if isinstance(v, (int, float)) and k != "reward"})
     for key in keys:

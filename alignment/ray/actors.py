@@ -28,6 +28,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from alignment.data.task import Task
 from alignment.distributed.sharding import full_tensors
+from alignment.envs.base import EnvironmentUnavailable
 from alignment.evaluation import evaluate_task
 from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.episode_sampler import EpisodeSampler
@@ -195,6 +196,9 @@ class Generator(_Actor):
             self.model.eval()  # a colocated learner leaves it in train mode
         if self.episodes is not None:
             episodes, scores = self.episodes.scored_episodes(questions, step)
+            failed = next((e for e in episodes if e.failed), None)
+            if failed is not None:  # the Ray strategies drop no group yet: stop rather than train on a partial one
+                raise EnvironmentUnavailable(f"an environment failed an episode: {failed.info['env_error']}")
             seconds = time.perf_counter() - start
             return Generated(list(episodes), self.weights_version, seconds), Scored(scores, 0.0)
         prompts = [format_prompt(self.task.template, self.task.questions[q]) for q in questions]
