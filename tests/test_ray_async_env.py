@@ -5,6 +5,8 @@ staleness bound, and a generator lost mid-episode leaves groups that are played 
 
 import json
 import math
+import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -19,10 +21,12 @@ from alignment.grpo.learner import GRPOLearner
 from alignment.ray.async_driver import Ticket, turn_versions
 from alignment.ray.config import RayGRPOConfig, validate_ray
 from alignment.ray.driver import train_grpo_ray
+from alignment.ray.env import ray
 from alignment.ray.episode_stream import EpisodeUnit, FinishedEpisodes, TurnEngine, stream_episodes
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.streaming import StreamFeed
+from tests.test_ray_cluster import three_nodes  # noqa: F401 (the module's three-node cluster)
 from tests.test_ray_strategies import config_for, logged
 
 SAMPLING = SamplingConfig(max_tokens=4, min_tokens=4, stop=(), seed=5)
@@ -219,3 +223,98 @@ def test_async_streams_episodes_to_the_learner(cluster, tiny_model_dir, tmp_path
     rows = logged(config)
     check_episodes(config, rows)
     assert [row["grpo_step"] for row in rows if "eval_reward" in row] == [0, 2]
+
+
+@pytest.mark.slow  # a minute or more on 2 loaded cores
+def test_an_update_forced_mid_episode_trains_episodes_of_two_versions(cluster, tiny_model_dir, tmp_path):
+    """From update 1 on, the generator's engine holds each unit's second turn until new weights are offered (at
+    most 20 s): the third turn then loads them, so the episodes trained carry two versions, each turn within the
+    bound, and the learner's rows say so (version_span_max, partial_fraction)."""
+    config = config_for(
+        tiny_model_dir, tmp_path, strategy="async", n_grpo_steps=4, max_staleness=1, eval_every=100, **KISSING
+    )
+
+    def hold_second_turns(generator):  # runs in the generator's process (shipped by value)
+        import time
+
+        inner, feed = generator.turns.engine, generator.feed
+
+        class Holding:
+            model = getattr(inner, "model", None)
+
+            def generate(self, prompts, n, sampling):
+                if generator.turns.calls == 2:  # the second turn: sampled on the unit's weights, then wait
+                    deadline = time.monotonic() + 20
+                    while not feed.has_weights() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                return inner.generate(prompts, n, sampling)
+
+            def load_policy_weights(self, state_dict):
+                inner.load_policy_weights(state_dict)
+
+        generator.turns.engine = Holding()
+
+    def install(step, actors):
+        if step == 1:
+            ray.get(actors.generator.__ray_call__.options(concurrency_group="control").remote(hold_second_turns))
+
+    train_grpo_ray(config, on_step=install)
+    rows = logged(config)
+    groups = check_episodes(config, rows)
+    spanning = [v for g in groups for v in g["turn_versions"] if len(set(v)) > 1]
+    assert spanning and all(v[2] == v[0] + 1 for v in spanning)  # turns 1, 2 on one version, turn 3 on the next
+    updates = [row for row in rows if "loss" in row]
+    assert max(row["version_span_max"] for row in updates) == 1 and max(row["partial_fraction"] for row in updates) > 0
+
+
+@pytest.mark.slow  # several minutes on 2 loaded cores: three raylets, two generators
+def test_a_generator_lost_mid_episode_on_three_nodes_leaves_its_groups_to_the_survivor(
+    three_nodes,  # noqa: F811 (the fixture imported above)
+    tiny_model_dir,
+    tmp_path,
+):
+    """Two generators on the worker nodes, no restarts allowed. After update 1, as soon as the first generator is
+    inside a unit's episodes (a turn sampled, the unit not yet streamed), it is killed: the run finishes on the
+    survivor, the lost unit's groups are handed out again whole (the `dropped` event lists them), and every group
+    trained is whole with every episode ended by its environment."""
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="async",
+        generators=2,
+        max_staleness=1,
+        n_grpo_steps=3,
+        eval_every=100,
+        ray_address=three_nodes.address,
+        **KISSING,
+    )
+    killed: dict[str, int] = {}
+
+    def kill_mid_episode(first) -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            control = first.__ray_call__.options(concurrency_group="control")
+            calls = ray.get(control.remote(lambda generator: generator.turns.calls), timeout=60)
+            if calls >= 1:  # inside a unit's episodes
+                killed["calls"] = calls
+                ray.kill(first)
+                return
+            time.sleep(0.02)
+
+    threads = []
+
+    def start_killer(step, actors):
+        if step == 1:
+            threads.append(threading.Thread(target=kill_mid_episode, args=(actors.generators["Generator 0"],)))
+            threads[0].start()
+
+    train_grpo_ray(config, on_step=start_killer)
+    threads[0].join()
+    assert killed["calls"] >= 1
+    rows = logged(config)
+    check_episodes(config, rows)
+    from alignment.ray.run_events import RunEvents
+
+    [dropped] = [e for e in RunEvents(config.output_dir).read() if e["event"] == "dropped"]
+    assert dropped["actors"] == ["Generator 0"] and dropped["generators_left"] == ["Generator 1"]
+    assert dropped["groups_reissued"]  # it was inside episodes: unfinished groups, played again whole
