@@ -22,7 +22,6 @@ import torch
 from alignment.envs.episode import Episode
 from alignment.rollout.interface import Prompt, Rollout, RolloutEngine, SamplingConfig
 from alignment.rollout.streaming import Barrier, StreamFeed
-from alignment.utils.faults import fault_point
 
 Apply = Callable[[dict[str, torch.Tensor], int], None]
 
@@ -63,10 +62,8 @@ class TurnEngine:
         self.calls, self.sampled_by = 0, {}
 
     def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
-        if self.calls > 0:
-            fault_point("async_episode_turn")  # between two turns of the unit's episodes
-            if self.between_turns:
-                self.feed.load(self.apply)
+        if self.calls > 0 and self.between_turns:  # between two turns of the unit's episodes
+            self.feed.load(self.apply)
         self.calls += 1
         for prompt in prompts:
             self.sampled_by[tuple(prompt)] = self.feed.version  # type: ignore[arg-type]

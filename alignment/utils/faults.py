@@ -8,7 +8,7 @@ Child processes and Ray actors inherit the variable, so a point inside an actor 
 recorded), `checkpoint_write` (policy and optimizer tensors written, state.json and the completion marker
 not), `checkpoint_swap` (old checkpoint moved aside, new one not yet in place), `ray_step` (the Ray
 driver, after a step is logged and checkpointed), `async_stream` (a streaming generator of --strategy async, as it
-hands over a finished group), `async_episode_turn` (such a generator playing --env episodes, between two turns).
+hands over a finished group).
 """
 
 import os
