@@ -2,10 +2,13 @@
 
     uv run python bench/async_grpo.py                        # SmolLM2-135M, configs/keyword_async.toml's workload
     uv run python bench/async_grpo.py --tiny --steps 3       # a tiny random model: checks that the bench runs
+    uv run python bench/async_grpo.py --env calculator_arithmetic --only "async eta=1"   # multi-turn episodes
 
 One after the other, with the same seed and the same samples (--steps rollout batches of --rollout-batch-size):
 colocated-sync, disaggregated-one-behind, then async with --max-staleness 1, 2 and 4, each with and without partial
-rollouts. Every run trains the same objective (the preset's GRPO-Clip with its --tis-cap). Prints one table per run:
+rollouts. Every run trains the same objective (the preset's GRPO-Clip with its --tis-cap). `--env NAME` plays that
+environment's multi-turn episodes instead of the preset's task (weights load between two turns; response tokens
+are an episode's sampled tokens). Prints one table per run:
 
 - loop wall time (the sum of the steps' wall times) and samples/s over it;
 - learner idle: 1 - (seconds the learner spent in its old-log-prob and train phases) / loop wall time;
@@ -169,6 +172,9 @@ def main(
     backend: str | None = typer.Option(None, help="Rollout backend of every run (default: --config's)."),
     tiny: bool = typer.Option(False, help="A tiny random model and short responses instead of --config's model."),
     num_cpus: int | None = typer.Option(None, help="CPUs the local Ray cluster may use (default: all)."),
+    env: str | None = typer.Option(None, help="Play this environment's episodes (--env) instead of --config's task."),
+    env_max_turns: int = typer.Option(3, help="With --env: turns per episode at most."),
+    env_max_tokens: int = typer.Option(320, help="With --env: an episode's tokens at most, its prompt included."),
     output_dir: Path = typer.Option(Path("outputs/bench_async"), help="Runs, plot and summary.json."),
     report_only: bool = typer.Option(False, help="Print the table, projection and plot again from summary.json."),
     skip_done: bool = typer.Option(False, help="Keep the runs already measured in --output-dir (their bench.json)."),
@@ -192,6 +198,8 @@ def main(
     )
     if backend is not None:
         base = replace(base, backend=backend)
+    if env is not None:
+        base = replace(base, env=env, env_max_turns=env_max_turns, env_max_tokens=env_max_tokens)
     if tiny:
         # vLLM's CPU attention has no kernel for the tiny model's head size
         base = replace(base, model=tiny_model(output_dir / "tiny-model"), sampling_max_tokens=24, backend="hf")
@@ -224,7 +232,9 @@ def main(
 
     header = (
         f"{steps} steps x {base.rollout_batch_size} samples ({base.n_prompts_per_rollout_batch} prompts x "
-        f"{base.group_size}), up to {base.sampling_max_tokens} tokens, {base.model}, backend {base.backend}, "
+        f"{base.group_size}), up to {base.sampling_max_tokens} tokens"
+        + ("" if env is None else f" a turn, --env {env} (up to {env_max_turns} turns, {env_max_tokens} tokens)")
+        + f", {base.model}, backend {base.backend}, "
         f"{platform.machine()}, {os.cpu_count()} CPUs, {torch.cuda.device_count()} GPUs, Ray num_cpus {num_cpus}"
     )
     summary = report(results, header, output_dir)

@@ -3,6 +3,7 @@
 driver.py         the driver and its strategies (colocated-sync, colocated-multistep, colocated-k-batches,
                   disaggregated-one-behind, replay-buffer): lag and checksum checks, logging, checkpoints
 async_driver.py   the async strategy's loop the driver runs: streams, admission, batches within --max-staleness
+episode_stream.py --env under async: episodes played turn by turn, weights loaded between turns, versions per turn
 actors.py         Generator (streaming too), Learner (a GRPOLearner), ColocatedWorker
 learner_group.py  the learner as N actors sharing the policy with FSDP2 (--learner-processes)
 scorer.py         the torch-free Scorer actor

@@ -40,6 +40,7 @@ from alignment.models.policy_folder import cast_floating, push_weights
 from alignment.prompts import format_prompt
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.env import ray
+from alignment.ray.episode_stream import EpisodeUnit, FinishedEpisodes, TurnEngine, stream_episodes
 from alignment.ray.scorer import Scored
 from alignment.ray.weight_sync import Placement
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
@@ -103,11 +104,13 @@ class Clock:
 
 @dataclass
 class Streamed:
-    """One finished group: ticket `ticket`'s group_size rollouts, with per-token versions and behaviour log-probs."""
+    """One finished group: ticket `ticket`'s group_size rollouts, with per-token versions and behaviour log-probs;
+    with --env, episodes and the scores their environment gave them."""
 
     ticket: int
     rollouts: list[Rollout]
     clock: Clock
+    scores: list[dict[str, float]] | None = None
 
 
 @dataclass
@@ -124,6 +127,13 @@ def token_checksum(token_lists: Iterable[Sequence[int]]) -> int:
     for tokens in token_lists:
         crc = zlib.crc32(np.asarray(tokens, dtype=np.int64).tobytes(), crc)
     return crc
+
+
+def sampled_tokens(rollout: Rollout) -> list[int]:
+    """The tokens of a rollout the sampler drew (an episode's observations left out): those the learner trains on."""
+    if rollout.sampled_mask is None:
+        return rollout.token_ids
+    return [t for t, sampled in zip(rollout.token_ids, rollout.sampled_mask) if sampled]
 
 
 def weights_digest(model: torch.nn.Module) -> str:
@@ -180,9 +190,14 @@ class Generator(_Actor):
         self.feed = StreamFeed()  # its version is that of the weights the engine holds
         self.eval_grader = ParallelGrader(validation.reward_fn, 1)
         # --env: this generator plays the environment's episodes, which come scored by it
-        self.episodes = None
+        self.episodes = self.turns = None
         if config.env is not None:
-            self.episodes = EpisodeSampler(config, engine, task, load_tokenizer(config.model))
+            tokenizer = load_tokenizer(config.model)
+            self.episodes = EpisodeSampler(config, engine, task, tokenizer)
+            # --strategy async: the same episodes played through an engine that loads weights between turns
+            load = lambda state_dict, version: engine.load_policy_weights(state_dict)  # noqa: E731
+            self.turns = TurnEngine(engine, self.feed, load, config.partial_rollouts)
+            self.streamed_episodes = EpisodeSampler(config, self.turns, task, tokenizer)
 
     @property
     def weights_version(self) -> int:
@@ -218,6 +233,16 @@ class Generator(_Actor):
         self.feed.offer(state_dict, version)
 
     def submit(self, work: Sequence[Work | Validate]) -> None:
+        if self.episodes is not None:
+            self.feed.submit(
+                [
+                    item
+                    if isinstance(item, Validate)
+                    else EpisodeUnit(item.tickets, item.questions, item.unit, item.floor)
+                    for item in work
+                ]  # type: ignore[misc]
+            )
+            return
         self.feed.submit(
             [
                 item
@@ -251,8 +276,16 @@ class Generator(_Actor):
             return Clock(time.perf_counter() - started, feed.idle_s, validation_s, feed.load_s, feed.loads)
 
         c = self.config
-        for item in self.engine.stream(self.feed, c.partial_rollouts, c.inflight_kv):  # type: ignore[attr-defined]
-            if isinstance(item, FinishedGroup):
+        if self.turns is not None:
+            play = self.streamed_episodes.scored_episodes
+            items = stream_episodes(self.feed, self.turns, play, c.group_size)
+        else:
+            items = self.engine.stream(self.feed, c.partial_rollouts, c.inflight_kv)  # type: ignore[attr-defined]
+        for item in items:
+            if isinstance(item, FinishedEpisodes):
+                fault_point("async_stream")
+                yield Streamed(item.key, list(item.episodes), clock(), item.scores)
+            elif isinstance(item, FinishedGroup):
                 fault_point("async_stream")
                 yield Streamed(item.key, item.rollouts, clock())
             elif isinstance(item, Validate):

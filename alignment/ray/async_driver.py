@@ -13,6 +13,12 @@ and are loaded between two decode steps, so a response may hold tokens of severa
 its version and behaviour log-prob (alignment/rollout/streaming.py), and the learner's objective weighs and clips
 each against the right policy (--off-policy-objective, alignment/grpo/objective.py).
 
+Episodes (--env). A generator plays a unit's multi-turn episodes turn by turn, loading offered weights between two
+turns (alignment/ray/episode_stream.py), and streams each group, scored by its environment (no scorer call), once
+every episode of the unit has ended. An episode's versions are one per sampled token, so the rules below apply to
+episodes unchanged: an episode's age is the learner's version minus the oldest version any of its turns was
+sampled with, and a lost generator's unfinished episodes are played again whole.
+
 Staleness. A group's age at the learner's version v is v minus the oldest version among its tokens. Two rules keep
 every trained group within ETA:
 - admission (AReaL's): at most (ETA + 1)·B groups are handed out and not yet trained; a group handed out at
@@ -42,8 +48,9 @@ from typing import Any, Protocol
 
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from alignment.envs.episode import Episode
 from alignment.grpo.sampler import rollout_stats, validation_sampling
-from alignment.ray.actors import Clock, Learned, Streamed, Validate, Validated, Work, token_checksum
+from alignment.ray.actors import Clock, Learned, Streamed, Validate, Validated, Work, sampled_tokens, token_checksum
 from alignment.ray.cluster import Actors
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.env import ray
@@ -108,7 +115,7 @@ class Ticket:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> "Ticket":
-        rollouts = [Rollout(**r) for r in record["rollouts"]]
+        rollouts = [Episode(**r) if "turn_starts" in r else Rollout(**r) for r in record["rollouts"]]
         return cls(record["number"], record["question"], record["floor"], None, rollouts, record["scores"])
 
 
@@ -141,6 +148,25 @@ def keep_on_resume(tickets: Sequence[Ticket], version: int, size: int, eta: int)
             kept.remove(oldest)
             dropped.append(oldest)
     return kept, dropped
+
+
+def episode_record(rollouts: Sequence[Rollout]) -> dict[str, Any]:
+    """What the trained log keeps of a group of episodes: how each ended and the versions of its turns."""
+    episodes = [r for r in rollouts if isinstance(r, Episode)]
+    if not episodes:
+        return {}
+    return {
+        "turns": [e.turns for e in episodes],
+        "stopped_by": [e.stopped_by for e in episodes],
+        "turn_versions": [turn_versions(e) for e in episodes],
+    }
+
+
+def turn_versions(episode: Episode) -> list[int]:
+    """The version that sampled each turn of an episode whose `versions` are per sampled token."""
+    mask = episode.sampled_mask or [1] * len(episode.token_ids)
+    starts = [sum(mask[:start]) for start in episode.turn_starts]  # each turn's first sampled token's place
+    return [episode.versions[i] for i in starts if i < len(episode.versions or ())]
 
 
 @dataclass
@@ -336,6 +362,9 @@ class AsyncLoop:
             raise RuntimeError(f"{name} streamed group {streamed.ticket}, which it was not sampling")
         ticket.rollouts, ticket.generator = streamed.rollouts, None
         self.assigned[name].discard(ticket.number)
+        if streamed.scores is not None:  # episodes, scored by their environment
+            ticket.scores = streamed.scores
+            return "graded"
         self.grade(ticket)
         return "streamed"
 
@@ -405,7 +434,7 @@ class AsyncLoop:
         scores = [s for t in batch for s in t.scores]
         ref = d.actors.learner.learn.remote([t.question for t in batch], rollouts, scores)
         waited = time.perf_counter() - self.learner_free
-        self.learning = Learning(ref, batch, token_checksum(r.token_ids for r in rollouts), waited)
+        self.learning = Learning(ref, batch, token_checksum(sampled_tokens(r) for r in rollouts), waited)
 
     def finish_update(self, step_start: float) -> list[dict]:
         d, learning = self.driver, self.learning
@@ -433,6 +462,7 @@ class AsyncLoop:
                     "start_version": t.start,
                     "floor": t.floor,
                 }
+                | episode_record(t.rollouts)
                 for t in learning.batch
             ],
         )

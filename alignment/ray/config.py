@@ -68,8 +68,9 @@ class RayGRPOConfig(GRPOConfig):
     )
     partial_rollouts: bool = setting(
         True,
-        "async: load new weights between two decode steps and continue unfinished responses under them (each token "
-        "records its version); off: responses finish on the weights they started with.",
+        "async: load new weights between two decode steps (with --env: between two turns of an episode) and continue "
+        "unfinished responses under them (each token records its version); off: responses (episodes) finish on the "
+        "weights they started with.",
     )
     inflight_kv: KVAfterLoad = setting(
         "recompute",
@@ -138,8 +139,6 @@ def validate_ray(config: RayGRPOConfig) -> None:
     """GRPOConfig's checks, then the Ray flags; each failure names its flag."""
     validate(config)
     c = config
-    if c.env is not None and c.strategy == "async":
-        _fail("--env episodes are generated turn by turn, not streamed: use a synchronous --strategy with --env")
     if c.time_budget is not None:
         _fail("--time-budget is a setting of scripts/train_grpo.py; the Ray driver has no run clock (run it without)")
     if c.multistep_k < 1:
@@ -270,6 +269,11 @@ def validate_async(c: RayGRPOConfig) -> None:
             )
     elif c.tis_cap is not None:
         _fail("--off-policy-objective naive trains stale samples without weights: drop --tis-cap (or use decoupled)")
+    if c.env is not None and c.inflight_kv != "recompute":
+        _fail(
+            f"--inflight-kv {c.inflight_kv} with --env: weights load between two turns of an episode, never within "
+            "one, and each turn's prompt is computed under the weights that sample it; drop --inflight-kv"
+        )
     if c.partial_rollouts and c.lora_rank > 0 and c.backend == "vllm":
         _fail(
             "--partial-rollouts with --lora-rank on --backend vllm: vLLM cannot swap the adapter that running requests "

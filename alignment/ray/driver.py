@@ -41,7 +41,7 @@ from alignment.envs.loading import environment_tasks
 from alignment.grpo.sampler import rollout_stats, validation_sampling
 from alignment.models.loading import check_model_source, load_tokenizer
 from alignment.prompts import chat_template
-from alignment.ray.actors import Generated, Learned, token_checksum
+from alignment.ray.actors import Generated, Learned, sampled_tokens, token_checksum
 from alignment.ray.async_driver import AsyncLoop
 from alignment.ray.cluster import ActorFailure, Actors, connect, dead_actors, describe_nodes, start_actors
 from alignment.ray.config import RayGRPOConfig, validate_ray
@@ -324,7 +324,7 @@ class Driver:
 
     def learn(self, learned: Learned, training: Training) -> Learned:
         """Check the update against what was sent: the next version, on exactly these tokens."""
-        sent = token_checksum(r.token_ids for r in training.rollouts)
+        sent = token_checksum(sampled_tokens(r) for r in training.rollouts)
         if learned.checksum != sent or learned.version != self.step + 1:
             raise RuntimeError(
                 f"the learner trained on tokens with checksum {learned.checksum} to version "
@@ -362,7 +362,7 @@ class Driver:
                 "samples_per_s": len(training.rollouts) / wall,
                 "version_lag": lag,
                 "weights_version": learned.version,
-                "tokens_checksum_sent": token_checksum(r.token_ids for r in training.rollouts),
+                "tokens_checksum_sent": token_checksum(sampled_tokens(r) for r in training.rollouts),
                 "tokens_checksum_trained": learned.checksum,
                 "time_elapsed_s": self.elapsed(),
                 "device_hours": self.elapsed() * self.actors.devices / 3600,

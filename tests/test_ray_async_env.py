@@ -1,0 +1,320 @@
+"""--strategy async with --env (alignment/ray/episode_stream.py): weights offered mid-episode are loaded between two
+turns and each turn records the version and behaviour log-probs of the weights that sampled it; the learner's
+off-policy correction divides by each turn's own log-probs; on Ray, episodes stream to the learner within the
+staleness bound, and a generator lost mid-episode leaves groups that are played again whole by the survivor."""
+
+import json
+import math
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from alignment.data.task import Task
+from alignment.envs.base import EnvStep
+from alignment.envs.episode import Episode
+from alignment.envs.runner import run_episodes
+from alignment.grpo.learner import GRPOLearner
+from alignment.ray.async_driver import Ticket, turn_versions
+from alignment.ray.config import RayGRPOConfig, validate_ray
+from alignment.ray.driver import train_grpo_ray
+from alignment.ray.env import ray
+from alignment.ray.episode_stream import EpisodeUnit, FinishedEpisodes, TurnEngine, stream_episodes
+from alignment.rollout.hf_engine import HFRolloutEngine
+from alignment.rollout.interface import SamplingConfig
+from alignment.rollout.streaming import StreamFeed
+from tests.test_ray_cluster import three_nodes  # noqa: F401 (the module's three-node cluster)
+from tests.test_ray_strategies import config_for, logged
+
+SAMPLING = SamplingConfig(max_tokens=4, min_tokens=4, stop=(), seed=5)
+
+
+class ThreeTurns:
+    """Answers every turn with a fixed observation and ends after the third; `on_step(turn)` runs as each turn is
+    answered (the test offers weights there, as the learner would while the episode is under way)."""
+
+    name, max_turns, stop = "three_turns", 3, ()
+
+    def __init__(self, on_step=lambda turn: None) -> None:
+        self.turn, self.on_step = 0, on_step
+
+    def reset(self, task):
+        return task["question"]
+
+    def step(self, action: str) -> EnvStep:
+        self.turn += 1
+        self.on_step(self.turn)
+        return EnvStep("Go on.", float(len(action) % 2), self.turn == 3)
+
+
+def perturbed(policy) -> dict[str, torch.Tensor]:
+    torch.manual_seed(1)
+    return {k: v + 0.5 * torch.randn_like(v) if v.is_floating_point() else v for k, v in policy.state_dict().items()}
+
+
+def scored(policy, episode: Episode) -> torch.Tensor:
+    """The policy's log-prob of each token of the episode after its prompt."""
+    ids = torch.tensor([episode.prompt_ids + episode.token_ids])
+    with torch.no_grad():
+        log_probs = torch.log_softmax(policy(ids).logits[0, :-1].float(), -1)
+    return log_probs.gather(-1, ids[0, 1:, None]).squeeze(-1)[len(episode.prompt_ids) - 1 :]
+
+
+@pytest.mark.parametrize("between_turns", [True, False])
+def test_weights_offered_mid_episode_load_between_turns_and_each_turn_keeps_its_version(
+    tokenizer, tiny_model_dir, between_turns
+):
+    """Version 1 is offered while the first turn is answered: with partial rollouts turns 2 and 3 are sampled by it
+    (their behaviour log-probs are version 1's, turn 1's version 0's); without, the whole unit stays on version 0
+    and the next unit starts on version 1."""
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    old = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    new_weights = perturbed(policy)
+    engine = HFRolloutEngine(policy, tokenizer, progress=False)
+    feed = StreamFeed()
+    turns = TurnEngine(engine, feed, lambda state_dict, version: engine.load_policy_weights(state_dict), between_turns)
+    offer = lambda turn: feed.offer(new_weights, 1) if turn == 1 else None  # noqa: E731
+
+    def play(questions, unit):
+        rows = [{"question": q} for q in ("Hi", "What is 2 + 2?")]
+        episodes = run_episodes(
+            turns, tokenizer, lambda: ThreeTurns(offer), [rows[q] for q in questions], 2, SAMPLING, 256
+        )
+        return episodes, [{"reward": e.reward} for e in episodes]
+
+    feed.submit([EpisodeUnit((7, 8), (0, 1), 0), EpisodeUnit((9,), (0,), 1)])
+    stream = stream_episodes(feed, turns, play, 2)
+    first = [next(stream), next(stream)]
+    assert [g.key for g in first] == [7, 8] and all(isinstance(g, FinishedEpisodes) for g in first)
+    late = 1 if between_turns else 0
+    for group in first:
+        assert [e.prompt_index for e in group.episodes] == [0, 0] and len(group.scores) == 2
+        for e in group.episodes:
+            assert e.turns == 3 and len(e.versions) == sum(e.sampled_mask) == 12
+            assert e.versions == [0] * 4 + [late] * 8 and turn_versions(e) == [0, late, late]
+            sampled = torch.tensor(e.sampled_mask, dtype=torch.bool)
+            behaviour = torch.tensor(e.logprobs)[sampled]
+            expected = torch.cat([scored(old, e)[sampled][:4], scored(policy, e)[sampled][4:]])
+            if not between_turns:  # loaded only once the unit ended: every turn was version 0's
+                expected = scored(old, e)[sampled]
+            assert torch.allclose(behaviour, expected, atol=1e-4)
+    [after] = [next(stream)]
+    assert all(e.versions == [1] * 12 for e in after.episodes)  # the next unit starts on the newest weights
+    feed.stop()
+    assert next(stream, None) is None
+
+
+@pytest.mark.parametrize(
+    "correction,cap,weight_mean,masked",
+    [("token_tis", None, 0.75, 0.0), ("token_mask", 1.5, 0.5, 0.5)],
+)
+def test_the_learner_weighs_each_turn_by_its_own_behaviour_log_probs(
+    tokenizer, tiny_model_dir, tmp_path, correction, cap, weight_mean, masked
+):
+    """An episode whose first turn was sampled at version 0 and second at version 1, trained by the learner at
+    version 1 under the decoupled objective: each token's weight is exp(proximal - behaviour) with its own turn's
+    behaviour log-probs: 1/2 on turn 1's (set to the proximal log-prob + log 2), 1 on turn 2's (the learner's own
+    version: behaviour = proximal). Uncapped TIS averages 0.75 over the sampled tokens; a mask bounded by 1.5 drops
+    turn 1's tokens and keeps turn 2's. Observation tokens are in neither."""
+    config = RayGRPOConfig(
+        model=str(tiny_model_dir),
+        strategy="async",
+        rollout_batch_size=2,
+        group_size=2,
+        train_batch_size=2,
+        gradient_accumulation_steps=1,
+        rollout_correction=correction,
+        tis_cap=cap,
+        output_dir=tmp_path,
+    )
+    validate_ray(config)
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    task = Task(["Hi"], [""], "{question}", lambda response, truth: {"reward": 0.0})
+    learner = GRPOLearner(config.learner_config(), policy, tokenizer, task, objective=config.learner_objective())
+    prompt = tokenizer("Q: Hi\nA:")["input_ids"]
+    turn1, observation, turn2 = [306, 1032, 42], [198, 77], [512, 88, 19]
+    episodes = [
+        Episode(
+            0,
+            "",
+            turn1 + observation + turn2,
+            [0.0] * 8,
+            "stop",
+            versions=[0, 0, 0, 1, 1, 1],
+            prompt_ids=prompt,
+            sampled_mask=[1, 1, 1, 0, 0, 1, 1, 1],
+            reward=reward,
+            turn_starts=[0, 5],
+        )
+        for reward in (0.0, 1.0)
+    ]
+    scores = [{"reward": e.reward} for e in episodes]
+    proximal = learner.old_log_probs(learner.make_batch([0], episodes, scores))  # version 1's, before the update
+    start = len(prompt) - 1  # where the response's labels begin
+    for row, e in enumerate(episodes):
+        p = proximal[row, start : start + 8].tolist()
+        e.logprobs = [x + math.log(2) for x in p[:3]] + [0.0, 0.0] + p[5:]
+    batch = learner.make_batch([0], episodes, scores)
+    for row, e in enumerate(episodes):  # the behaviour log-probs the learner holds are each turn's, in place
+        assert batch.rollout_log_probs[row, start : start + 8].tolist() == pytest.approx(e.logprobs)
+        assert batch.response_mask[row, start : start + 8].tolist() == [bool(m) for m in e.sampled_mask]
+    [row] = learner.update(batch)
+    assert row["tis_weight_mean"] == pytest.approx(weight_mean, abs=1e-5)
+    assert row["rollout_masked_fraction"] == pytest.approx(masked, abs=1e-6)
+
+
+def test_async_with_an_environment_is_accepted_and_its_kv_setting_refused():
+    base = RayGRPOConfig(
+        strategy="async",
+        env="kissing",
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+    )
+    validate_ray(base)
+    with pytest.raises(ValueError, match="--inflight-kv keep with --env: weights load between two turns"):
+        validate_ray(replace(base, inflight_kv="keep"))
+
+
+def test_a_checkpointed_group_of_episodes_comes_back_as_episodes():
+    e = Episode(0, "a", [1, 2, 3], [-1.0, 0.0, -2.0], "stop", [4, 5], [9], [1, 0, 1], 1.0, [0.0, 1.0], [0, 2])
+    back = Ticket.from_record(json.loads(json.dumps(Ticket(3, 1, 4, None, [e], [{"reward": 1.0}]).record())))
+    assert back.rollouts == [e] and back.start == 4 and turn_versions(back.rollouts[0]) == [4, 5]
+
+
+def trained(config) -> list[dict]:
+    rows = [json.loads(line) for line in (config.output_dir / "rollouts.jsonl").read_text().splitlines()]
+    return [row for row in rows if row["kind"] == "trained"]
+
+
+KISSING = dict(env="kissing", env_max_turns=3, env_max_tokens=400, sampling_max_tokens=4, sampling_min_tokens=4)
+
+
+def check_episodes(config, rows) -> list[dict]:
+    """Every update within the bound; every trained group whole, each episode ended by its environment, every turn's
+    version at most --max-staleness behind the update that trained it."""
+    updates = [row for row in rows if "loss" in row]
+    assert [row["grpo_step"] for row in updates] == list(range(1, config.n_grpo_steps + 1))
+    for row in updates:
+        assert row["tokens_checksum_trained"] == row["tokens_checksum_sent"]
+        assert 0 <= row["staleness_max"] <= config.max_staleness
+    groups = trained(config)
+    assert sorted(g["ticket"] for g in groups) == list(range(config.n_grpo_steps * config.n_prompts_per_rollout_batch))
+    for g in groups:
+        assert g["samples"] == config.group_size and g["turns"] == [3] * config.group_size  # whole and complete
+        assert g["stopped_by"] == ["done"] * config.group_size
+        for versions in g["turn_versions"]:
+            assert len(versions) == 3 and versions == sorted(versions)
+            assert g["grpo_step"] - 1 - versions[0] <= config.max_staleness
+    return groups
+
+
+def test_async_streams_episodes_to_the_learner(cluster, tiny_model_dir, tmp_path):
+    """One node, two updates of the kissing environment's three-turn episodes (the tiny model writes no program,
+    so each episode takes all three turns), validation playing episodes too."""
+    config = config_for(
+        tiny_model_dir, tmp_path, strategy="async", n_grpo_steps=2, max_staleness=1, eval_every=2, **KISSING
+    )
+    train_grpo_ray(config)
+    rows = logged(config)
+    check_episodes(config, rows)
+    assert [row["grpo_step"] for row in rows if "eval_reward" in row] == [0, 2]
+
+
+@pytest.mark.slow  # a minute or more on 2 loaded cores
+def test_an_update_forced_mid_episode_trains_episodes_of_two_versions(cluster, tiny_model_dir, tmp_path):
+    """From update 1 on, the generator's engine holds each unit's second turn until new weights are offered (at
+    most 20 s): the third turn then loads them, so the episodes trained carry two versions, each turn within the
+    bound, and the learner's rows say so (version_span_max, partial_fraction)."""
+    config = config_for(
+        tiny_model_dir, tmp_path, strategy="async", n_grpo_steps=4, max_staleness=1, eval_every=100, **KISSING
+    )
+
+    def hold_second_turns(generator):  # runs in the generator's process (shipped by value)
+        import time
+
+        inner, feed = generator.turns.engine, generator.feed
+
+        class Holding:
+            model = getattr(inner, "model", None)
+
+            def generate(self, prompts, n, sampling):
+                if generator.turns.calls == 2:  # the second turn: sampled on the unit's weights, then wait
+                    deadline = time.monotonic() + 20
+                    while not feed.has_weights() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                return inner.generate(prompts, n, sampling)
+
+            def load_policy_weights(self, state_dict):
+                inner.load_policy_weights(state_dict)
+
+        generator.turns.engine = Holding()
+
+    def install(step, actors):
+        if step == 1:
+            ray.get(actors.generator.__ray_call__.options(concurrency_group="control").remote(hold_second_turns))
+
+    train_grpo_ray(config, on_step=install)
+    rows = logged(config)
+    groups = check_episodes(config, rows)
+    spanning = [v for g in groups for v in g["turn_versions"] if len(set(v)) > 1]
+    assert spanning and all(v[2] == v[0] + 1 for v in spanning)  # turns 1, 2 on one version, turn 3 on the next
+    updates = [row for row in rows if "loss" in row]
+    assert max(row["version_span_max"] for row in updates) == 1 and max(row["partial_fraction"] for row in updates) > 0
+
+
+@pytest.mark.slow  # several minutes on 2 loaded cores: three raylets, two generators
+def test_a_generator_lost_mid_episode_on_three_nodes_leaves_its_groups_to_the_survivor(
+    three_nodes,  # noqa: F811 (the fixture imported above)
+    tiny_model_dir,
+    tmp_path,
+):
+    """Two generators on the worker nodes, no restarts allowed. After update 1, as soon as the first generator is
+    inside a unit's episodes (a turn sampled, the unit not yet streamed), it is killed: the run finishes on the
+    survivor, the lost unit's groups are handed out again whole (the `dropped` event lists them), and every group
+    trained is whole with every episode ended by its environment."""
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="async",
+        generators=2,
+        max_staleness=1,
+        n_grpo_steps=3,
+        eval_every=100,
+        ray_address=three_nodes.address,
+        **KISSING,
+    )
+    killed: dict[str, int] = {}
+
+    def kill_mid_episode(first) -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            control = first.__ray_call__.options(concurrency_group="control")
+            calls = ray.get(control.remote(lambda generator: generator.turns.calls), timeout=60)
+            if calls >= 1:  # inside a unit's episodes
+                killed["calls"] = calls
+                ray.kill(first)
+                return
+            time.sleep(0.02)
+
+    threads = []
+
+    def start_killer(step, actors):
+        if step == 1:
+            threads.append(threading.Thread(target=kill_mid_episode, args=(actors.generators["Generator 0"],)))
+            threads[0].start()
+
+    train_grpo_ray(config, on_step=start_killer)
+    threads[0].join()
+    assert killed["calls"] >= 1
+    rows = logged(config)
+    check_episodes(config, rows)
+    from alignment.ray.run_events import RunEvents
+
+    [dropped] = [e for e in RunEvents(config.output_dir).read() if e["event"] == "dropped"]
+    assert dropped["actors"] == ["Generator 0"] and dropped["generators_left"] == ["Generator 1"]
+    assert dropped["groups_reissued"]  # it was inside episodes: unfinished groups, played again whole
