@@ -1,0 +1,151 @@
+"""A task of the user's own, named by --task file.py:NAME: its rows read from jsonl, parquet or csv with other field
+names, its prompts, its weighted rewards graded in worker processes and logged one by one, its errors as one line
+before any model loads, and a reward that fails mid-run leaving a checkpoint to resume."""
+
+import json
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from alignment.grpo.config import GRPOConfig
+from alignment.grpo_run import train_grpo
+from alignment.prompts import chat_renderer
+from alignment.tasks.building import run_tasks
+from alignment.tasks.rows import read_rows
+
+TASK_FILE = """
+from pathlib import Path
+from alignment.tasks import Reward, TaskDefinition
+
+def contains(completion, row):
+    return float(str(row["answer"]) in completion)
+
+def short(completion, row):
+    return None if row["level"] == "skip" else float(len(completion) < 12)
+
+task = TaskDefinition(
+    rows={rows!r},
+    prompt="Solve: {{question}}",
+    rewards=[contains, Reward(short, weight=0.5)],
+    answer_field="answer",
+    category_field="level",
+    chat={chat},
+)
+"""
+
+ROWS = [
+    {"problem": f"{a} plus {b}", "solution": str(a + b), "level": ["easy", "hard", "skip"][a % 3]}
+    for a in range(12)
+    for b in range(2)
+]
+
+
+def write_rows(folder: Path, kind: str) -> Path:
+    """ROWS as one file of `kind`, or for `folder-parquet` as train/test parquet files in a folder."""
+    import pandas as pd
+
+    frame = pd.DataFrame(ROWS)
+    folder.mkdir(parents=True, exist_ok=True)
+    if kind == "jsonl":
+        path = folder / "rows.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    elif kind == "csv":
+        path = folder / "rows.csv"
+        frame.to_csv(path, index=False)
+    else:
+        path = folder / "data"
+        path.mkdir()
+        frame.iloc[:20].to_parquet(path / "train.parquet")
+        frame.iloc[20:].to_parquet(path / "test.parquet")
+    return path
+
+
+def write_task(tmp_path: Path, rows: str, chat: bool = False, body: str = TASK_FILE) -> str:
+    path = tmp_path / "my_task.py"
+    path.write_text(textwrap.dedent(body.format(rows=rows, chat=chat)))
+    return f"{path}:task"
+
+
+def settings(model: str, tmp_path: Path, task: str, **overrides) -> GRPOConfig:
+    base = GRPOConfig(
+        model=model,
+        task=task,
+        task_fields="question=problem,answer=solution",
+        n_grpo_steps=1,
+        learning_rate=1e-3,
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        sampling_min_tokens=2,
+        eval_every=1,
+        n_eval_examples=4,
+        checkpoint_every=1,
+        grader_workers=1,
+        backend="hf",
+        output_dir=tmp_path / "run",
+    )
+    return replace(base, **overrides)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "folder-parquet"])
+def test_rows_are_read_renamed_split_and_prompted(tmp_path, kind):
+    source = write_rows(tmp_path / "data", kind)
+    config = settings("unused", tmp_path, write_task(tmp_path, str(source)), n_eval_examples=3)
+    train, validation = run_tasks(config)
+    if kind == "folder-parquet":  # the source's test split validates, whole up to --n-eval-examples
+        assert set(read_rows(str(source))) == {"train", "test"}
+        assert len(train.questions) == 20 and len(validation.questions) == 3
+    else:  # one split: a tenth held out by seed 0, the same every time
+        assert len(train.questions) == 22 and len(validation.questions) == 2
+        assert run_tasks(config)[1].questions == validation.questions
+    assert not set(train.questions) & set(validation.questions)
+    row = train.truths[0]
+    assert train.questions[0] == f"Solve: {row['problem']}" and row["answer"] == row["solution"]
+    assert train.template == "{question}"  # chat=False: the prompt as it is
+    assert train.categories is not None and set(train.categories) <= {"easy", "hard", "skip"}
+    assert train.logged_truth(row) == row["solution"]
+
+
+def test_a_chat_task_is_in_the_models_chat_turn_with_its_system_prompt(tmp_path, tokenizer):
+    body = TASK_FILE.replace("chat={chat},", "chat={chat}, system_prompt='Be brief.',")
+    config = settings("unused", tmp_path, write_task(tmp_path, str(write_rows(tmp_path, "jsonl")), True, body))
+    bare, _ = run_tasks(config)
+    chat, _ = run_tasks(config, chat_renderer(tokenizer), check=False)
+    assert bare.template == "{question}" and chat.questions == bare.questions
+    assert "Be brief." in chat.template and chat.template.index("Be brief.") < chat.template.index("{question}")
+    assert chat.template.startswith("<|im_start|>system")
+
+
+def test_conversational_rows_are_rendered_whole(tmp_path, tokenizer):
+    rows = [{"prompt": [{"role": "user", "content": f"Say {i}"}], "answer": str(i)} for i in range(20)]
+    body = "from alignment.tasks import TaskDefinition\ntask = TaskDefinition(rows={rows!r}, rewards=[lambda c, r: 1.0])"
+    config = replace(settings("unused", tmp_path, write_task(tmp_path, rows, body=body)), task_fields=None)
+    bare, _ = run_tasks(config)
+    chat, _ = run_tasks(config, chat_renderer(tokenizer), check=False)
+    assert bare.questions[0].startswith("Say ") and chat.template == "{question}"
+    assert chat.questions[0].startswith("<|im_start|>") and "Say " in chat.questions[0]
+
+
+def test_a_user_task_trains_with_weighted_rewards_logged_each(tiny_model_dir, tmp_path):
+    source = write_rows(tmp_path / "data", "jsonl")
+    config = settings(str(tiny_model_dir), tmp_path, write_task(tmp_path, str(source)), grader_workers=2)
+    config = replace(config, log_train_rollouts_every=1, reward_weights="contains=2")
+    rows = train_grpo(config)
+    step = rows[-1]
+    logged = [json.loads(line) for line in (config.output_dir / "rollouts.jsonl").read_text().splitlines()]
+    trained = [r for r in logged if "ground_truth" in r]
+    assert len(trained) == 4 and all(isinstance(r["ground_truth"], str) for r in trained)  # answer_field
+    for r in trained:  # the weighted sum: 2 x contains + 0.5 x short (null: did not apply, left out)
+        assert r["reward"] == pytest.approx(2 * r["reward_contains"] + 0.5 * (r["reward_short"] or 0.0))
+    assert step["train_reward"] == pytest.approx(sum(r["reward"] for r in trained) / 4)
+    assert step["train_reward_contains"] == pytest.approx(sum(r["reward_contains"] for r in trained) / 4)
+    applied = [r["reward_short"] for r in trained if r["reward_short"] is not None]  # a nanmean, as TRL's
+    assert step.get("train_reward_short") == (pytest.approx(sum(applied) / len(applied)) if applied else None)
+    metrics = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [m for m in metrics if "eval_reward" in m]
+    assert evals and all("eval_reward_contains" in m for m in evals)
+    assert any(k.startswith("eval_reward@") for k in evals[0])
