@@ -119,6 +119,26 @@ def evaluate_task(
     return summary, examples
 
 
+def task_summary(records: Sequence[GradedRollout], timings: dict[str, float], categories: Sequence[str] | None) -> dict:
+    """A task's evaluation: mean reward, each reward function's mean, the mean reward per category (`categories[i]`:
+    question i's, records question-major with the same number of samples each), lengths and throughput."""
+    total, tokens = len(records), sum(r.num_tokens for r in records)
+    summary = {"num_examples": total, "reward": sum(r.reward for r in records) / total}
+    summary |= reward_means([r.scores for r in records], "")
+    if categories:
+        per_question = total // len(categories)
+        summary |= category_means(
+            [r.reward for r in records], [c for c in categories for _ in range(per_question)], "reward@"
+        )
+    return summary | {
+        "mean_response_tokens": tokens / total,
+        "truncated_fraction": sum(r.finish_reason == "length" for r in records) / total,
+        "generated_tokens": tokens,
+        "generated_tokens_per_s": tokens / timings["generation_s"] if timings["generation_s"] > 0 else None,
+        "timings_s": timings,
+    }
+
+
 def reward_means(scores: Sequence[dict[str, float]], prefix: str) -> dict[str, float]:
     """`prefix + reward_<name>`: the mean of each reward function's scores over the rollouts it applied to (a
     reward that returned None, NaN in its score, is left out as TRL leaves it out); a function that applied to none

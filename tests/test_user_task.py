@@ -122,7 +122,9 @@ def test_a_chat_task_is_in_the_models_chat_turn_with_its_system_prompt(tmp_path,
 
 def test_conversational_rows_are_rendered_whole(tmp_path, tokenizer):
     rows = [{"prompt": [{"role": "user", "content": f"Say {i}"}], "answer": str(i)} for i in range(20)]
-    body = "from alignment.tasks import TaskDefinition\ntask = TaskDefinition(rows={rows!r}, rewards=[lambda c, r: 1.0])"
+    body = (
+        "from alignment.tasks import TaskDefinition\ntask = TaskDefinition(rows={rows!r}, rewards=[lambda c, r: 1.0])"
+    )
     config = replace(settings("unused", tmp_path, write_task(tmp_path, rows, body=body)), task_fields=None)
     bare, _ = run_tasks(config)
     chat, _ = run_tasks(config, chat_renderer(tokenizer), check=False)
@@ -149,3 +151,148 @@ def test_a_user_task_trains_with_weighted_rewards_logged_each(tiny_model_dir, tm
     evals = [m for m in metrics if "eval_reward" in m]
     assert evals and all("eval_reward_contains" in m for m in evals)
     assert any(k.startswith("eval_reward@") for k in evals[0])
+
+
+BAD_REWARDS = """
+from alignment.tasks import Reward, TaskDefinition
+
+def contains(completion, row):
+    return float(str(row["answer"]) in completion)
+
+def raises(completion, row):
+    return row["no_such_field"]
+
+def nan(completion, row):
+    return float("nan")
+
+def text(completion, row):
+    return "good"
+
+def one_argument(completion):
+    return 1.0
+
+task = TaskDefinition(rows={rows!r}, prompt="Solve: {{question}}", rewards=[contains])
+raising = TaskDefinition(rows={rows!r}, prompt="Solve: {{question}}", rewards=[contains, raises])
+nan_task = TaskDefinition(rows={rows!r}, prompt="Solve: {{question}}", rewards=[nan])
+text_task = TaskDefinition(rows={rows!r}, prompt="Solve: {{question}}", rewards=[text])
+wrong_shape = TaskDefinition(rows={rows!r}, prompt="Solve: {{question}}", rewards=[one_argument])
+"""
+
+
+@pytest.mark.parametrize(
+    ("attribute", "overrides", "says"),
+    [
+        ("task", {"task_fields": "question=nope"}, "field 'question' is column 'nope', which row 0 lacks"),
+        ("task", {"task_fields": None}, "the prompt names field 'question', which row 0 lacks"),
+        ("raising", {}, "reward raises on row .*raised KeyError: 'no_such_field'"),
+        ("nan_task", {}, "reward nan on row .*returned nan"),
+        ("text_task", {}, "reward text on row .*returned 'good'"),
+        ("wrong_shape", {}, "reward one_argument must take two arguments"),
+        ("no_such_name", {}, "defines no 'no_such_name'"),
+        ("task", {"reward_weights": "typo=2"}, r"no reward 'typo' \(its rewards: contains\)"),
+        ("task", {"task_data": "missing.jsonl"}, "--task-data missing.jsonl: no such file"),
+        ("task", {"task_validation_data": "missing.jsonl"}, "--task-validation-data missing.jsonl"),
+    ],
+)
+def test_bad_inputs_fail_in_one_line_before_any_model_loads(tmp_path, attribute, overrides, says):
+    task = write_task(tmp_path, str(write_rows(tmp_path / "data", "jsonl")), body=BAD_REWARDS)
+    missing_model = str(tmp_path / "no-model-here")  # reported only if the task's error did not come first
+    config = replace(settings(missing_model, tmp_path, task.replace(":task", f":{attribute}")), **overrides)
+    with pytest.raises(ValueError, match=says) as error:
+        train_grpo(config)
+    assert "\n" not in str(error.value) and "no-model-here" not in str(error.value)
+    assert not (tmp_path / "run" / "settings.json").exists()  # nothing was started
+
+
+def test_a_missing_task_file_is_named(tmp_path):
+    config = settings(str(tmp_path / "no-model-here"), tmp_path, f"{tmp_path / 'nowhere.py'}:task")
+    with pytest.raises(ValueError, match="--task: no file .*nowhere.py"):
+        train_grpo(config)
+
+
+FLAKY = """
+from pathlib import Path
+from alignment.tasks import TaskDefinition
+
+COUNT, BROKEN = Path({count!r}), Path({broken!r})
+
+def contains(completion, row):
+    calls = int(COUNT.read_text()) + 1 if COUNT.exists() else 1
+    COUNT.write_text(str(calls))
+    if calls > {calls_before_step_2} and BROKEN.exists():
+        raise RuntimeError("the judge is down")
+    return float(str(row["answer"]) in completion)
+
+task = TaskDefinition(rows={rows!r}, prompt="Solve: {{question}}", rewards=[contains])
+"""
+
+
+def test_a_reward_failing_mid_run_stops_it_and_the_run_resumes_once_fixed(tiny_model_dir, tmp_path):
+    count, broken = tmp_path / "calls", tmp_path / "broken"
+    broken.touch()
+    # preflight 1 call, step 0's validation 2, step 1's rollouts 4: the 8th call, in step 2, raises
+    body = FLAKY.replace("{count!r}", repr(str(count))).replace("{broken!r}", repr(str(broken)))
+    body = body.replace("{calls_before_step_2}", "7")
+    task = write_task(tmp_path, str(write_rows(tmp_path / "data", "jsonl")), body=body)
+    config = settings(str(tiny_model_dir), tmp_path, task, n_grpo_steps=3, eval_every=10, n_eval_examples=2)
+    with pytest.raises(ValueError, match="reward contains on row .*raised RuntimeError: the judge is down"):
+        train_grpo(config)
+    assert json.loads((config.output_dir / "checkpoint" / "COMPLETE").read_text()) == 1
+    broken.unlink()  # the judge is back
+    resumed = train_grpo(config, resume=True)
+    assert [row["grpo_step"] for row in resumed] == [2, 3]
+    metrics = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [m["grpo_step"] for m in metrics if "train_reward" in m]
+    assert steps == [1, 2, 3]  # step 1's row, written before the failure, kept once
+
+
+def test_eval_zero_shot_and_best_of_n_report_each_reward_and_category(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from scripts import best_of_n, eval_zero_shot
+
+    task = write_task(tmp_path, str(write_rows(tmp_path / "data", "folder-parquet")))
+    common = ["--task", task, "--task-fields", "question=problem,answer=solution", "--model", tiny_model_dir]
+    common += ["--limit", 3, "--max-tokens", 4, "--backend", "hf", "--grader-workers", 2]
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(eval_zero_shot.app, [str(a) for a in [*common, "--output-dir", out]])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    lines = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    assert summary["num_examples"] == len(lines) == 3
+    assert summary["reward"] == pytest.approx(sum(line["reward"] for line in lines) / 3)
+    assert summary["reward_contains"] == pytest.approx(sum(line["reward_contains"] for line in lines) / 3)
+    levels = {line["ground_truth"]["level"] for line in lines}  # no answer_field in the file: the row is the truth
+    assert {k.removeprefix("reward@") for k in summary if k.startswith("reward@")} == levels
+    assert all(line["prompt"].startswith("Solve: ") for line in lines)
+
+    out = tmp_path / "best"
+    flags = [*common, "--n-max", 2, "--ns", 1, "--ns", 2, "--success-reward", 0.5, "--output-dir", out]
+    result = CliRunner().invoke(best_of_n.app, [str(a) for a in flags])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    lines = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    assert summary["num_problems"] == 3 and len(lines) == 6 and summary["samples"]["num_examples"] == 6
+    solved = [sum(line["reward"] >= 0.5 for line in lines[i : i + 2]) for i in range(0, 6, 2)]
+    assert summary["pass_at"]["2"] == pytest.approx(sum(s > 0 for s in solved) / 3)
+    assert "reward_contains" in summary["samples"]
+
+
+def test_expert_iteration_keeps_rollouts_reaching_the_threshold_on_a_user_task(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from scripts import expert_iteration
+
+    task = write_task(tmp_path, str(write_rows(tmp_path / "data", "jsonl")))
+    flags = ["--task", task, "--task-fields", "question=problem,answer=solution", "--model", tiny_model_dir]
+    flags += ["--n-eval-examples", 2, "--eval-max-tokens", 4, "--n-ei-steps", 1, "--questions-per-step", 2]
+    flags += ["--rollouts-per-question", 2, "--sampling-max-tokens", 5, "--batch-size", 2]
+    flags += ["--gradient-accumulation-steps", 1, "--max-seq-length", 128, "--backend", "hf", "--grader-workers", 2]
+    flags += ["--ei-reward-threshold", 0, "--output-dir", tmp_path / "ei"]
+    result = CliRunner().invoke(expert_iteration.app, [str(f) for f in flags])
+    assert result.exit_code == 0, result.output
+    metrics = [json.loads(line) for line in (tmp_path / "ei" / "metrics.jsonl").read_text().splitlines()]
+    step = next(m for m in metrics if "kept_fraction" in m)
+    assert step["n_rollouts"] == 4 and step["n_kept"] == 4 and step["sft_steps"] == 2  # rewards >= 0: every one
+    evals = [m for m in metrics if "eval_reward" in m]
+    assert evals and "eval_reward_contains" in evals[-1]

@@ -13,14 +13,14 @@ from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
 from alignment.models.teacher import check_teacher_tokenizer
-from alignment.prompts import check_prompt, stop_strings
+from alignment.prompts import check_prompt
 from alignment.rollout.decode_choice import DecodeSettings
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
 from alignment.run.time_budget import parse_duration
 from alignment.run.training_settings import MathDataSettings, TrainingSettings
 from alignment.run.warm_start import WarmStartSettings, check_warm_start
-from alignment.tasks.loading import definition_for
+from alignment.tasks.building import task_stop
 from alignment.tasks.settings import TaskSettings
 from alignment.tasks.source import parse_source
 
@@ -290,9 +290,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
 
     @property
     def stop(self) -> tuple[str, ...]:
-        if self.task in ("math", "keywords"):
-            return stop_strings(self.prompt) if self.task == "math" else ()
-        return tuple(definition_for(self.task, self).stop)  # a task of --task's own: its stop strings
+        return task_stop(self)
 
     @property
     def needs_old_log_probs(self) -> bool:

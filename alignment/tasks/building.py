@@ -17,7 +17,7 @@ from typing import Any
 from alignment.data.math_datasets import spread_subset
 from alignment.data.splits import EVALUATION_SPLITS, HOLDOUT_SHARE, MAX_OVERLAP, TRAINING_SPLIT, holdout, overlap
 from alignment.data.task import Task
-from alignment.prompts import user_turn
+from alignment.prompts import stop_strings, user_turn
 from alignment.run.setup import keyword_run_tasks, math_tasks
 from alignment.tasks.definition import Row, TaskDefinition
 from alignment.tasks.loading import definition_for, reward_set
@@ -205,16 +205,18 @@ def compile_definition(
     template_for: Renderer | None = None,
     check: bool = True,
     whole_validation: bool = False,
+    evaluating: bool = False,
 ) -> tuple[Task, Task]:
     """A TaskDefinition as (training Task, validation Task); with `check`, the rewards are preflighted and what was
-    chosen is printed."""
+    chosen is printed. `evaluating` (an evaluation of the validation rows alone) skips the overlap check."""
     fields = dict(definition.fields) | parse_pairs(getattr(settings, "task_fields", None), "--task-fields")
     rewards = reward_set(name, definition, settings)
     train_rows, validation_rows, notes = definition_rows(definition, settings, name, whole_validation)
     train_rows, validation_rows = renamed(train_rows, fields, name), renamed(validation_rows, fields, name)
     train = build_task(definition, train_rows, rewards, name, template_for)
     validation = build_task(definition, validation_rows, rewards, name, template_for)
-    notes.append(check_prompt_overlap(train, validation, getattr(settings, "allow_validation_overlap", False)))
+    if not evaluating:
+        notes.append(check_prompt_overlap(train, validation, getattr(settings, "allow_validation_overlap", False)))
     if check:
         preflight(rewards, train_rows[0])
         for note in notes:
@@ -234,11 +236,33 @@ def run_tasks(
         return math_tasks(settings, whole_validation=whole_validation)
     if name == "keywords":
         return keyword_run_tasks(settings, "{question}" if template_for is None else template_for(user_turn()))
-    return compile_definition(definition_for(name, settings), settings, name, template_for, check, whole_validation)
+    return compile_definition(task_definition(settings), settings, name, template_for, check, whole_validation)
+
+
+def task_definition(settings: Any) -> TaskDefinition:
+    """--task's TaskDefinition; a missing task file is a ValueError as every other bad flag (the scripts' one line)."""
+    try:
+        return definition_for(settings.task, settings)
+    except FileNotFoundError as error:
+        raise ValueError(str(error)) from None
+
+
+def evaluation_task(settings: Any, template_for: Renderer | None = None, check: bool = True) -> Task:
+    """--task's validation rows, whole, as a Task for the evaluation scripts (every task but math, which evaluates
+    --dataset as the course does)."""
+    definition = task_definition(settings)
+    return compile_definition(definition, settings, settings.task, template_for, check, True, evaluating=True)[1]
+
+
+def task_stop(settings: Any) -> tuple[str, ...]:
+    """The strings that end a completion of --task: the math prompt's, none for keywords, a definition's own."""
+    if settings.task == "math":
+        return stop_strings(settings.prompt)
+    return () if settings.task == "keywords" else tuple(task_definition(settings).stop)
 
 
 def needs_chat_template(settings: Any) -> bool:
     """Whether the run's prompts depend on the model's chat template (then built again once its tokenizer loads)."""
     if settings.task == "math":
         return False
-    return settings.task == "keywords" or definition_for(settings.task, settings).chat
+    return settings.task == "keywords" or task_definition(settings).chat

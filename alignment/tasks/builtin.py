@@ -14,6 +14,9 @@ from alignment.grader import r1_zero_reward_fn, reward_fn_for
 from alignment.prompts import format_prompt, load_prompt, prompt_kind, stop_strings
 from alignment.tasks.definition import Reward, Row, TaskDefinition
 
+# GRPO's keyword settings and their defaults, for a run whose settings lack them (an evaluation script's)
+KEYWORD_COUNTS = {"n_train_prompts": 1024, "n_eval_examples": 1024, "keywords_per_prompt": 2, "seed": 0}
+
 
 def math(settings: Any) -> TaskDefinition:
     """Graded answers to --dataset in the --prompt template, scored by --prompt's kind of grader in --grader mode;
@@ -48,9 +51,8 @@ def keywords(settings: Any) -> TaskDefinition:
 
     def rows(s: Any) -> tuple[list[Row], list[Row]]:
         words = load_keywords(getattr(s, "keywords_file", None) or DEFAULT_KEYWORDS)
-        parts = keyword_tasks(
-            "{question}", words, s.n_train_prompts, s.n_eval_examples, s.keywords_per_prompt, s.seed, rule
-        )
+        counts = [getattr(s, name, default) for name, default in KEYWORD_COUNTS.items()]
+        parts = keyword_tasks("{question}", words, *counts, rule)
         return tuple([{"prompt": q, "keywords": k} for q, k in zip(t.questions, t.truths)] for t in parts)
 
     def included(completion: str, row: Row) -> dict[str, float]:
