@@ -54,11 +54,16 @@ def write_rows(folder: Path, kind: str) -> Path:
     elif kind == "csv":
         path = folder / "rows.csv"
         frame.to_csv(path, index=False)
-    else:
+    elif kind == "folder-parquet":
         path = folder / "data"
         path.mkdir()
         frame.iloc[:20].to_parquet(path / "train.parquet")
         frame.iloc[20:].to_parquet(path / "test.parquet")
+    else:  # a dataset folder laid out as a hub repository: data/<split>-00000-of-00001.parquet
+        path = folder / "repo"
+        (path / "data").mkdir(parents=True)
+        frame.iloc[:20].to_parquet(path / "data" / "train-00000-of-00001.parquet")
+        frame.iloc[20:].to_parquet(path / "data" / "test-00000-of-00001.parquet")
     return path
 
 
@@ -91,12 +96,12 @@ def settings(model: str, tmp_path: Path, task: str, **overrides) -> GRPOConfig:
     return replace(base, **overrides)
 
 
-@pytest.mark.parametrize("kind", ["jsonl", "csv", "folder-parquet"])
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "folder-parquet", "hub-layout"])
 def test_rows_are_read_renamed_split_and_prompted(tmp_path, kind):
     source = write_rows(tmp_path / "data", kind)
     config = settings("unused", tmp_path, write_task(tmp_path, str(source)), n_eval_examples=3)
     train, validation = run_tasks(config)
-    if kind == "folder-parquet":  # the source's test split validates, whole up to --n-eval-examples
+    if kind in ("folder-parquet", "hub-layout"):  # the source's test split validates, up to --n-eval-examples
         assert set(read_rows(str(source))) == {"train", "test"}
         assert len(train.questions) == 20 and len(validation.questions) == 3
     else:  # one split: a tenth held out by seed 0, the same every time
@@ -108,6 +113,18 @@ def test_rows_are_read_renamed_split_and_prompted(tmp_path, kind):
     assert train.template == "{question}"  # chat=False: the prompt as it is
     assert train.categories is not None and set(train.categories) <= {"easy", "hard", "skip"}
     assert train.logged_truth(row) == row["solution"]
+
+
+def test_training_subsets_and_overlap_follow_the_math_tasks_rules(tmp_path):
+    source = write_rows(tmp_path / "data", "jsonl")
+    config = settings("unused", tmp_path, write_task(tmp_path, str(source)), n_train_examples=5)
+    train, _ = run_tasks(config)
+    assert len(train.questions) == 5 and run_tasks(config)[0].questions == train.questions  # seed 0: the same 5
+    overlapping = replace(config, n_train_examples=None, task_validation_data=str(source))
+    with pytest.raises(ValueError, match="validation prompts are also training prompts.*--allow-validation-overlap"):
+        run_tasks(overlapping)
+    _, validation = run_tasks(replace(overlapping, allow_validation_overlap=True))
+    assert len(validation.questions) == 4  # --n-eval-examples of --task-validation-data's rows
 
 
 def test_a_chat_task_is_in_the_models_chat_turn_with_its_system_prompt(tmp_path, tokenizer):
@@ -296,3 +313,18 @@ def test_expert_iteration_keeps_rollouts_reaching_the_threshold_on_a_user_task(t
     assert step["n_rollouts"] == 4 and step["n_kept"] == 4 and step["sft_steps"] == 2  # rewards >= 0: every one
     evals = [m for m in metrics if "eval_reward" in m]
     assert evals and "eval_reward_contains" in evals[-1]
+
+
+def test_a_sweep_preset_names_a_task_file(tmp_path):
+    from alignment.experiments.sweep import load_preset
+
+    preset = tmp_path / "capitals.toml"
+    preset.write_text(
+        'script = "train_grpo"\n[shared]\ntask = "data/tasks/capitals.py:task"\nn_grpo_steps = 2\n'
+        '[arms.light]\nreward_weights = "brief=0.1"\n[arms.heavy]\nreward_weights = "brief=1"\n'
+    )
+    runs = load_preset(preset).runs
+    assert [r.settings["task"] for r in runs] == ["data/tasks/capitals.py:task"] * 2
+    preset.write_text('script = "train_grpo"\n[shared]\ntask = "capitals.py"\nn_grpo_steps = 2\n[arms.a]\n')
+    with pytest.raises(ValueError, match="arm 'a': --task 'capitals.py': name the object to load"):
+        load_preset(preset)
