@@ -105,7 +105,8 @@ def evaluate_task(
     policy as it is: put it in eval mode first."""
     records, _ = generate_and_grade(engine, task.questions, task.truths, task.template, grader, sampling)
     examples = [
-        {"prompt": r.prompt, "response": r.response, "truth": r.ground_truth, "reward": r.reward} for r in records[:3]
+        {"prompt": r.prompt, "response": r.response, "truth": task.logged_truth(r.ground_truth), "reward": r.reward}
+        for r in records[:3]
     ]
     n = len(records)
     summary = {

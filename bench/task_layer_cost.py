@@ -80,10 +80,11 @@ def main(steps: int = 3, rollout_batch_size: int = 16, group_size: int = 4) -> N
         for m in step_rows
     )
     grading_s = statistics.median(m["time_grading_s"] for m in step_rows)
-    print(f"machine: {platform.processor() or platform.machine()}, {platform.system()}; steps measured: {len(step_rows)}")
-    print(f"run_tasks (read, split, prompt): {build_bare * 1e3:.1f} ms bare, {build_chat * 1e3:.1f} ms in the chat turn")
+    machine = f"{platform.processor() or platform.machine()}, {platform.system()}"
+    print(f"machine: {machine}; steps measured: {len(step_rows)}")
+    print(f"run_tasks (read, split, prompt): {build_bare * 1e3:.1f} ms bare, {build_chat * 1e3:.1f} ms chat")
     print(f"a step's {len(questions)} prompts: {prompts * 1e6:.0f} us")
-    print(f"grading {rollout_batch_size} completions: {here * 1e3:.2f} ms in process, {pooled * 1e3:.2f} ms in 2 workers")
+    print(f"grading {rollout_batch_size} completions: {here * 1e3:.2f} ms here, {pooled * 1e3:.2f} ms in 2 workers")
     print(f"GRPO step (median): {step_s:.2f} s, of it grading {grading_s * 1e3:.1f} ms in the loop")
     print(f"task layer's share of a step: {(prompts + grading_s) / step_s:.2%}")
 

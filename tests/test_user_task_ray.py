@@ -34,6 +34,7 @@ def test_a_file_defined_reward_set_unpickles_and_grades_in_a_fresh_scorer_proces
     )
     reply = json.loads(done.stdout.decode().strip().splitlines()[-1])
     here = task.reward_fn.grade_batch([task.truths[0]["answer"], "nothing"], task.truths[:2])
+
     def plain(scores):  # NaN (a reward's None) compared as None
         return [{k: None if v != v else v for k, v in s.items()} for s in scores]
 
