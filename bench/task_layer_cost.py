@@ -3,12 +3,12 @@ beside the step itself.
 
     uv run python bench/task_layer_cost.py [--steps 3] [--rollout-batch-size 16]
 
-The task is the shipped example, data/tasks/capitals.py (two weighted rewards, chat prompts), on SmolLM2-135M-Instruct
-in float32 on the CPU with the hf backend, 32 new tokens at most. Measured: run_tasks (rows read with `datasets`,
-renamed, split, prompted, rewards preflighted) with and without the chat template; the step's prompts built from the
-Task; the step's RewardSet grading in this process and in a pool of 2 worker processes (the run's grading, warm);
-and the GRPO steps' own phases from their metrics (time_step_s, time_grading_s). The task layer's share of a step is
-(prompts + grading) / step.
+The task is the shipped example, data/tasks/capitals.py (two weighted rewards, chat prompts), on
+SmolLM2-135M-Instruct in float32 on the CPU with the hf backend, 32 new tokens at most. Measured: run_tasks (rows
+read with `datasets`, renamed, split, prompted) without and with the chat template; the step's prompts built from
+the Task; the step's RewardSet grading in this process and in a pool of 2 worker processes (warm); and the GRPO
+steps' phases from their metrics (a step: the sum of its phases, the first step left out; time_grading_s). The task
+layer's share of a step is (prompts + grading in the loop) / step.
 """
 
 import json
@@ -74,11 +74,10 @@ def main(steps: int = 3, rollout_batch_size: int = 16, group_size: int = 4) -> N
             pooled = seconds(lambda: pool(completions, rows), 10)
         train_grpo(config)
         metrics = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
-    step_rows = [m for m in metrics if "time_step_s" in m or "time_rollout_s" in m][1:]  # the first: one-time costs
-    step_s = statistics.median(
-        m.get("time_step_s", sum(v for k, v in m.items() if k.startswith("time_") and k.endswith("_s")))
-        for m in step_rows
-    )
+    step_rows = [m for m in metrics if "time_rollout_s" in m][1:]  # the first step: one-time costs
+    # a step: the sum of its phases (rollout, grading, old log-probs, train, weight sync), not the run's clock
+    phases = [k for k in step_rows[0] if k.startswith("time_") and k.endswith("_s") and k != "time_elapsed_s"]
+    step_s = statistics.median(sum(m[k] for k in phases) for m in step_rows)
     grading_s = statistics.median(m["time_grading_s"] for m in step_rows)
     machine = f"{platform.processor() or platform.machine()}, {platform.system()}"
     print(f"machine: {machine}; steps measured: {len(step_rows)}")
