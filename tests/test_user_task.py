@@ -13,6 +13,7 @@ from alignment.grpo.config import GRPOConfig
 from alignment.grpo_run import train_grpo
 from alignment.prompts import chat_renderer
 from alignment.tasks.building import run_tasks
+from alignment.tasks.loading import reward_set
 from alignment.tasks.rows import read_rows
 
 TASK_FILE = """
@@ -328,3 +329,34 @@ def test_a_sweep_preset_names_a_task_file(tmp_path):
     preset.write_text('script = "train_grpo"\n[shared]\ntask = "capitals.py"\nn_grpo_steps = 2\n[arms.a]\n')
     with pytest.raises(ValueError, match="arm 'a': --task 'capitals.py': name the object to load"):
         load_preset(preset)
+
+
+def test_the_built_in_tasks_are_task_definitions_too(tmp_path):
+    from alignment.grader import r1_zero_reward_fn
+    from alignment.tasks.building import task_stop
+    from alignment.tasks.loading import definition_for
+
+    config = GRPOConfig(task="arithmetic", n_eval_examples=4, output_dir=tmp_path / "run")
+    train, validation = run_tasks(config)
+    assert len(validation.questions) == 4 and not set(train.questions) & set(validation.questions)
+    row = train.truths[0]
+    right = train.reward_fn(f"</think> <answer>{row['final']}</answer>", row)
+    assert right["reward"] == right["reward_answer"] == right["format_reward"] == right["answer_reward"] == 1.0
+    assert train.logged_truth(row) == row["final"] and task_stop(config) == ("</answer>",)
+
+    math = GRPOConfig(task="math", dataset="data/sample_math.jsonl", n_eval_examples=4, prompt="r1_zero")
+    definition = definition_for("math", math)
+    math_train, math_validation = definition.rows(math)
+    answer = math_train[0]["answer"]
+    graded = reward_set("math", definition, math)(f"</think> <answer>{answer}</answer>", math_train[0])
+    assert graded == {"reward": 1.0, "reward_math": 1.0} | {
+        k: v for k, v in r1_zero_reward_fn(f"</think> <answer>{answer}</answer>", answer).items() if k != "reward"
+    }
+    assert math_validation and math_train[0]["prompt"].startswith("A conversation between User and Assistant")
+    keywords = GRPOConfig(task="keywords", n_train_prompts=8, n_eval_examples=2)
+    definition = definition_for("keywords", keywords)
+    keyword_train, keyword_validation = definition.rows(keywords)
+    assert len(keyword_train) == 8 and len(keyword_validation) == 2
+    row = keyword_train[0]
+    rewards = reward_set("keywords", definition, keywords)
+    assert rewards(" and ".join(row["keywords"]), row)["reward"] == 1.0 and rewards("", row)["reward"] == 0.0

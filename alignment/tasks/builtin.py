@@ -33,8 +33,12 @@ def math(settings: Any) -> TaskDefinition:
             s.n_eval_examples,
             s.allow_validation_overlap,
             allow_evaluation_split=s.train_on_evaluation_split,
+            n_train=s.n_train_examples,
         )
-        as_rows = [[{"prompt": format_prompt(template, e.question), "answer": e.answer} for e in part] for part in data]
+        as_rows = [
+            [{"prompt": format_prompt(template, e.question), "answer": e.answer} for e in part]
+            for part in (data.train, data.validation)
+        ]
         return as_rows[0], as_rows[1]
 
     def graded(completion: str, row: Row) -> dict[str, float]:
