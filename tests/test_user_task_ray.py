@@ -73,3 +73,19 @@ def test_a_user_task_trains_on_ray_colocated(cluster, tiny_model_dir, tmp_path):
     steps = [m for m in metrics if "loss" in m]
     assert [m["grpo_step"] for m in steps] == [1, 2] and all("train_reward_contains" in m for m in steps)
     assert all("eval_reward_contains" in m for m in metrics if "eval_reward" in m)
+
+
+def test_the_ray_driver_builds_a_user_task_in_the_models_chat_turn(tiny_model_dir, tmp_path):
+    from alignment.ray.driver import tasks
+
+    source = write_rows(tmp_path / "data", "jsonl")
+    body = TASK_FILE.replace("chat={chat},", "chat={chat}, system_prompt='Be brief.',")
+    config = RayGRPOConfig(
+        model=str(tiny_model_dir),
+        task=write_task(tmp_path, str(source), True, body),
+        task_fields="question=problem,answer=solution",
+        n_eval_examples=2,
+    )
+    train, validation = tasks(config, None, None)  # the tokenizer alone: no model loads in the driver
+    assert train.template.startswith("<|im_start|>system\nBe brief.") and "{question}" in train.template
+    assert len(validation.questions) == 2 and train.reward_fn.names == ["reward_contains", "reward_short"]
