@@ -215,7 +215,9 @@ def compile_definition(
     train_rows, validation_rows = renamed(train_rows, fields, name), renamed(validation_rows, fields, name)
     train = build_task(definition, train_rows, rewards, name, template_for)
     validation = build_task(definition, validation_rows, rewards, name, template_for)
-    if not evaluating:
+    if evaluating:  # what a training run would train on is beside the point
+        notes[0] = f"task {name}: evaluating its {len(validation_rows)} validation rows"
+    else:
         notes.append(check_prompt_overlap(train, validation, getattr(settings, "allow_validation_overlap", False)))
     if check:
         preflight(rewards, train_rows[0])
