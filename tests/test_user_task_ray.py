@@ -43,7 +43,7 @@ def test_a_file_defined_reward_set_unpickles_and_grades_in_a_fresh_scorer_proces
     assert len(reply["user_modules"]) == 1 and not reply["torch"]  # the task file loaded there; no torch
 
 
-@pytest.mark.slow  # about 30 s: Ray's actors start
+@pytest.mark.slow  # 90 s on 2 loaded cores: Ray and its actors start
 def test_a_user_task_trains_on_ray_colocated(cluster, tiny_model_dir, tmp_path):
     from alignment.ray.driver import train_grpo_ray
 
