@@ -1,15 +1,16 @@
 """Zero-shot evaluation: format prompts, roll out, grade, and summarize into the handouts' categories;
 `evaluate_vllm` is CS336 A5 math_baseline's suggested function under its own name and arguments."""
 
+import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from alignment.data.task import Task
 from alignment.grader import RewardFn
-from alignment.grading.parallel import ParallelGrader
+from alignment.grading.parallel import REWARD_PREFIX, ParallelGrader
 from alignment.prompts import format_prompt
 from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
 from alignment.utils.atomic import atomic_write_jsonl
@@ -26,9 +27,12 @@ class GradedRollout:
     num_tokens: int
     mean_logprob: float
     finish_reason: str
+    scores: dict[str, float] = field(default_factory=dict)  # a task's per-function rewards: reward_<name>
 
     def to_json(self) -> dict:
-        return asdict(self)
+        record = asdict(self)
+        scores = record.pop("scores")
+        return record | {k: None if math.isnan(v) else v for k, v in scores.items()}  # a reward's None: null
 
 
 def category(record: GradedRollout) -> str:
@@ -66,6 +70,7 @@ def generate_and_grade(
             num_tokens=len(r.token_ids),
             mean_logprob=sum(r.logprobs) / max(1, len(r.logprobs)),
             finish_reason=r.finish_reason,
+            scores={k: v for k, v in s.items() if k.startswith(REWARD_PREFIX)},
         )
         for r, truth, s in zip(rollouts, truths, scores)
     ]
@@ -100,14 +105,59 @@ def evaluate_task(
     policy as it is: put it in eval mode first."""
     records, _ = generate_and_grade(engine, task.questions, task.truths, task.template, grader, sampling)
     examples = [
-        {"prompt": r.prompt, "response": r.response, "truth": r.ground_truth, "reward": r.reward} for r in records[:3]
+        {"prompt": r.prompt, "response": r.response, "truth": task.logged_truth(r.ground_truth), "reward": r.reward}
+        for r in records[:3]
     ]
     n = len(records)
-    return {
+    summary = {
         "eval_reward": sum(r.reward for r in records) / n,
         "eval_format_reward": sum(r.format_reward for r in records) / n,
         "eval_answer_reward": sum(r.answer_reward for r in records) / n,
-    }, examples
+    }
+    summary |= reward_means([r.scores for r in records], "eval_")
+    if task.categories is not None:  # one sample per question, in question order
+        summary |= category_means([r.reward for r in records], task.categories, "eval_reward@")
+    return summary, examples
+
+
+def task_summary(records: Sequence[GradedRollout], timings: dict[str, float], categories: Sequence[str] | None) -> dict:
+    """A task's evaluation: mean reward, each reward function's mean, the mean reward per category (`categories[i]`:
+    question i's, records question-major with the same number of samples each), lengths and throughput."""
+    total, tokens = len(records), sum(r.num_tokens for r in records)
+    summary = {"num_examples": total, "reward": sum(r.reward for r in records) / total}
+    summary |= reward_means([r.scores for r in records], "")
+    if categories:
+        per_question = total // len(categories)
+        summary |= category_means(
+            [r.reward for r in records], [c for c in categories for _ in range(per_question)], "reward@"
+        )
+    return summary | {
+        "mean_response_tokens": tokens / total,
+        "truncated_fraction": sum(r.finish_reason == "length" for r in records) / total,
+        "generated_tokens": tokens,
+        "generated_tokens_per_s": tokens / timings["generation_s"] if timings["generation_s"] > 0 else None,
+        "timings_s": timings,
+    }
+
+
+def reward_means(scores: Sequence[dict[str, float]], prefix: str) -> dict[str, float]:
+    """`prefix + reward_<name>`: the mean of each reward function's scores over the rollouts it applied to (a
+    reward that returned None, NaN in its score, is left out as TRL leaves it out); a function that applied to none
+    is not logged."""
+    means: dict[str, float] = {}
+    for key in dict.fromkeys(k for s in scores for k in s if k.startswith(REWARD_PREFIX)):
+        applied = [s[key] for s in scores if key in s and not math.isnan(s[key])]
+        if applied:
+            means[prefix + key] = sum(applied) / len(applied)
+    return means
+
+
+def category_means(rewards: Sequence[float], categories: Sequence[str], prefix: str) -> dict[str, float]:
+    """`prefix + category`: the mean reward of each category's rollouts (rewards[i] belongs to categories[i])."""
+    by: dict[str, list[float]] = {}
+    for reward, name in zip(rewards, categories):
+        by.setdefault(name, []).append(reward)
+    return {prefix + name: sum(values) / len(values) for name, values in sorted(by.items())}
 
 
 def sampling_of(params: Any) -> tuple[SamplingConfig, int]:

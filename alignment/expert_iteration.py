@@ -17,30 +17,36 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.data.sft_examples import SFTExample
-from alignment.data.splits import run_data
 from alignment.distributed.sharding import ShardGroup
 from alignment.grpo.batch import collate
 from alignment.grpo.scoring import mean_token_entropy
-from alignment.prompts import format_prompt, load_prompt, stop_strings
+from alignment.models.loading import load_tokenizer
+from alignment.prompts import chat_renderer, format_prompt
 from alignment.rollout.interface import Rollout, SamplingConfig
-from alignment.run.setup import PromptOrder, learner_group, math_task
+from alignment.run.setup import PromptOrder, learner_group
 from alignment.run.training_settings import check_output_dir
 from alignment.supervised.config import EIConfig, validate
 from alignment.supervised.session import SFTRun, open_run, sft_steps
+from alignment.tasks.building import needs_chat_template, run_tasks, task_stop
 
 
 def correct_examples(
-    prompts: list[str], truths: list[str], rollouts: list[Rollout], scores: list[dict[str, float]]
+    prompts: list[str],
+    truths: list[Any],
+    rollouts: list[Rollout],
+    scores: list[dict[str, float]],
+    threshold: float = 1.0,
 ) -> list[SFTExample]:
-    """The rollouts graded correct (reward 1), as SFT examples on the prompts that produced them."""
+    """The rollouts whose reward reaches `threshold` (math's: 1, a correct answer), as SFT examples on the prompts
+    that produced them."""
     return [
         SFTExample(prompts[r.prompt_index], r.text, truths[r.prompt_index])
         for r, s in zip(rollouts, scores)
-        if s["reward"] == 1.0
+        if s["reward"] >= threshold
     ]
 
 
-def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[str]) -> dict[str, Any]:
+def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[Any]) -> dict[str, Any]:
     """One EI step on these questions; returns its metrics row (without the evaluation)."""
     template = run.validation.template
     prompts = [format_prompt(template, q) for q in questions]
@@ -48,7 +54,7 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[st
         temperature=config.sampling_temperature,
         max_tokens=config.sampling_max_tokens,
         min_tokens=min(config.sampling_min_tokens, config.sampling_max_tokens),
-        stop=stop_strings(config.prompt),
+        stop=task_stop(config),
         # a function of the step alone, so a resumed run samples the same; + 1: never the validations' seed (the run's)
         seed=config.seed * 1_000_003 + 1 + run.step,
     )
@@ -56,7 +62,7 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[st
     run.sync_engine()
     rollouts = run.engine.generate(prompts, config.rollouts_per_question, sampling)
     scores = run.grader([r.text for r in rollouts], [truths[r.prompt_index] for r in rollouts])
-    kept = correct_examples(prompts, truths, rollouts, scores)
+    kept = correct_examples(prompts, truths, rollouts, scores, config.ei_reward_threshold)
     row: dict[str, Any] = {
         "n_rollouts": len(rollouts),
         "n_kept": len(kept),
@@ -107,25 +113,13 @@ def expert_iteration(config: EIConfig, resume: bool = False) -> list[dict[str, A
 
 def _expert_iteration(config: EIConfig, resume: bool, group: ShardGroup | None) -> list[dict[str, Any]]:
     check_output_dir(config, resume)
-    data = run_data(
-        config.dataset,
-        config.dataset_split,
-        config.validation_dataset,
-        config.n_eval_examples,
-        config.allow_validation_overlap,
-        allow_evaluation_split=config.train_on_evaluation_split,
-        n_train=config.n_train_examples,
-    )
-    for note in data.notes:
-        tqdm.write(note)
-    pool, template = data.train, load_prompt(config.prompt)
+    train, validation = run_tasks(config)  # the data and rewards checked before any model loads
+    if needs_chat_template(config):  # the tokenizer alone, for the model's chat turn
+        train, validation = run_tasks(config, chat_renderer(load_tokenizer(config.model)), check=False)
     run = open_run(
-        config,
-        resume,
-        [SFTExample(format_prompt(template, e.question), "") for e in pool],
-        math_task(data.validation, config.prompt, config.grader),
-        group,
+        config, resume, [SFTExample(format_prompt(train.template, q), "") for q in train.questions], validation, group
     )
+    pool = list(zip(train.questions, train.truths))
     order = PromptOrder(len(pool), config.seed, run.state.get("order_position", 0))
     rows: list[dict[str, Any]] = []
     try:
@@ -133,7 +127,7 @@ def _expert_iteration(config: EIConfig, resume: bool, group: ShardGroup | None) 
             run.evaluate()
         for _ in tqdm(range(run.step, config.n_ei_steps), desc="expert iteration", unit="step", disable=not run.main):
             picked = [pool[i] for i in order.take(config.questions_per_step)]
-            row = ei_step(run, config, [e.question for e in picked], [e.answer for e in picked])
+            row = ei_step(run, config, [q for q, _ in picked], [t for _, t in picked])
             run.step += 1
             row |= {"grpo_step": run.step, "time_elapsed_s": run.elapsed()}
             run.log.log(row)

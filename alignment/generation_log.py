@@ -13,7 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from alignment.data.task import Task
 from alignment.distributed.sharding import gathered, shard_group
-from alignment.evaluation import GradedRollout, generate_and_grade
+from alignment.evaluation import GradedRollout, generate_and_grade, reward_means
 from alignment.grading.parallel import ParallelGrader
 from alignment.logprobs import get_response_log_probs
 from alignment.masked import masked_mean
@@ -85,7 +85,7 @@ def generation_summary(records: Sequence[GradedRollout], entropies: Sequence[flo
         "eval_response_length": _mean([r.num_tokens for r in records]),
         "eval_response_length_correct": _mean(correct),
         "eval_response_length_incorrect": _mean(incorrect),
-    }
+    } | reward_means([r.scores for r in records], "eval_")  # a task's reward functions, each
 
 
 def log_generations(
@@ -104,7 +104,7 @@ def log_generations(
         {
             "prompt": r.prompt,
             "response": r.response,
-            "ground_truth": r.ground_truth,
+            "ground_truth": task.logged_truth(r.ground_truth),
             "format_reward": r.format_reward,
             "answer_reward": r.answer_reward,
             "reward": r.reward,

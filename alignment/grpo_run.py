@@ -31,7 +31,7 @@ from alignment.grpo.learner import GRPOLearner, rollout_forward_tape
 from alignment.grpo.sampler import Drawn, GRPOSampler, validation_sampling
 from alignment.models.loading import check_model_source
 from alignment.models.policy_folder import push_weights
-from alignment.prompts import chat_template, format_prompt
+from alignment.prompts import chat_renderer, format_prompt
 from alignment.rollout.interface import RolloutEngine
 from alignment.run.checkpoint import export_policy, load_checkpoint, save_checkpoint
 from alignment.run.metrics_log import MetricsLog
@@ -40,16 +40,15 @@ from alignment.run.setup import (
     build_engine,
     check_gpu_memory,
     devices,
-    keyword_run_tasks,
     learner_group,
     load_policy,
     make_grader,
-    math_tasks,
     model_dtype,
 )
 from alignment.run.threads import use_torch_threads
 from alignment.run.time_budget import RunClock, budget_validations
 from alignment.run.training_settings import check_output_dir
+from alignment.tasks.building import needs_chat_template, run_tasks
 from alignment.utils.atomic import check_writable_dir
 
 
@@ -85,7 +84,12 @@ def train_examples(task: Task, drawn: Drawn) -> list[dict[str, Any]]:
     """Every rollout of a step with its question, ground truth and rewards, as rollouts.jsonl holds them."""
     truths = task.truths_for(drawn.questions, [r.prompt_index for r in drawn.rollouts])
     return [
-        {"question": task.questions[drawn.questions[r.prompt_index]], "response": r.text, "ground_truth": truth} | score
+        {
+            "question": task.questions[drawn.questions[r.prompt_index]],
+            "response": r.text,
+            "ground_truth": task.logged_truth(truth),
+        }
+        | {key: None if value != value else value for key, value in score.items()}  # NaN (a reward's None): null
         for r, truth, score in zip(drawn.rollouts, truths, drawn.scores)
     ]
 
@@ -108,13 +112,13 @@ def _train(
 ) -> list[dict]:
     main = group is None or group.main
     check_writable_dir(check_output_dir(config, resume))
-    if task is None or validation is None:  # data errors surface before any model loads
+    chat_pending = False  # prompts in the model's chat turn are built once its tokenizer is known
+    if task is None or validation is None:  # data and reward errors surface before any model loads
         if config.env is not None:
             task, validation = environment_tasks(config.env, config)
-        elif config.task == "math":
-            task, validation = math_tasks(config, whole_validation=config.time_budget is not None)
         else:
-            keyword_run_tasks(config, "{question}")  # checked now, built once the chat template is known
+            task, validation = run_tasks(config, whole_validation=config.time_budget is not None)
+            chat_pending = needs_chat_template(config)
     check_model_source(config.model)  # a model folder not there, or one the hub cannot give: before the run folder
     if group is not None:
         group.barrier()  # every rank has looked at the folder before rank 0 writes to it
@@ -128,8 +132,8 @@ def _train(
         vllm_share = check_gpu_memory(config, task, policy_device, rollout_device, 1 if group is None else group.size)
     use_torch_threads(config.torch_threads, main)
     policy, tokenizer = load_policy(config, policy_device, model_dtype(config, policy_device), shard=group is not None)
-    if task is None or validation is None:
-        task, validation = keyword_run_tasks(config, chat_template(tokenizer))
+    if chat_pending:
+        task, validation = run_tasks(config, chat_renderer(tokenizer), False, config.time_budget is not None)
     periodic, final = budget_validations(validation, config.n_eval_examples, config.time_budget is not None)
     engine = build_engine(config, policy, tokenizer, rollout_device, policy_device, vllm_share, group)
     grader = make_grader(task, config.grader_workers, group)

@@ -16,6 +16,7 @@ A template file is r1_zero-style when it asks for `<answer>` tags, and question_
 `data/r1_zero.prompt` and `data/question_only.prompt` (the same texts as ours) behave as the names do.
 """
 
+from collections.abc import Callable
 from pathlib import Path
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
@@ -82,10 +83,25 @@ def prompt_question(template: str, prompt: str) -> str | None:
     return prompt[len(before) : len(prompt) - len(after)]
 
 
-def chat_template(tokenizer) -> str:
-    """The model's chat turn around `{question}`, or the bare question for models without a chat template."""
-    if not tokenizer.chat_template:
-        return "{question}\n"
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": "{question}"}], add_generation_prompt=True, tokenize=False
-    )
+def chat_renderer(tokenizer) -> Callable[[list[dict[str, str]]], str]:
+    """A function rendering chat messages as the model's prompt (its chat template, ending where the assistant's turn
+    starts); a model without a chat template gets the messages' contents one per line."""
+
+    def render(messages: list[dict[str, str]]) -> str:
+        if not tokenizer.chat_template:
+            return "".join(f"{m['content']}\n" for m in messages)
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    return render
+
+
+def user_turn(system_prompt: str | None = None) -> list[dict[str, str]]:
+    """A user message holding `{question}`, after a system message when one is given."""
+    system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
+    return [*system, {"role": "user", "content": "{question}"}]
+
+
+def chat_template(tokenizer, system_prompt: str | None = None) -> str:
+    """The model's chat turn around `{question}` (after `system_prompt` when given), or the bare question for models
+    without a chat template."""
+    return chat_renderer(tokenizer)(user_turn(system_prompt))

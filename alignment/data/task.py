@@ -1,7 +1,7 @@
 """What a run trains on, as the loops read it: questions, their ground truths, a prompt template and a reward
 function. A user's task (alignment/tasks/definition.py) becomes one: its rows are the ground truths."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,14 @@ class Task:
     reward_fn: Callable[[str, Any], dict[str, float]]  # a task's RewardSet (alignment/tasks/) grades batches too
     categories: list[str] | None = None  # per question, what evaluations break the reward down by
     name: str = ""  # the --task or --env that gave it, for messages
+    answer_field: str | None = None  # the field of a row truth that logs show as its ground truth (None: the truth)
 
     def truths_for(self, questions: Sequence[int], prompt_indices: Sequence[int]) -> list[Any]:
         """Ground truths of responses to prompt_indices, where prompt i asked question questions[i]."""
         return [self.truths[questions[i]] for i in prompt_indices]
+
+    def logged_truth(self, truth: Any) -> Any:
+        """What logs show as a rollout's ground truth: the row's answer field when the task names one."""
+        if self.answer_field is not None and isinstance(truth, Mapping):
+            return truth.get(self.answer_field)
+        return truth

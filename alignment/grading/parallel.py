@@ -64,6 +64,9 @@ def _importable_name(reward_fn: RewardFn) -> str:
     raise ValueError(f"reward_fn {reward_fn!r} must be a module-level function to grade in parallel (or use workers=1)")
 
 
+REWARD_PREFIX = "reward_"  # a task's per-function score key: reward_<name> (alignment/tasks/rewards.py)
+
+
 class RewardError(ValueError):
     """A reward function that raised or returned something other than a score; the message names its task, the
     function and the row (alignment/tasks/rewards.py)."""

@@ -13,22 +13,23 @@ from alignment.grpo_step import LossAggregation
 from alignment.losses import LOSS_TYPES, RATIO_LOSSES
 from alignment.models.lora import check_lora
 from alignment.models.teacher import check_teacher_tokenizer
-from alignment.prompts import check_prompt, stop_strings
+from alignment.prompts import check_prompt
 from alignment.rollout.decode_choice import DecodeSettings
 from alignment.rollout.interface import Backend
 from alignment.rollout_correction import SEQUENCE_LEVEL, RolloutCorrection
 from alignment.run.time_budget import parse_duration
 from alignment.run.training_settings import MathDataSettings, TrainingSettings
 from alignment.run.warm_start import WarmStartSettings, check_warm_start
+from alignment.tasks.building import task_stop
+from alignment.tasks.settings import TaskSettings
+from alignment.tasks.source import parse_source
 
-Task = Literal["math", "keywords"]
 LossType = Literal[LOSS_TYPES]  # type: ignore[valid-type]
 ReuseRolloutForward = Literal["auto", "on", "off"]
 
 
 @dataclass
-class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSettings):
-    task: Task = setting("math", "math: graded answers to --dataset; keywords: write text that uses given words.")
+class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSettings, TaskSettings):
     keywords_file: Path | None = setting(
         None,
         "keywords task: one word per line. The UW handout's 6,262 (the course repo's "
@@ -300,7 +301,7 @@ class GRPOConfig(TrainingSettings, MathDataSettings, WarmStartSettings, DecodeSe
 
     @property
     def stop(self) -> tuple[str, ...]:
-        return stop_strings(self.prompt) if self.task == "math" else ()
+        return task_stop(self)
 
     @property
     def needs_old_log_probs(self) -> bool:
@@ -367,6 +368,7 @@ def validate(config: GRPOConfig) -> None:
             f"--rollout-batch-size ({c.rollout_batch_size}) must be a multiple of --train-batch-size "
             f"({c.train_batch_size})"
         )
+    parse_source(c.task, "--task")  # a malformed --task, before anything loads
     if c.task == "keywords" and c.keywords_per_prompt < 1:
         _fail(f"--keywords-per-prompt must be >= 1, got {c.keywords_per_prompt}")
     if c.backend == "transformer_lm" and c.gradient_checkpointing:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from alignment.data.task import Task
-from alignment.evaluation import evaluate_task
+from alignment.evaluation import evaluate_task, reward_means
 from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.batch import truncated
 from alignment.grpo.config import GRPOConfig
@@ -69,9 +69,10 @@ def informative_groups(rewards: torch.Tensor, group_size: int) -> list[bool]:
 
 
 def rollout_stats(rollouts: Sequence[Rollout], scores: Sequence[dict[str, float]], max_tokens: int) -> dict[str, float]:
+    """A step's rollout metrics: mean rewards (each reward function's too, `train_reward_<name>`), lengths."""
     lengths = [len(r.token_ids) for r in rollouts]
     n = len(rollouts)
-    return {
+    return reward_means(scores, "train_") | {
         "train_reward": sum(s["reward"] for s in scores) / n,
         "train_format_reward": sum(s.get("format_reward", 0.0) for s in scores) / n,
         "train_answer_reward": sum(s.get("answer_reward", 0.0) for s in scores) / n,

@@ -40,7 +40,7 @@ from alignment.data.task import Task
 from alignment.envs.loading import environment_tasks
 from alignment.grpo.sampler import rollout_stats, validation_sampling
 from alignment.models.loading import check_model_source, load_tokenizer
-from alignment.prompts import chat_template
+from alignment.prompts import chat_renderer
 from alignment.ray.actors import Generated, Learned, sampled_tokens, token_checksum
 from alignment.ray.async_driver import AsyncLoop
 from alignment.ray.cluster import ActorFailure, Actors, connect, dead_actors, describe_nodes, start_actors
@@ -54,8 +54,9 @@ from alignment.ray.weight_sync import WeightSync
 from alignment.rollout.interface import Rollout
 from alignment.run.checkpoint import complete_step, export_policy
 from alignment.run.metrics_log import MetricsLog
-from alignment.run.setup import PromptOrder, keyword_run_tasks, math_tasks
+from alignment.run.setup import PromptOrder
 from alignment.run.training_settings import check_output_dir
+from alignment.tasks.building import needs_chat_template, run_tasks
 from alignment.utils.atomic import check_writable_dir
 from alignment.utils.console import library_log_level
 from alignment.utils.faults import fault_point
@@ -90,9 +91,10 @@ def tasks(config: RayGRPOConfig, task: Task | None, validation: Task | None) -> 
         return task, validation
     if config.env is not None:
         return environment_tasks(config.env, config)
-    if config.task == "math":
-        return math_tasks(config)
-    return keyword_run_tasks(config, chat_template(load_tokenizer(config.model)))  # the tokenizer alone: no model here
+    if not needs_chat_template(config):
+        return run_tasks(config)
+    run_tasks(config)  # the data and rewards checked before the tokenizer loads
+    return run_tasks(config, chat_renderer(load_tokenizer(config.model)), check=False)  # the tokenizer alone: no model
 
 
 class Driver:

@@ -1,6 +1,7 @@
 """Settings and set-up of the generation scripts (scripts/eval_zero_shot.py, scripts/best_of_n.py): every flag
 checked, then the output folder made, then the model loaded, so that cheap failures come first."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,7 @@ class GenerationConfig(OutputSettings, DecodeSettings, KernelSettings):
 class RunSetup:
     examples: list[MathExample]
     template: str
-    reward_fn: RewardFn
+    reward_fn: RewardFn | None  # None: a --task other than math grades with its own rewards
     sampling: SamplingConfig
     backend: str
     output_dir: Path
@@ -106,16 +107,21 @@ def prepare_output_dir(output_dir: Path, overwrite: bool) -> Path:
     return output_dir
 
 
-def set_up(config: GenerationConfig) -> RunSetup:
-    """Check every flag, then create the output folder, then load the model: cheap failures come first."""
-    examples, template, reward_fn = load_task(config.dataset, config.prompt, config.limit, config.grader)
+def set_up(config: GenerationConfig, task_stop: Sequence[str] | None = None) -> RunSetup:
+    """Check every flag, then create the output folder, then load the model: cheap failures come first. With
+    `task_stop` (the stop strings of a --task other than math, checked by the caller) no --dataset is read."""
+    if task_stop is None:
+        examples, template, reward_fn = load_task(config.dataset, config.prompt, config.limit, config.grader)
+        stop = stop_strings(config.prompt)
+    else:
+        examples, template, reward_fn, stop = [], "{question}", None, task_stop
     try:
         sampling = SamplingConfig(
             temperature=config.temperature,
             top_p=config.top_p,
             max_tokens=config.max_tokens,
             min_tokens=config.min_tokens,
-            stop=tuple(stop_strings(config.prompt) if config.stop is None else config.stop),
+            stop=tuple(stop if config.stop is None else config.stop),
             seed=config.seed,
         )
         backend = resolve_backend(config.backend)  # type: ignore[arg-type]

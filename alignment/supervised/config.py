@@ -14,6 +14,7 @@ from alignment.models.lora import check_lora
 from alignment.prompts import check_prompt
 from alignment.rollout.decode_choice import DecodeSettings
 from alignment.run.training_settings import MathDataSettings, TrainingSettings
+from alignment.tasks.settings import TaskSettings
 
 
 @dataclass
@@ -89,7 +90,7 @@ class SFTConfig(SFTTrainingSettings):
 
 
 @dataclass
-class EIConfig(SFTTrainingSettings, MathDataSettings):
+class EIConfig(SFTTrainingSettings, MathDataSettings, TaskSettings):
     """scripts/expert_iteration.py."""
 
     n_ei_steps: int = setting(5, "Expert-iteration steps.")
@@ -99,6 +100,9 @@ class EIConfig(SFTTrainingSettings, MathDataSettings):
     sampling_temperature: float = setting(1.0, "Rollout temperature.")
     sampling_max_tokens: int = setting(1024, "Rollouts are at most this long.")
     sampling_min_tokens: int = setting(4, "Rollouts are at least this long (EOS and stop strings ignored before).")
+    ei_reward_threshold: float = setting(
+        1.0, "A rollout is kept to fine-tune on when its reward is at least this (math's: 1, a correct answer)."
+    )
     output_dir: Path = override(TrainingSettings, "output_dir", Path("outputs/expert_iteration"))
     checkpoint_every: int = override(TrainingSettings, "checkpoint_every", 1)
     eval_every: int = override(TrainingSettings, "eval_every", 1)

@@ -6,6 +6,11 @@ source.py       how a source is named (built-in, file.py:NAME, pkg.module:NAME, 
 definition.py   TaskDefinition and Reward: what a user writes
 rewards.py      RewardSet: the rewards as one grader (per-function scores, weighted sum, errors naming the row)
 loading.py      `--task` to a TaskDefinition, and its rewards rebuilt by name in other processes
+rows.py         a task's rows from a file, a folder of split files, a dataset folder or a hub id (`datasets`)
+building.py     `run_tasks`: --task compiled into the loops' training and validation Tasks, rewards preflighted
+builtin.py      the built-in tasks (math, keywords, arithmetic) as TaskDefinitions
+reward_model.py a sequence-classification model as a batched reward
+evaluating.py   any --task's validation rows sampled and graded (eval_zero_shot, best_of_n)
 """
 
 from alignment.tasks.definition import Reward, TaskDefinition

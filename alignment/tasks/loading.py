@@ -9,12 +9,16 @@ import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
-from alignment.tasks.definition import TaskDefinition
+from alignment.tasks.definition import Reward, TaskDefinition
 from alignment.tasks.rewards import RewardSet
 from alignment.tasks.source import Source, load_attribute, parse_source
 
 # The built-in tasks, written against the same contract as a user's (alignment/tasks/builtin.py)
-BUILTIN: dict[str, str] = {}
+BUILTIN: dict[str, str] = {
+    "math": "alignment.tasks.builtin:math",
+    "keywords": "alignment.tasks.builtin:keywords",
+    "arithmetic": "alignment.tasks.builtin:arithmetic",
+}
 
 
 def settings_json(settings: Any) -> dict[str, Any]:
@@ -61,12 +65,33 @@ def definition_for(text: str, settings: Any) -> TaskDefinition:
     return obj
 
 
+def weighted_rewards(text: str, definition: TaskDefinition, settings: Any) -> list[Reward]:
+    """The definition's rewards with --reward-weights NAME=WEIGHT applied; an unknown NAME lists the names."""
+    rewards = definition.reward_list()
+    overrides = getattr(settings, "reward_weights", None)
+    if not overrides:
+        return rewards
+    weights: dict[str, float] = {}
+    for item in (i.strip() for i in overrides.split(",") if i.strip()):
+        name, _, value = item.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--reward-weights: {item!r} is not NAME=WEIGHT (WEIGHT a number)") from None
+    names = [r.label for r in rewards]
+    unknown = sorted(set(weights) - set(names))
+    if unknown:
+        listed = ", ".join(names)
+        raise ValueError(f"--reward-weights: task {text} has no reward {unknown[0]!r} (its rewards: {listed})")
+    return [dataclasses.replace(r, weight=weights.get(r.label, r.weight)) for r in rewards]
+
+
 def reward_set_for(text: str, settings: dict[str, Any]) -> RewardSet:
     """Task `text`'s rewards in this process, from its source and the run's settings (how a RewardSet unpickles)."""
     namespace = SimpleNamespace(**settings)
-    return RewardSet(text, definition_for(text, namespace).reward_list(), (text, settings))
+    return RewardSet(text, weighted_rewards(text, definition_for(text, namespace), namespace), (text, settings))
 
 
 def reward_set(text: str, definition: TaskDefinition, settings: Any) -> RewardSet:
     """The rewards of `definition`, which `--task text` named, able to travel to other processes by name."""
-    return RewardSet(text, definition.reward_list(), (text, settings_json(settings)))
+    return RewardSet(text, weighted_rewards(text, definition, settings), (text, settings_json(settings)))

@@ -14,10 +14,8 @@ import math
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
-from alignment.grading.parallel import RewardError
+from alignment.grading.parallel import REWARD_PREFIX, RewardError
 from alignment.tasks.definition import Reward, Row
-
-REWARD_PREFIX = "reward_"  # a score's key per function: reward_<name>
 
 
 def describe_row(row: Any, width: int = 100) -> str:

@@ -147,8 +147,14 @@ PARTS = ("format", "answer")  # the rewards a validation row breaks its reward i
 
 
 def validation_line(row: dict[str, Any]) -> str:
-    """One line for a validation row of metrics.jsonl: its step and held-out rewards."""
+    """One line for a validation row of metrics.jsonl: its step and held-out rewards (a task's reward functions each,
+    else math's format and answer rewards)."""
     parts = [
+        f"{key.removeprefix('eval_reward_')} {value:.3f}"
+        for key, value in row.items()
+        if key.startswith("eval_reward_")
+    ]
+    parts = parts or [
         f"{part} {row[f'eval_{part}_reward']:.3f}" for part in ("format", "answer") if f"eval_{part}_reward" in row
     ]
     detail = f" ({', '.join(parts)})" if parts else ""

@@ -1,0 +1,270 @@
+"""`--task` compiled into the run's training and validation Tasks, the same way for every entry point.
+
+    train, validation = run_tasks(config)                               # before any model loads: data and rewards
+    train, validation = run_tasks(config, chat_renderer(tokenizer))     # again, in the model's chat turn
+
+A TaskDefinition's rows (or --task-data's) are read, renamed (fields, --task-fields), split (the source's
+validation or test split, else a held-out tenth, seed 0, as alignment/data/splits.py splits math), cut to
+--n-train-examples and --n-eval-examples, checked for overlap, and turned into prompts; its rewards become one
+RewardSet (weights from --reward-weights) that every reward is called through once, on an empty completion of the
+first training row, before any model loads. The built-in math and keyword tasks keep their own data pipelines
+(alignment/run/setup.py), so that their questions, ground truths and graders stay exactly the course's.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from alignment.data.math_datasets import spread_subset
+from alignment.data.splits import EVALUATION_SPLITS, HOLDOUT_SHARE, MAX_OVERLAP, TRAINING_SPLIT, holdout, overlap
+from alignment.data.task import Task
+from alignment.prompts import stop_strings, user_turn
+from alignment.run.setup import keyword_run_tasks, math_tasks
+from alignment.tasks.definition import Row, TaskDefinition
+from alignment.tasks.loading import definition_for, reward_set
+from alignment.tasks.rewards import RewardSet
+from alignment.tasks.rows import read_rows
+
+Renderer = Callable[[list[dict[str, str]]], str]  # chat messages -> the model's prompt (prompts.chat_renderer)
+LEGACY_TASKS = ("math", "keywords")  # built by alignment/run/setup.py, as the course's runs were
+
+
+def parse_pairs(text: str | None, flag: str) -> dict[str, str]:
+    """`A=B,C=D` as {A: B, C: D}; a ValueError naming `flag` for an item without `=`."""
+    pairs: dict[str, str] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip() or not value.strip():
+            raise ValueError(f"{flag}: {item.strip()!r} is not NAME=VALUE")
+        pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def _splits(source: Any, settings: Any, what: str) -> dict[str, list[Row]]:
+    """The rows a RowsSource gives, by split name (a list or a function's single return: one split)."""
+    if isinstance(source, str):
+        return read_rows(source, what)
+    if callable(source):
+        source = source(settings)
+        if isinstance(source, tuple) and len(source) == 2:
+            return {TRAINING_SPLIT: list(source[0]), "validation": list(source[1])}
+    if not isinstance(source, Sequence):
+        raise ValueError(f"{what}: rows are a path, a list of dicts or a function returning them, not {source!r}")
+    return {"rows": list(source)}
+
+
+def _training_split(splits: dict[str, list[Row]], what: str) -> str:
+    if TRAINING_SPLIT in splits:
+        return TRAINING_SPLIT
+    if len(splits) == 1:
+        return next(iter(splits))
+    raise ValueError(f"{what}: no {TRAINING_SPLIT!r} split to train on among {', '.join(splits)}")
+
+
+def _evaluation_split(splits: dict[str, list[Row]], exclude: str | None = None) -> str | None:
+    return next((s for s in EVALUATION_SPLITS if s in splits and s != exclude), None)
+
+
+def renamed(rows: list[Row], fields: Mapping[str, str], task: str) -> list[Row]:
+    """Rows with field NAME added from column COLUMN for each rename; a row without COLUMN is a one-line error."""
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise ValueError(f"task {task}: row {i} is a {type(row).__name__}, not a dict of fields")
+        row = dict(row)
+        for name, column in fields.items():
+            if column not in row:
+                raise ValueError(
+                    f"task {task}: field {name!r} is column {column!r}, which row {i} lacks "
+                    f"(its fields: {', '.join(map(str, row))})"
+                )
+            row[name] = row[column]
+        out.append(row)
+    return out
+
+
+def prompt_of(definition: TaskDefinition, row: Row, index: int, task: str) -> str | list[dict[str, str]]:
+    """Row `index`'s prompt: the definition's template over its fields, or its own `prompt` (text or messages)."""
+    if definition.prompt is not None:
+        try:
+            return definition.prompt.format_map(row)
+        except KeyError as error:
+            raise ValueError(
+                f"task {task}: the prompt names field {error.args[0]!r}, which row {index} lacks "
+                f"(its fields: {', '.join(map(str, row))})"
+            ) from None
+        except (IndexError, ValueError) as error:
+            raise ValueError(f"task {task}: the prompt is not a template over row fields ({error})") from None
+    prompt = row.get("prompt")
+    is_chat = isinstance(prompt, list) and all(isinstance(m, Mapping) and "content" in m for m in prompt)
+    if isinstance(prompt, str) or (is_chat and prompt):
+        return prompt
+    raise ValueError(
+        f"task {task}: row {index} has no prompt: give the TaskDefinition a prompt template, or rows a 'prompt' "
+        f"field (text or chat messages); its fields: {', '.join(map(str, row))}"
+    )
+
+
+def _text(messages: list[dict[str, str]]) -> str:
+    return "\n".join(str(m["content"]) for m in messages)
+
+
+def build_task(
+    definition: TaskDefinition,
+    rows: list[Row],
+    rewards: RewardSet,
+    name: str,
+    template_for: Renderer | None,
+) -> Task:
+    """Rows as a runtime Task. Text prompts go into the chat template's `{question}` (chat) or stand as they are;
+    chat-message prompts are rendered whole per row. Without `template_for` (no tokenizer yet) prompts are bare."""
+    prompts = [prompt_of(definition, row, i, name) for i, row in enumerate(rows)]
+    system = [] if definition.system_prompt is None else [{"role": "system", "content": definition.system_prompt}]
+    template = "{question}"
+    if not definition.chat or template_for is None:
+        questions = [p if isinstance(p, str) else _text(p) for p in prompts]
+    elif all(isinstance(p, str) for p in prompts):
+        template, questions = template_for(user_turn(definition.system_prompt)), list(prompts)
+    else:  # chat messages: each row's rendered whole
+        turns = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
+        questions = [template_for(system + t) for t in turns]
+    categories = None
+    if definition.category_field is not None:
+        field = definition.category_field
+        missing = next((i for i, row in enumerate(rows) if field not in row), None)
+        if missing is not None:
+            raise ValueError(
+                f"task {name}: category_field {field!r} is missing from row {missing} "
+                f"(its fields: {', '.join(map(str, rows[missing]))})"
+            )
+        categories = [str(row[field]) for row in rows]
+    return Task(questions, rows, template, rewards, categories, name, definition.answer_field)
+
+
+def preflight(rewards: RewardSet, row: Row) -> None:
+    """Every reward called once on an empty completion of `row`: one that raises or returns no number fails here,
+    before any model loads, with the RewardError's line (task, function, row)."""
+    rewards.grade_batch([""], [row])
+
+
+def definition_rows(
+    definition: TaskDefinition, settings: Any, name: str, whole_validation: bool = False
+) -> tuple[list[Row], list[Row], list[str]]:
+    """(training rows, validation rows, notes) of a definition under the run's settings."""
+    data = getattr(settings, "task_data", None)
+    what = "--task-data" if data else f"task {name}: rows"
+    splits = _splits(data or definition.rows, settings, what)
+    train_split = _training_split(splits, what)
+    train = splits[train_split]
+    where = data or (definition.rows if isinstance(definition.rows, str) else f"task {name}")
+    validation_data = getattr(settings, "task_validation_data", None)
+    notes: list[str] = []
+    if validation_data or (definition.validation_rows is not None and not data):
+        vwhat = "--task-validation-data" if validation_data else f"task {name}: validation_rows"
+        vsplits = _splits(validation_data or definition.validation_rows, settings, vwhat)
+        vsplit = _evaluation_split(vsplits) or _training_split(vsplits, vwhat)
+        validation, validation_name = vsplits[vsplit], str(validation_data or "validation_rows")
+    elif (vsplit := _evaluation_split(splits, train_split)) is not None:
+        validation, validation_name = splits[vsplit], f"{where} [{vsplit}]"
+    else:  # a tenth whatever --n-eval-examples is, so that a resumed run trains on the same rows
+        size = max(1, len(train) // HOLDOUT_SHARE)
+        train, validation = holdout(train, size)
+        validation_name = f"held-out slice of {where}"
+        notes.append(f"{where}: {size} of its {size + len(train)} rows held out to validate (a tenth, seed 0)")
+    if not train or not validation:
+        raise ValueError(f"{what}: {'no training' if not train else 'no validation'} rows")
+    n_train = getattr(settings, "n_train_examples", None)
+    if n_train is not None:
+        if n_train < 1:
+            raise ValueError(f"--n-train-examples must be >= 1, got {n_train}")
+        train = spread_subset(train, n_train)
+    if not whole_validation:
+        validation = spread_subset(validation, getattr(settings, "n_eval_examples", None))
+    chosen = f"training on {len(train)} rows of {where}; validating on {len(validation)} of {validation_name}"
+    notes.insert(0, f"task {name}: {chosen}")
+    return train, validation, notes
+
+
+def check_prompt_overlap(train: Task, validation: Task, allow: bool) -> str:
+    """The overlap note; a ValueError when more than 1% of the validation prompts are training prompts."""
+    count, total = overlap(train.questions, validation.questions), len(validation.questions)
+    if count > MAX_OVERLAP * total and not allow:
+        raise ValueError(
+            f"task {train.name}: {count} of {total} validation prompts are also training prompts, more than "
+            f"{MAX_OVERLAP:.0%}: give disjoint --task-validation-data, or pass --allow-validation-overlap to "
+            "validate on trained prompts on purpose"
+        )
+    return f"overlap: {count} of {total} validation prompts also appear in the training data"
+
+
+def compile_definition(
+    definition: TaskDefinition,
+    settings: Any,
+    name: str,
+    template_for: Renderer | None = None,
+    check: bool = True,
+    whole_validation: bool = False,
+    evaluating: bool = False,
+) -> tuple[Task, Task]:
+    """A TaskDefinition as (training Task, validation Task); with `check`, the rewards are preflighted and what was
+    chosen is printed. `evaluating` (an evaluation of the validation rows alone) skips the overlap check."""
+    fields = dict(definition.fields) | parse_pairs(getattr(settings, "task_fields", None), "--task-fields")
+    rewards = reward_set(name, definition, settings)
+    train_rows, validation_rows, notes = definition_rows(definition, settings, name, whole_validation)
+    train_rows, validation_rows = renamed(train_rows, fields, name), renamed(validation_rows, fields, name)
+    train = build_task(definition, train_rows, rewards, name, template_for)
+    validation = build_task(definition, validation_rows, rewards, name, template_for)
+    if evaluating:  # what a training run would train on is beside the point
+        notes[0] = f"task {name}: evaluating its {len(validation_rows)} validation rows"
+    else:
+        notes.append(check_prompt_overlap(train, validation, getattr(settings, "allow_validation_overlap", False)))
+    if check:
+        preflight(rewards, train_rows[0])
+        for note in notes:
+            print(note)
+    return train, validation
+
+
+def run_tasks(
+    settings: Any, template_for: Renderer | None = None, check: bool = True, whole_validation: bool = False
+) -> tuple[Task, Task]:
+    """The run's (training, validation) Tasks for `--task`. Without `template_for` the prompts are bare: the call
+    that checks the data and rewards before any model loads; with it, chat tasks are in the model's chat turn.
+    `check` preflights the rewards and prints what was chosen; `whole_validation` keeps every validation row
+    (--time-budget's final validation)."""
+    name = settings.task
+    if name == "math":  # its own --prompt template, never the chat turn
+        return math_tasks(settings, whole_validation=whole_validation)
+    if name == "keywords":
+        return keyword_run_tasks(settings, "{question}" if template_for is None else template_for(user_turn()))
+    return compile_definition(task_definition(settings), settings, name, template_for, check, whole_validation)
+
+
+def task_definition(settings: Any) -> TaskDefinition:
+    """--task's TaskDefinition; a missing task file is a ValueError as every other bad flag (the scripts' one line)."""
+    try:
+        return definition_for(settings.task, settings)
+    except FileNotFoundError as error:
+        raise ValueError(str(error)) from None
+
+
+def evaluation_task(settings: Any, template_for: Renderer | None = None, check: bool = True) -> Task:
+    """--task's validation rows, whole, as a Task for the evaluation scripts (every task but math, which evaluates
+    --dataset as the course does)."""
+    definition = task_definition(settings)
+    return compile_definition(definition, settings, settings.task, template_for, check, True, evaluating=True)[1]
+
+
+def task_stop(settings: Any) -> tuple[str, ...]:
+    """The strings that end a completion of --task: the math prompt's, none for keywords, a definition's own."""
+    if settings.task == "math":
+        return stop_strings(settings.prompt)
+    return () if settings.task == "keywords" else tuple(task_definition(settings).stop)
+
+
+def needs_chat_template(settings: Any) -> bool:
+    """Whether the run's prompts depend on the model's chat template (then built again once its tokenizer loads)."""
+    if settings.task == "math":
+        return False
+    return settings.task == "keywords" or task_definition(settings).chat
