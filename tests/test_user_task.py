@@ -316,6 +316,13 @@ def test_expert_iteration_keeps_rollouts_reaching_the_threshold_on_a_user_task(t
     assert evals and "eval_reward_contains" in evals[-1]
 
 
+def test_expert_iteration_refuses_the_keyword_task_in_one_line(tmp_path):
+    from alignment.supervised.config import EIConfig, validate
+
+    with pytest.raises(ValueError, match="--task keywords trains with scripts/train_grpo.py"):
+        validate(EIConfig(task="keywords", output_dir=tmp_path / "ei"))
+
+
 def test_a_sweep_preset_names_a_task_file(tmp_path):
     from alignment.experiments.sweep import load_preset
 

@@ -145,4 +145,9 @@ def validate(config: SFTTrainingSettings) -> None:
         raise ValueError(
             f"--learning-rate and --max-grad-norm must be > 0, got {config.learning_rate} and {config.max_grad_norm}"
         )
+    if getattr(config, "task", None) == "keywords":  # its settings (--keywords-file, ...) are GRPO's alone
+        raise ValueError(
+            "--task keywords trains with scripts/train_grpo.py; expert iteration takes math, arithmetic, a task file "
+            "or reasoning_gym:NAME"
+        )
     check_lora(config, config.backend)
