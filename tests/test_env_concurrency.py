@@ -19,7 +19,6 @@ from alignment.envs.calls import CallTimeout, EnvCalls
 from alignment.envs.episode import intact_groups
 from alignment.envs.runner import run_episodes
 from alignment.grpo.config import validate
-from alignment.grpo.environments import ENVIRONMENTS, EnvSpec
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo_run import grpo_step
@@ -27,6 +26,7 @@ from alignment.rollout.interface import Rollout, SamplingConfig
 from tests.test_envs import env_config, small_policy
 
 ROOT = Path(__file__).resolve().parents[1]
+FLAKY = "tests.test_env_concurrency:Flaky"  # the --env source of Flaky below
 
 # --- the calls ---------------------------------------------------------------------------------------------------
 
@@ -239,16 +239,19 @@ def test_a_service_gone_stops_the_batch(tokenizer):
 
 @pytest.fixture
 def flaky_env(monkeypatch):
-    monkeypatch.setitem(ENVIRONMENTS, "flaky", EnvSpec(lambda c: Flaky(), lambda c: (None, None), "test"))
+    """FLAKY loads this very module (pytest imports it by its file's name), so that its Flaky is the one whose hung
+    steps the test releases."""
+    monkeypatch.setitem(sys.modules, FLAKY.split(":")[0], sys.modules[__name__])
 
 
 def test_a_step_trains_on_intact_groups_only_and_logs_what_it_dropped(tokenizer, tmp_path, flaky_env):
-    config = env_config(tmp_path, env="flaky", env_step_timeout_s=0.3, rollout_batch_size=8, train_batch_size=8)
+    config = env_config(tmp_path, env=FLAKY, env_step_timeout_s=0.3, rollout_batch_size=8, train_batch_size=8)
     validate(config)
     task_rows = rows(None, "raise", None, "hang")
     train = Task([str(r) for r in task_rows], task_rows, "{question}", lambda r, t: {"reward": 0.0})
     policy, engine = small_policy(tokenizer), Repeater(tokenizer)
     sampler, learner = EpisodeSampler(config, engine, train, tokenizer), GRPOLearner(config, policy, tokenizer, train)
+    assert type(sampler.make_env()) is Flaky  # --env FLAKY, loaded by its source
     sampler.order.take = lambda n: [0, 1, 2, 3][:n]  # this step's groups: rows 0..3 in order
     made = []
     make_batch = learner.make_batch
@@ -265,7 +268,7 @@ def test_a_step_trains_on_intact_groups_only_and_logs_what_it_dropped(tokenizer,
 
 
 def test_a_step_whose_every_group_failed_stops_before_the_update(tokenizer, tmp_path, flaky_env):
-    config = replace(env_config(tmp_path, env="flaky"), rollout_batch_size=2, train_batch_size=2)
+    config = replace(env_config(tmp_path, env=FLAKY), rollout_batch_size=2, train_batch_size=2)
     task_rows = rows("raise")
     train = Task(["x"], task_rows, "{question}", lambda r, t: {"reward": 0.0})
     policy = small_policy(tokenizer)

@@ -2,7 +2,9 @@
 EnvironmentDefinition; rows from --task, the environment's own, or seeds; every bad source refused in one line
 naming --env before any model loads; the shipped example environment."""
 
-import importlib.util
+import inspect
+import socket
+import sys
 import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -91,6 +93,20 @@ class Broken(Echo):
 class TwoArguments(Echo):
     def __init__(self, a, b):
         super().__init__()
+
+
+class Remote(Echo):  # an async environment (a service's client)
+    closed = []
+
+    async def reset(self, row):
+        self.row = row
+        return f"remote row {row}"
+
+    async def step(self, action):
+        return EnvStep("again", 1.0, True)
+
+    async def close(self):
+        Remote.closed.append(self.row)
 
 
 not_an_env = 42
@@ -206,12 +222,25 @@ def test_a_reset_that_does_not_give_text_is_refused_with_the_row(envs_file, attr
         environment_tasks(f"{envs_file}:{attribute}", Settings())
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("alignment.envs.openenv") is not None, reason="the OpenEnv adapter is present"
-)
-def test_openenv_without_its_adapter_is_refused_in_one_line():
-    with pytest.raises(ValueError, match="--env openenv:http://localhost:8000: OpenEnv environments are not available"):
-        definition_for("openenv:http://localhost:8000", Settings())
+def test_an_async_environment_keeps_its_coroutines_under_the_run_s_turn_limit(envs_file):
+    settings = Settings(env_max_turns=4)
+    env = environment_maker(f"{envs_file}:Remote", settings)()
+    assert isinstance(env, Configured) and env.max_turns == 4  # wrapped for the run's limit, yet still async
+    assert inspect.iscoroutinefunction(env.reset) and inspect.iscoroutinefunction(env.step)
+    assert inspect.iscoroutinefunction(env.close)
+    train, _ = environment_tasks(f"{envs_file}:Remote", settings)  # its first reset awaited, not taken for text
+    remote = sys.modules[type(env.env).__module__].Remote
+    assert remote.closed == [train.truths[0]] == [{"seed": 0}]
+
+
+def test_openenv_goes_to_its_adapter(tmp_path):
+    with pytest.raises(ValueError, match="--env openenv:localhost:8000: give the server's address"):
+        definition_for("openenv:localhost:8000", Settings())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # bound, not listening: nothing answers there
+        with pytest.raises(ValueError, match=f"--env openenv:{url}: no OpenEnv server answers at {url}/schema"):
+            definition_for(f"openenv:{url}", SimpleNamespace(env_step_timeout_s=0.4))
 
 
 def test_the_settings_check_refuses_a_bad_env_before_any_model_loads(envs_file, tmp_path):

@@ -6,10 +6,13 @@ Importing openenv-core's server loads its web interface (gradio), 10-45 s on the
 that start a server are under -m slow and share one; the default suite checks the address, the fields and a server
 that is not there."""
 
+import asyncio
+import functools
 import importlib.util
 import json
 import random
 import socket
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -20,9 +23,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from alignment.data.task import Task
 from alignment.envs.base import EnvironmentUnavailable
 from alignment.envs.definition import EnvironmentDefinition
+from alignment.envs.loading import environment_tasks
 from alignment.envs.openenv import (
     VALIDATION_SEEDS,
     OpenEnvSession,
@@ -33,7 +36,6 @@ from alignment.envs.openenv import (
     text_field,
 )
 from alignment.envs.runner import run_episodes
-from alignment.grpo.environments import ENVIRONMENTS, EnvSpec
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo_run import grpo_step, train_grpo
@@ -44,6 +46,7 @@ from tests.test_envs import env_config, small_policy
 from tests.test_grpo_loop import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
+LOSES_THE_SERVER = "tests.test_openenv:loses_the_server"  # the --env source of loses_the_server below
 
 
 def free_port() -> int:
@@ -178,20 +181,6 @@ def target(seed: int) -> int:
     return random.Random(seed).randint(1, 10)  # the example server's rule
 
 
-def register(monkeypatch, definition: EnvironmentDefinition, make=None) -> None:
-    """The definition as the `--env openenv_guess` of this test (rows as tasks whose truths are the rows)."""
-
-    def tasks(c):
-        def task(rows):
-            return Task([json.dumps(r) for r in rows], rows, "{question}", lambda r, t: {"reward": 0.0})
-
-        train, validation = definition.rows(c)
-        return task(train), task(validation)
-
-    spec = EnvSpec(lambda c: (make or definition.make)(), tasks, "the OpenEnv guess server")
-    monkeypatch.setitem(ENVIRONMENTS, "openenv_guess", spec)
-
-
 @pytest.mark.slow
 def test_episodes_play_against_the_server(tokenizer, live):
     definition = openenv_environment(live.url, SimpleNamespace(env_step_timeout_s=30.0, env_max_turns=3))
@@ -221,11 +210,11 @@ def test_episodes_play_against_the_server(tokenizer, live):
 
 
 @pytest.mark.slow
-def test_a_grpo_run_trains_a_tiny_model_against_the_server(tiny_model_dir, tmp_path, live, monkeypatch):
+def test_a_grpo_run_trains_a_tiny_model_against_the_server(tiny_model_dir, tmp_path, live):
     config = tiny_config(
         tiny_model_dir,
         tmp_path,
-        env="openenv_guess",
+        env="openenv:" + live.url,
         env_max_turns=2,
         env_max_tokens=256,
         n_train_prompts=8,
@@ -234,7 +223,6 @@ def test_a_grpo_run_trains_a_tiny_model_against_the_server(tiny_model_dir, tmp_p
         sampling_min_tokens=2,
         env_step_timeout_s=30.0,
     )
-    register(monkeypatch, openenv_environment(live.url, config))
     rows = train_grpo(config)
     assert len(rows) == 1 and all(torch.isfinite(torch.tensor(r["loss"])) for r in rows)
     assert rows[0]["train_env_groups_dropped"] == 0 and rows[0]["time_env_s"] > 0
@@ -261,18 +249,17 @@ class Dies:
         self.engine.load_policy_weights(state_dict)
 
 
-def openenv_parts(tokenizer, tmp_path, live, monkeypatch, **overrides):
-    config = env_config(tmp_path, env="openenv_guess", env_max_turns=3, sampling_max_tokens=8, **overrides)
-    register(monkeypatch, openenv_environment(live.url, config))
-    task, _ = ENVIRONMENTS["openenv_guess"].tasks(replace(config, n_train_prompts=4, n_eval_examples=1))
+def openenv_parts(tokenizer, tmp_path, live, **overrides):
+    config = env_config(tmp_path, env="openenv:" + live.url, env_max_turns=3, sampling_max_tokens=8, **overrides)
+    task, _ = environment_tasks(config.env, replace(config, n_train_prompts=4, n_eval_examples=1))
     policy = small_policy(tokenizer)
     engine = HFRolloutEngine(policy, tokenizer, progress=False)
     return config, policy, engine, task
 
 
 @pytest.mark.slow
-def test_a_server_lost_mid_step_stops_it_before_the_update(tokenizer, tmp_path, live, monkeypatch):
-    config, policy, engine, task = openenv_parts(tokenizer, tmp_path, live, monkeypatch, env_step_timeout_s=4.0)
+def test_a_server_lost_mid_step_stops_it_before_the_update(tokenizer, tmp_path, live):
+    config, policy, engine, task = openenv_parts(tokenizer, tmp_path, live, env_step_timeout_s=4.0)
     dying = Dies(engine, live, at=2)
     sampler, learner = EpisodeSampler(config, dying, task, tokenizer), GRPOLearner(config, policy, tokenizer, task)
     before = [p.detach().clone() for p in policy.parameters()]
@@ -283,8 +270,8 @@ def test_a_server_lost_mid_step_stops_it_before_the_update(tokenizer, tmp_path, 
 
 
 @pytest.mark.slow
-def test_a_server_back_within_the_retries_lets_the_run_go_on(tokenizer, tmp_path, live, monkeypatch):
-    config, policy, engine, task = openenv_parts(tokenizer, tmp_path, live, monkeypatch, env_step_timeout_s=30.0)
+def test_a_server_back_within_the_retries_lets_the_run_go_on(tokenizer, tmp_path, live):
+    config, policy, engine, task = openenv_parts(tokenizer, tmp_path, live, env_step_timeout_s=30.0)
     sampler, learner = EpisodeSampler(config, engine, task, tokenizer), GRPOLearner(config, policy, tokenizer, task)
     grpo_step(sampler, learner, engine)
     first = live.server
@@ -299,47 +286,51 @@ def test_a_server_back_within_the_retries_lets_the_run_go_on(tokenizer, tmp_path
     )
 
 
+class LosesTheServer(OpenEnvSession):
+    """A session that takes the test's server away at the first training episode's second step (`live`: the server,
+    `lost`: whether it has; set by the test)."""
+
+    live: LiveServer | None = None
+    lost: list[bool] = []
+
+    async def reset(self, task):
+        self.seed, self.steps = task["seed"], 0
+        return await super().reset(task)
+
+    async def step(self, action):
+        self.steps += 1
+        if self.seed < VALIDATION_SEEDS and self.steps == 2 and not self.lost:
+            self.lost.append(True)
+            await asyncio.to_thread(self.live.stop)
+        return await super().step(action)
+
+
+def loses_the_server(settings) -> EnvironmentDefinition:
+    """`--env openenv:URL` of the test's server, its sessions LosesTheServer."""
+    definition = openenv_environment(LosesTheServer.live.url, settings)
+    return replace(definition, make=functools.partial(LosesTheServer, *definition.make.args))
+
+
 @pytest.mark.slow
 def test_the_script_stops_with_one_line_when_the_server_is_lost_mid_run(tiny_model_dir, tmp_path, live, monkeypatch):
     import scripts.train_grpo as script
 
-    config = tiny_config(tiny_model_dir, tmp_path, env="openenv_guess", env_max_turns=3, env_step_timeout_s=4.0)
-    definition = openenv_environment(live.url, config)
-    lost = []
-
-    class LosesTheServer(OpenEnvSession):
-        """A session that takes the server away at the first training episode's second step."""
-
-        async def reset(self, task):
-            self.seed, self.steps = task["seed"], 0
-            return await super().reset(task)
-
-        async def step(self, action):
-            self.steps += 1
-            if self.seed < VALIDATION_SEEDS and self.steps == 2 and not lost:
-                lost.append(True)
-                await asyncio_to_thread(live.stop)
-            return await super().step(action)
-
-    make = definition.make
-    register(monkeypatch, definition, lambda: LosesTheServer(*make.args))
-    flags = ["--model", str(tiny_model_dir), "--output-dir", str(config.output_dir), "--env", "openenv_guess"]
+    # LOSES_THE_SERVER loads this very module (pytest imports it by its file's name): the class the test sets up
+    monkeypatch.setitem(sys.modules, LOSES_THE_SERVER.split(":")[0], sys.modules[__name__])
+    monkeypatch.setattr(LosesTheServer, "live", live)
+    monkeypatch.setattr(LosesTheServer, "lost", [])
+    output_dir = tmp_path / "run"
+    flags = ["--model", str(tiny_model_dir), "--output-dir", str(output_dir), "--env", LOSES_THE_SERVER]
     flags += ["--n-grpo-steps", "2", "--rollout-batch-size", "4", "--group-size", "2", "--train-batch-size", "4"]
     flags += ["--gradient-accumulation-steps", "2", "--sampling-max-tokens", "6", "--n-eval-examples", "2"]
     flags += ["--n-train-prompts", "8", "--env-max-turns", "3", "--env-step-timeout-s", "4", "--grader-workers", "1"]
     flags += ["--backend", "hf", "--env-max-tokens", "256", "--sampling-min-tokens", "6"]
     result = CliRunner().invoke(script.app, flags)
-    assert result.exit_code == 1 and lost, result.output
+    assert result.exit_code == 1 and LosesTheServer.lost, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines[-1].startswith(f"stopped: OpenEnv server {live.url} unreachable after 4 tries: ")
     assert not any(line.startswith("Traceback") for line in lines)
-    metrics = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r for r in metrics if "eval_reward" in r] and not [
         r for r in metrics if "loss" in r
     ]  # validated, no update
-
-
-async def asyncio_to_thread(function):
-    import asyncio
-
-    await asyncio.to_thread(function)

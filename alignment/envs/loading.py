@@ -4,18 +4,18 @@ on Ray and the settings' validation.
 Every source goes the same way (alignment/tasks/source.py names them): a built-in name is the module attribute
 BUILTIN_ENVS names, a file or module attribute is an Environment class, a function of the run's settings returning
 an Environment or an EnvironmentDefinition, or an EnvironmentDefinition (alignment/envs/definition.py); a library
-source is built by its adapter (alignment/envs/textarena.py; OpenEnv's by alignment.envs.openenv when present).
-Environments reach other processes (Ray actors) as their source text and are rebuilt there, never pickled.
+source is built by its adapter (alignment/envs/textarena.py, alignment/envs/openenv.py). Environments reach other
+processes (Ray actors) as their source text and are rebuilt there, never pickled.
 """
 
-import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import MISSING, fields, is_dataclass
 from typing import Any
 
 from alignment.data.task import Task
-from alignment.envs.base import Environment, EnvStep, context_messages, stop_strings
+from alignment.envs.base import Environment, context_messages, stop_strings
+from alignment.envs.calls import CallTimeout, EnvCalls
 from alignment.envs.definition import EnvironmentDefinition
 from alignment.envs.rows import row_text, seed_rows, source_rows
 from alignment.tasks.definition import Row
@@ -61,11 +61,9 @@ def definition_for(text: str, settings: Any) -> EnvironmentDefinition:
 
         return textarena_environment(source.target, settings)
     if source.kind == "openenv":
-        try:
-            adapter = importlib.import_module("alignment.envs.openenv").openenv_environment
-        except (ModuleNotFoundError, AttributeError):
-            raise ValueError(f"--env {text}: OpenEnv environments are not available in this version") from None
-        return adapter(source.target, settings)
+        from alignment.envs.openenv import openenv_environment
+
+        return openenv_environment(source.target, settings)
     if source.kind == "verifiers":
         raise ValueError(f"--env {text}: {VERIFIERS_REFUSED}")
     if source.kind == "reasoning_gym":
@@ -143,12 +141,9 @@ class Configured:
         self.context = context_messages(env) or context
         self.stop = stop_strings(env)
         self.name = getattr(env, "name", type(env).__name__)
-
-    def reset(self, task: dict[str, Any]) -> str:
-        return self.env.reset(task)
-
-    def step(self, action: str) -> EnvStep:
-        return self.env.step(action)
+        # the environment's own methods: an async reset or step stays a coroutine function for the runner's calls
+        self.reset: Callable[[dict[str, Any]], Any] = env.reset
+        self.step: Callable[[str], Any] = env.step
 
     def __getattr__(self, name: str) -> Any:  # anything else the environment offers (e.g. close)
         return getattr(self.env, name)
@@ -196,15 +191,18 @@ def environment_rows(text: str, settings: Any) -> tuple[list[Row], list[Row]]:
 
 def environment_tasks(text: str, settings: Any) -> tuple[Task, Task]:
     """The run's training and validation tasks of `--env text`: their truths are the rows each episode's reset
-    receives. One environment is reset on the first training row here, before any model loads."""
+    receives. One environment is reset on the first training row here, before any model loads, as the runner calls it
+    (an async reset on an event loop, --env-step-timeout-s at most), and closed."""
     train, validation = environment_rows(text, settings)
     env = environment_maker(text, settings)()
-    try:
-        first = env.reset(train[0])
-    except Exception as error:
+    with EnvCalls(getattr(settings, "env_step_timeout_s", 60.0)) as calls:
+        first = calls([(env.reset, (train[0],))])[0]
+        if callable(getattr(env, "close", None)) and not isinstance(first, CallTimeout):
+            calls([(env.close, ())])
+    if isinstance(first, Exception):
         raise ValueError(
-            f"--env {text}: reset of the first training row {train[0]} failed: {type(error).__name__}: {error}"
-        ) from None
+            f"--env {text}: reset of the first training row {train[0]} failed: {type(first).__name__}: {first}"
+        )
     if not isinstance(first, str):
         raise ValueError(f"--env {text}: reset(row) returned a {type(first).__name__}, not the first observation")
 
