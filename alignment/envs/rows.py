@@ -1,16 +1,16 @@
 """An environment's rows, training and validation, each the dict one episode's `reset` receives.
 
-Rows come as a one-turn task's do (alignment/tasks/definition.py RowsSource): a list of dicts, a .jsonl file, a
+Rows come as a one-turn task's do (alignment/tasks/definition.py RowsSource): a list of dicts, a file, folder or hub id `datasets` reads, a
 function of the run's settings returning rows or (training rows, validation rows), or a TaskDefinition whose rows
 (and renamed fields) are used. An environment with no rows plays seeds: `{"seed": i}`, training seeds drawn from the
 run's --seed and validation seeds from a fixed stream of their own, so validation is the same games in every run.
 """
 
-from pathlib import Path
 from typing import Any
 
-from alignment.data.math_datasets import read_jsonl
+from alignment.data.splits import TRAINING_SPLIT
 from alignment.tasks.definition import Row, TaskDefinition
+from alignment.tasks.rows import read_rows
 
 VALIDATION_SEEDS = 1_000_000_007  # validation games are seeds from here on, training seeds stay below it
 HOLDOUT_SHARE = 5  # rows without validation rows hold out a fifth of themselves (at most --n-eval-examples)
@@ -26,11 +26,9 @@ def seed_rows(n_train: int, n_validation: int, seed: int) -> tuple[list[Row], li
 
 
 def _as_rows(value: Any, where: str) -> list[Row]:
-    if isinstance(value, str):
-        path = Path(value).expanduser()
-        if path.suffix != ".jsonl" or not path.is_file():
-            raise ValueError(f"{where}: rows named by text are a .jsonl file; no file {value!r}")
-        value = [row for _, row in read_jsonl(path)]
+    if isinstance(value, str):  # a file, folder or hub id, read as a one-turn task's rows are
+        splits = read_rows(value, where)
+        value = splits.get(TRAINING_SPLIT) or next(iter(splits.values()))
     rows = list(value)
     if not all(isinstance(row, dict) for row in rows):
         raise ValueError(f"{where}: rows must be dicts (one per episode), got {type(rows[0]).__name__}")
