@@ -1,9 +1,10 @@
 """An environment's rows, training and validation, each the dict one episode's `reset` receives.
 
-Rows come as a one-turn task's do (alignment/tasks/definition.py RowsSource): a list of dicts, a file, folder or hub id `datasets` reads, a
-function of the run's settings returning rows or (training rows, validation rows), or a TaskDefinition whose rows
-(and renamed fields) are used. An environment with no rows plays seeds: `{"seed": i}`, training seeds drawn from the
-run's --seed and validation seeds from a fixed stream of their own, so validation is the same games in every run.
+Rows come as a one-turn task's do (alignment/tasks/definition.py RowsSource): a list of dicts, a file, folder or hub
+id `datasets` reads, a function of the run's settings returning rows or (training rows, validation rows), or a
+TaskDefinition whose rows (and renamed fields) are used. An environment with no rows plays seeds: `{"seed": i}`,
+training seeds drawn from the run's --seed and validation seeds from a fixed stream of their own, so validation is
+the same games in every run.
 """
 
 from typing import Any
