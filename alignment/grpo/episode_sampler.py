@@ -22,6 +22,7 @@ from alignment.grpo.environments import env_spec
 from alignment.grpo.sampler import Drawn, rollout_sampling
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
 from alignment.run.setup import PhaseTimer, PromptOrder
+from alignment.tasks.curriculum import Curriculum
 
 
 class EpisodeSampler:
@@ -36,6 +37,14 @@ class EpisodeSampler:
         self.spec = env_spec(config.env)
         self.stop = stop_strings(self.spec.make(config))
         self.order = PromptOrder(len(task.questions), config.seed)
+        Curriculum.from_settings(config)  # --curriculum-threshold is refused: episodes have no levels
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the sampler: the question order's position."""
+        return {"order_position": self.order.position}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.order.position = state["order_position"]
 
     def play(self, task: Task, questions: Sequence[int], group_size: int, sampling: SamplingConfig) -> list[Episode]:
         model = getattr(self.engine, "model", None)
