@@ -7,8 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from alignment.config.settings import setting
 from alignment.data.task import Task
 from alignment.grading.parallel import ParallelGrader
+from alignment.grpo.config import GRPOConfig
+from alignment.grpo_run import train_grpo
 from alignment.tasks.curriculum import Curriculum
 from alignment.tasks.loading import definition_for, reward_set
 from alignment.tasks.reasoning_gym import Mix, apportion, check_disjoint, extract_answer, parse_weights
@@ -185,3 +188,74 @@ def test_a_curriculum_is_refused_where_there_are_no_levels() -> None:
     with pytest.raises(ValueError, match="--curriculum-threshold 1.5"):
         Curriculum.from_settings(settings(curriculum_threshold=1.5))
     assert Curriculum.from_settings(settings()) is None
+
+
+@dataclass
+class ReasoningGymRun(GRPOConfig):
+    """GRPO's settings with the task settings a reasoning_gym run reads (alignment/tasks/settings.py)."""
+
+    task: str = setting("math", "--task")
+    task_config: str | None = setting(None, "--task-config")
+    curriculum_threshold: float | None = setting(None, "--curriculum-threshold")
+    curriculum_window: int = setting(64, "--curriculum-window")
+
+
+def run_tasks(config: ReasoningGymRun) -> tuple[Task, Task]:
+    """Training and validation Tasks of config.task: rows' prompts as questions, rows as truths, its rewards."""
+    definition = definition_for(config.task, config)
+    rewards = reward_set(config.task, definition, config)
+    return tuple(  # type: ignore[return-value]
+        Task([r["prompt"] for r in rows], rows, "{question}", rewards, [r["task"] for r in rows], config.task)
+        for rows in definition.rows(config)
+    )
+
+
+def tiny_run(model_dir, tmp_path) -> ReasoningGymRun:
+    return ReasoningGymRun(
+        model=str(model_dir),
+        task="reasoning_gym:chain_sum,leg_counting",
+        curriculum_threshold=1.0,
+        curriculum_window=2,
+        n_train_examples=8,
+        n_eval_examples=4,
+        n_grpo_steps=1,
+        rollout_batch_size=4,
+        group_size=2,
+        train_batch_size=4,
+        gradient_accumulation_steps=2,
+        sampling_max_tokens=6,
+        grader_workers=1,
+        backend="hf",
+        output_dir=tmp_path / "run",
+    )
+
+
+def test_grpo_steps_on_a_mix_with_its_curriculum_in_the_logs_and_checkpoint(tiny_model_dir, tmp_path) -> None:
+    config = tiny_run(tiny_model_dir, tmp_path)
+    train, validation = run_tasks(config)
+    (row,) = train_grpo(config, train, validation)
+    assert row["curriculum_level@chain_sum"] == 0 and row["curriculum_level@leg_counting"] == 0
+    assert 0 <= row["train_reward"] <= 1.1
+    path = config.output_dir / "checkpoint" / "state.json"
+    saved = json.loads(path.read_text())
+    kept = saved["loop"]["curriculum"]
+    assert kept["levels"] == {"chain_sum": 0, "leg_counting": 0}
+    assert sum(len(scores) for scores in kept["recent"].values()) in (2, 3, 4)  # 4 rollouts, at most 2 kept per task
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_at_its_curriculum_levels(tiny_model_dir, tmp_path) -> None:
+    config = tiny_run(tiny_model_dir, tmp_path)
+    train_grpo(config, *run_tasks(config))
+    path = config.output_dir / "checkpoint" / "state.json"
+    saved = json.loads(path.read_text())
+    saved["loop"]["curriculum"]["levels"]["chain_sum"] = 2  # as if chain_sum had moved up twice before this checkpoint
+    path.write_text(json.dumps(saved))
+    train, validation = run_tasks(config)
+    before = [r for r in train.truths if r["task"] == "leg_counting"]
+    (row,) = train_grpo(replace(config, n_grpo_steps=2), train, validation, resume=True)
+    assert row["grpo_step"] == 2 and row["curriculum_level@chain_sum"] == 2
+    sums = [r for r in train.truths if r["task"] == "chain_sum"]
+    assert sums and all(r["metadata"]["difficulty"]["num_terms"] == [2, 4] for r in sums)  # level 2: 2 to 4 terms
+    assert [r for r in train.truths if r["task"] == "leg_counting"] == before
+    assert all(r["metadata"]["num_terms"] == 2 for r in validation.truths if r["task"] == "chain_sum")
