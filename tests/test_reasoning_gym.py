@@ -2,7 +2,10 @@
 rewards equal to reasoning-gym's own scores (also in grading workers), and the curriculum (moves, rows, state)."""
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -259,3 +262,31 @@ def test_a_resumed_run_continues_at_its_curriculum_levels(tiny_model_dir, tmp_pa
     assert sums and all(r["metadata"]["difficulty"]["num_terms"] == [2, 4] for r in sums)  # level 2: 2 to 4 terms
     assert [r for r in train.truths if r["task"] == "leg_counting"] == before
     assert all(r["metadata"]["num_terms"] == 2 for r in validation.truths if r["task"] == "chain_sum")
+
+
+@pytest.mark.slow
+def test_the_learning_bench_runs_tiny(tmp_path) -> None:
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "bench/reasoning_gym_learning.py",
+            "--tiny",
+            "--tasks",
+            "chain_sum,leg_counting",
+            "--out",
+            out,
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert sorted(result["seeds"]) == ["0", "1"] and result["settings"]["tiny"]
+    for run in result["seeds"].values():
+        assert set(run["final"]) == {"accuracy", "accuracy@chain_sum", "accuracy@leg_counting", "format"}
+        assert len(run["train_reward"]) == 1 and run["seconds"] > 0
+    gain = result["summary"]["gain_accuracy"]
+    assert gain["n"] == 2 and gain["low"] <= gain["mean"] <= gain["high"]
