@@ -154,6 +154,8 @@ def test_the_curriculum_moves_a_task_up_once_its_window_reaches_the_threshold() 
     assert curriculum.observe(["chain_sum"] * 3 + ["leg_counting"] * 3, [1.0] * 3 + [0.5] * 3) == []
     assert curriculum.observe(["chain_sum", "leg_counting"], [1.0, 0.0]) == ["chain_sum"]  # leg_counting: 0.625
     assert curriculum.metrics() == {"curriculum_level@chain_sum": 2, "curriculum_level@leg_counting": 0}
+    curriculum.levels["leg_counting"] = curriculum.top["leg_counting"]
+    assert curriculum.observe(["leg_counting"] * 4, [1.0] * 4) == []  # never past the last level
 
 
 def test_a_moved_task_gets_new_rows_at_its_level_and_a_restored_state_the_same_rows() -> None:

@@ -6,6 +6,8 @@ source.py       how a source is named (built-in, file.py:NAME, pkg.module:NAME, 
 definition.py   TaskDefinition and Reward: what a user writes
 rewards.py      RewardSet: the rewards as one grader (per-function scores, weighted sum, errors naming the row)
 loading.py      `--task` to a TaskDefinition, and its rewards rebuilt by name in other processes
+reasoning_gym.py  `reasoning_gym:NAME[,NAME=WEIGHT...]`: reasoning-gym's generated rows and its own scores
+curriculum.py   a reasoning-gym mix's levels, raised by training accuracy (--curriculum-threshold)
 """
 
 from alignment.tasks.definition import Reward, TaskDefinition

@@ -33,6 +33,7 @@ class Curriculum:
             raise ValueError(f"--curriculum-window {window}: at least 1 rollout")
         self.mix, self.threshold, self.window = mix, threshold, window
         self.levels = {name: 0 for name in mix.names}
+        self.top = {name: mix.top_level(name) for name in mix.names}
         self.recent: dict[str, deque[float]] = {name: deque(maxlen=window) for name in mix.names}
         self.stale: set[str] = set()  # tasks whose rows are behind their level
         self.validation_questions: frozenset[str] | None = None
@@ -55,7 +56,7 @@ class Curriculum:
             recent = self.recent[name]
             recent.append(score)
             full = len(recent) == self.window
-            if full and sum(recent) / self.window >= self.threshold and self.levels[name] < self.mix.top_level(name):
+            if full and sum(recent) / self.window >= self.threshold and self.levels[name] < self.top[name]:
                 print(
                     f"curriculum: {name} level {self.levels[name]} -> {self.levels[name] + 1} "
                     f"(accuracy {sum(recent) / self.window:.2f} over its last {self.window} rollouts)"
