@@ -157,6 +157,7 @@ def measure(bench: Bench, scratch: Path) -> dict[str, Any]:
     for seed in bench.seeds:
         config = dataclasses.replace(base, seed=seed, output_dir=scratch / f"seed{seed}")
         start = accuracy(model_dir, tokenizer, validation, config)
+        print(f"seed {seed}, start: {json.dumps(start)}", flush=True)
         began = time.perf_counter()
         rows = train_grpo(config, train, validation)
         seconds = time.perf_counter() - began
@@ -164,7 +165,7 @@ def measure(bench: Bench, scratch: Path) -> dict[str, Any]:
         shutil.rmtree(config.output_dir)
         per_seed[seed] = {"start": start, "final": final, "train_reward": [r["train_reward"] for r in rows]}
         per_seed[seed]["seconds"] = seconds
-        print(f"seed {seed}: {json.dumps(start)} -> {json.dumps(final)} in {seconds:.0f} s", flush=True)
+        print(f"seed {seed}, final: {json.dumps(final)} after {seconds:.0f} s of training", flush=True)
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}",
