@@ -57,8 +57,11 @@ def tasks_of(source: str, settings: SimpleNamespace, template: str) -> tuple[Tas
     )
 
 
-def accuracy(model_dir: str, tokenizer: Any, validation: Task, config: GRPOConfig) -> dict[str, float]:
-    """Mean `score` reward of one sample per validation question, overall and per task (`accuracy@TASK`)."""
+def accuracy(
+    model_dir: str, tokenizer: Any, validation: Task, config: GRPOConfig
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Mean `score` reward of one sample per validation question, overall and per task (`accuracy@TASK`), the
+    share of answers in closed tags (`format`), and 4 of the answers, spread over the questions."""
     torch.manual_seed(config.seed)
     policy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     engine = HFRolloutEngine(policy, tokenizer, progress=False)
@@ -71,7 +74,11 @@ def accuracy(model_dir: str, tokenizer: Any, validation: Task, config: GRPOConfi
         mine = [s[key] for s, r in zip(scores, validation.truths) if r["task"] == name]
         result[f"accuracy@{name}"] = sum(mine) / len(mine)
     result["format"] = sum(s[REWARD_PREFIX + "format"] for s in scores) / len(scores)
-    return result
+    examples = [
+        {"task": row["task"], "answer": row["answer"], "response": r.text}
+        for r, row in zip(rollouts, validation.truths)
+    ]
+    return result, examples[:: max(1, len(examples) // 4)][:4]
 
 
 def tiny_model(folder: Path) -> str:
@@ -156,15 +163,15 @@ def measure(bench: Bench, scratch: Path) -> dict[str, Any]:
     per_seed: dict[int, dict[str, Any]] = {}
     for seed in bench.seeds:
         config = dataclasses.replace(base, seed=seed, output_dir=scratch / f"seed{seed}")
-        start = accuracy(model_dir, tokenizer, validation, config)
+        start, start_examples = accuracy(model_dir, tokenizer, validation, config)
         print(f"seed {seed}, start: {json.dumps(start)}", flush=True)
         began = time.perf_counter()
         rows = train_grpo(config, train, validation)
         seconds = time.perf_counter() - began
-        final = accuracy(str(config.output_dir / "policy"), tokenizer, validation, config)
+        final, final_examples = accuracy(str(config.output_dir / "policy"), tokenizer, validation, config)
         shutil.rmtree(config.output_dir)
         per_seed[seed] = {"start": start, "final": final, "train_reward": [r["train_reward"] for r in rows]}
-        per_seed[seed]["seconds"] = seconds
+        per_seed[seed] |= {"seconds": seconds, "start_examples": start_examples, "final_examples": final_examples}
         print(f"seed {seed}, final: {json.dumps(final)} after {seconds:.0f} s of training", flush=True)
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -27,7 +27,8 @@ from typing import Any
 
 from alignment.tasks.definition import Reward, Row, TaskDefinition
 
-ANSWER_FORMAT = "Give your final answer inside <answer></answer> tags, for example <answer>your answer</answer>."
+# no example inside the tags: a policy rewarded for the format could learn to copy it
+ANSWER_FORMAT = "Give your final answer inside <answer></answer> tags: the answer alone, nothing else inside them."
 DEFAULT_TRAIN_ROWS = 1000  # training rows of a mix when --n-train-examples is not set
 DEFAULT_EVAL_ROWS = 256
 SCORE_REWARD, FORMAT_REWARD, FORMAT_WEIGHT = "score", "format", 0.1
