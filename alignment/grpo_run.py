@@ -141,7 +141,8 @@ def _train(
     state: dict = {}
     if resume:
         state = load_checkpoint(config.output_dir, config, policy, learner.optimizer)
-        learner.step, sampler.order.position = state["step"], state["order_position"]
+        learner.step = state["step"]
+        sampler.load_state(state)
         push_weights(engine, policy)
         if main:
             write_run_settings(config)  # the resumable settings this continuation changed
@@ -163,7 +164,7 @@ def _train(
         return summary["eval_reward"]
 
     def checkpoint(stopped_by: str | None = None) -> None:
-        loop = {"step": learner.step, "order_position": sampler.order.position, "elapsed_s": clock.elapsed()}
+        loop = {"step": learner.step, "elapsed_s": clock.elapsed()} | sampler.state()
         with clock.timing_checkpoint():
             save_checkpoint(
                 config.output_dir, config, policy, tokenizer, learner.optimizer, loop | {"stopped_by": stopped_by}

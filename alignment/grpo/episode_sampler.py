@@ -25,6 +25,7 @@ from alignment.grpo.config import GRPOConfig
 from alignment.grpo.sampler import Drawn, rollout_sampling
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
 from alignment.run.setup import PhaseTimer, PromptOrder
+from alignment.tasks.curriculum import Curriculum
 
 
 class EpisodeSampler:
@@ -39,6 +40,14 @@ class EpisodeSampler:
         self.make_env = environment_maker(config.env, config)  # rebuilt from its source in every process
         self.stop = stop_strings(self.make_env())
         self.order = PromptOrder(len(task.questions), config.seed)
+        Curriculum.from_settings(config)  # --curriculum-threshold is refused: episodes have no levels
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the sampler: the question order's position."""
+        return {"order_position": self.order.position}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.order.position = state["order_position"]
 
     def play(
         self,

@@ -1,7 +1,9 @@
 """The GRPO sampler: draws each step's questions, generates group_size rollouts for each, grades them.
 
 It holds the rollout engine, the task, the grader and the seeded question order (whose position a checkpoint
-keeps); with DAPO's dynamic sampling (--dynamic-sampling) it draws again for groups whose rewards all agree.
+keeps); with DAPO's dynamic sampling (--dynamic-sampling) it draws again for groups whose rewards all agree. With
+--curriculum-threshold its curriculum (alignment/tasks/curriculum.py) sees every graded rollout and regenerates the
+rows of a task that moved up a level before the next draw; its levels are part of a checkpoint too.
 Sampling settings are a function of the step and the draw alone, so a resumed run samples exactly the same.
 """
 
@@ -22,6 +24,7 @@ from alignment.prompts import format_prompt
 from alignment.rollout.forward_tape import ForwardTape
 from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig
 from alignment.run.setup import PhaseTimer, PromptOrder
+from alignment.tasks.curriculum import Curriculum
 
 
 @dataclass
@@ -96,6 +99,7 @@ class GRPOSampler:
         self.config, self.engine, self.task, self.grader, self.tape = config, engine, task, grader, tape
         self.objective = Objective.from_settings(config)  # the rewards dynamic sampling compares
         self.order = PromptOrder(len(task.questions), config.seed)
+        self.curriculum = Curriculum.from_settings(config)  # None without --curriculum-threshold
 
     def draw(self, step: int, timer: PhaseTimer | None = None) -> Drawn:
         """Step `step`'s questions (the step about to be taken: 0 first) and their graded rollouts.
@@ -111,6 +115,8 @@ class GRPOSampler:
         scores: list[dict[str, float]] = []
         every: list[tuple[Rollout, dict[str, float]]] = []
         dropped = 0
+        if self.curriculum is not None:
+            self.curriculum.apply(self.task)  # rows of tasks that moved up since the last draw, at their new level
         for attempt in range(c.dynamic_sampling_max_draws if c.dynamic_sampling else 1):
             asked = self.order.take(n - len(questions))
             with timer("rollout"):
@@ -143,6 +149,8 @@ class GRPOSampler:
                 "dynamic_groups_dropped": dropped,
                 "dynamic_groups_missing": n - kept,
             }
+        if self.curriculum is not None:
+            stats |= self.curriculum.metrics()
         return Drawn(questions, rollouts, scores, stats)
 
     def evaluate(self, on: Task, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
@@ -160,4 +168,17 @@ class GRPOSampler:
 
     def grade(self, questions: Sequence[int], rollouts: Sequence[Rollout]) -> list[dict[str, float]]:
         truths = self.task.truths_for(questions, [r.prompt_index for r in rollouts])
-        return self.grader([r.text for r in rollouts], truths)
+        scores = self.grader([r.text for r in rollouts], truths)
+        if self.curriculum is not None:
+            self.curriculum.record(truths, scores)
+        return scores
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the sampler: the question order's position, the curriculum's levels."""
+        kept: dict[str, Any] = {"order_position": self.order.position}
+        return kept if self.curriculum is None else kept | {"curriculum": self.curriculum.state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.order.position = state["order_position"]
+        if self.curriculum is not None:
+            self.curriculum.load_state(state["curriculum"])

@@ -11,6 +11,8 @@ building.py     `run_tasks`: --task compiled into the loops' training and valida
 builtin.py      the built-in tasks (math, keywords, arithmetic) as TaskDefinitions
 reward_model.py a sequence-classification model as a batched reward
 evaluating.py   any --task's validation rows sampled and graded (eval_zero_shot, best_of_n)
+reasoning_gym.py `reasoning_gym:NAME[,NAME=WEIGHT...]`: reasoning-gym's generated rows and its own scores
+curriculum.py   a reasoning-gym mix's levels, raised by training accuracy (--curriculum-threshold)
 """
 
 from alignment.tasks.definition import Reward, TaskDefinition

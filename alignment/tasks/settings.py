@@ -36,3 +36,10 @@ class TaskSettings:
     reward_weights: str | None = setting(
         None, "Override reward weights NAME=WEIGHT[,NAME=WEIGHT...] (NAME: the reward function's name in the logs)."
     )
+    curriculum_threshold: float | None = setting(
+        None,
+        "reasoning_gym tasks: raise a task's difficulty a level (reasoning-gym's curriculum for it) when its mean "
+        "score over its last --curriculum-window training rollouts reaches this accuracy; its later training rows are "
+        "generated at the new level, validation rows stay at the first. None: no curriculum.",
+    )
+    curriculum_window: int = setting(64, "Training rollouts of a task whose mean score --curriculum-threshold reads.")
