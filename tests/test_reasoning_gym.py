@@ -292,3 +292,19 @@ def test_the_learning_bench_runs_tiny(tmp_path) -> None:
         assert len(run["train_reward"]) == 1 and run["seconds"] > 0
     gain = result["summary"]["gain_accuracy"]
     assert gain["n"] == 2 and gain["low"] <= gain["mean"] <= gain["high"]
+
+
+@pytest.mark.parametrize(
+    "changes, says",
+    [
+        ({"task": "math"}, "only --task reasoning_gym:... has levels, not --task math"),
+        ({"curriculum_threshold": 1.5}, "an accuracy in \\(0, 1\\]"),
+        ({"curriculum_window": 0}, "at least 1 rollout"),
+    ],
+)
+def test_curriculum_flags_are_checked_with_the_settings(changes, says, tmp_path):
+    from alignment.grpo.config import GRPOConfig, validate
+
+    settings = {"task": "reasoning_gym:chain_sum", "curriculum_threshold": 0.8, "output_dir": tmp_path} | changes
+    with pytest.raises(ValueError, match=says):
+        validate(GRPOConfig(**settings))

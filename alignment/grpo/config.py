@@ -403,6 +403,20 @@ def validate(config: GRPOConfig) -> None:
     check_lora(c, c.backend)
     validate_env(c)
     check_distillation(c)
+    check_curriculum(c)
+
+
+def check_curriculum(c: GRPOConfig) -> None:
+    """--curriculum-threshold names a reasoning_gym task of one-turn answers and an accuracy, before any model loads
+    (the levels themselves are checked when its tasks are built)."""
+    if c.curriculum_threshold is None:
+        return
+    if c.env is not None or parse_source(c.task).kind != "reasoning_gym":
+        _fail(f"--curriculum-threshold: only --task reasoning_gym:... has levels, not --task {c.task}")
+    if not 0 < c.curriculum_threshold <= 1:
+        _fail(f"--curriculum-threshold {c.curriculum_threshold}: an accuracy in (0, 1]")
+    if c.curriculum_window < 1:
+        _fail(f"--curriculum-window {c.curriculum_window}: at least 1 rollout")
 
 
 def validate_env(c: GRPOConfig) -> None:
