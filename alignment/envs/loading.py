@@ -20,7 +20,7 @@ from alignment.envs.definition import EnvironmentDefinition
 from alignment.envs.rows import row_text, seed_rows, source_rows
 from alignment.tasks.definition import Row
 from alignment.tasks.loading import definition_for as task_definition_for
-from alignment.tasks.source import Source, load_attribute, parse_source
+from alignment.tasks.source import Source, load_attribute, resolve_source
 
 # The built-in environments, written against the same contract as a user's (alignment/grpo/environments.py)
 BUILTIN_ENVS: dict[str, str] = {
@@ -39,17 +39,11 @@ VERIFIERS_REFUSED = (
 
 def resolve(text: str) -> Source:
     """The source `--env text` names, a built-in name replaced by the attribute that defines it."""
-    source = parse_source(text, "--env")
-    if source.kind != "builtin":
-        return source
-    if text not in BUILTIN_ENVS:
-        raise ValueError(
-            f"--env {text!r} is not a built-in environment ({', '.join(sorted(BUILTIN_ENVS))}); an environment of "
-            "your own is --env path/to/file.py:NAME or --env package.module:NAME, a TextArena game "
-            "--env textarena:GAME-ID"
-        )
-    module, attribute = BUILTIN_ENVS[text].split(":")
-    return Source("module", module, attribute, text)
+    own = (
+        "an environment of your own is --env path/to/file.py:NAME or --env package.module:NAME, a TextArena game "
+        "--env textarena:GAME-ID"
+    )
+    return resolve_source(text, "--env", BUILTIN_ENVS, "environment", own)
 
 
 def definition_for(text: str, settings: Any) -> EnvironmentDefinition:

@@ -11,7 +11,7 @@ from typing import Any
 
 from alignment.tasks.definition import Reward, TaskDefinition
 from alignment.tasks.rewards import RewardSet
-from alignment.tasks.source import Source, load_attribute, parse_source
+from alignment.tasks.source import Source, load_attribute, resolve_source
 
 # The built-in tasks, written against the same contract as a user's (alignment/tasks/builtin.py)
 BUILTIN: dict[str, str] = {
@@ -34,15 +34,11 @@ def settings_json(settings: Any) -> dict[str, Any]:
 
 def resolve(text: str) -> Source:
     """The source `--task text` names, a built-in name replaced by the attribute that defines it."""
-    source = parse_source(text, "--task")
-    if source.kind != "builtin":
-        return source
-    if text not in BUILTIN:
-        raise ValueError(
-            f"--task {text!r} is not a built-in task ({', '.join(sorted(BUILTIN))}); a task of your own is "
-            "--task path/to/file.py:NAME or --task package.module:NAME, reasoning-gym's --task reasoning_gym:NAME"
-        )
-    return Source("module", *BUILTIN[text].split(":"), text=text)
+    own = (
+        "a task of your own is --task path/to/file.py:NAME or --task package.module:NAME, reasoning-gym's "
+        "--task reasoning_gym:NAME"
+    )
+    return resolve_source(text, "--task", BUILTIN, "task", own)
 
 
 def definition_for(text: str, settings: Any) -> TaskDefinition:

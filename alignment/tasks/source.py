@@ -61,6 +61,18 @@ def parse_source(text: str, flag: str = "--task") -> Source:
     return Source("module", where, attribute, text)
 
 
+def resolve_source(text: str, flag: str, builtins: dict[str, str], kind: str, own: str) -> Source:
+    """The source `flag text` names, a built-in name (in `builtins`, name -> "module:attribute") replaced by the
+    attribute that defines it; an unknown name is one line listing the built-ins and `own`, how to name one's own."""
+    source = parse_source(text, flag)
+    if source.kind != "builtin":
+        return source
+    if text not in builtins:
+        raise ValueError(f"{flag} {text!r} is not a built-in {kind} ({', '.join(sorted(builtins))}); {own}")
+    module, attribute = builtins[text].split(":")
+    return Source("module", module, attribute, text)
+
+
 def _file_module(path: str, flag: str) -> Any:
     """The module of the Python file at `path`, loaded once per process under a name derived from its path."""
     name = "alignment_user_" + hashlib.sha1(path.encode()).hexdigest()[:12]
