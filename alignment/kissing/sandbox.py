@@ -13,10 +13,8 @@ Protections, layered; which ones held is recorded in every result (`SandboxResul
   program's own output cut at a byte bound (what it prints, and what it writes to sys.stdout.buffer as bytes).
 """
 
-import ctypes
 import json
 import os
-import resource
 import selectors
 import shutil
 import signal
@@ -188,23 +186,30 @@ class SandboxResult:
         return self.error is None
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
 _drop_user_works: bool | None = None  # learned on the first run: can `nobody` execute this interpreter?
+_UNREACHABLE = 126  # the launcher's exit status when `nobody` cannot execute the interpreter
 
-
-def _child_setup(limits: SandboxLimits, drop_user: bool) -> None:
-    """In the child between fork and exec: only async-signal-safe work, and no raising for optional layers."""
-    cpu = int(limits.timeout_s) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _libc.unshare(CLONE_NEWNET)  # fails quietly without privileges; the runner reports what it sees
-    if drop_user:
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
-        resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))  # counts per user: meaningless for root
+# The child's limits are set by a small launcher that then execs the runner, not by a preexec_fn: Python code
+# between fork and exec can deadlock in a process with other threads (an environment's steps run in threads), and
+# this way nothing but C runs there. Its arguments: CPU seconds, address space, file size, drop the user (0/1).
+_LAUNCHER = f"""
+import ctypes, os, resource, sys
+cpu, memory, files, drop = map(int, sys.argv[1:5])
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+resource.setrlimit(resource.RLIMIT_FSIZE, (files, files))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+ctypes.CDLL(None, use_errno=True).unshare({CLONE_NEWNET})  # fails quietly without privileges
+if drop:
+    os.setgroups([])
+    os.setgid({NOBODY})
+    os.setuid({NOBODY})
+    resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))  # counts per user: meaningless for root
+try:
+    os.execv(sys.argv[5], sys.argv[5:])
+except PermissionError:
+    os._exit({_UNREACHABLE})
+"""
 
 
 def _scrubbed_env(home: Path) -> dict[str, str]:
@@ -256,16 +261,28 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _start(command: list[str], cwd: Path, limits: SandboxLimits, drop_user: bool) -> subprocess.Popen[bytes]:
+    sizes = [int(limits.timeout_s) + 1, limits.memory_bytes, limits.max_file_bytes, int(drop_user)]
     return subprocess.Popen(
-        command,
+        [sys.executable, "-I", "-S", "-c", _LAUNCHER, *map(str, sizes), *command],
         cwd=cwd,
         env=_scrubbed_env(cwd),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=lambda: _child_setup(limits, drop_user),
     )
+
+
+def _run(command: list[str], cwd: Path, limits: SandboxLimits, drop_user: bool) -> tuple[bytes, str | None, int]:
+    """The child's output, what cut it short (None, "timeout", too much output) and its exit status."""
+    start = time.monotonic()
+    proc = _start(command, cwd, limits, drop_user)
+    try:
+        raw, problem = _read_bounded(proc, start + limits.timeout_s, 3 * limits.max_output_bytes + 65536)
+    finally:
+        _kill_group(proc)  # nothing it started outlives the run
+        returncode = proc.wait()
+    return raw, problem, returncode
 
 
 def run_untrusted(source: str, variable: str | Sequence[str], limits: SandboxLimits | None = None) -> SandboxResult:
@@ -279,8 +296,6 @@ def run_untrusted(source: str, variable: str | Sequence[str], limits: SandboxLim
         raise ValueError("run_untrusted needs at least one entry to read back")
     global _drop_user_works
     limits = limits or SandboxLimits()
-    # Output bound: the program's prints and the value, plus the JSON wrapping both.
-    read_limit = 3 * limits.max_output_bytes + 65536
     with tempfile.TemporaryDirectory(prefix="sandbox-") as tmp:
         folder = Path(tmp)
         (folder / "program.py").write_text(source, encoding="utf-8", errors="surrogateescape")
@@ -298,17 +313,12 @@ def run_untrusted(source: str, variable: str | Sequence[str], limits: SandboxLim
             shutil.chown(folder, NOBODY, NOBODY)
             (folder / "program.py").chmod(0o644)
         start = time.monotonic()
-        try:
-            proc = _start(command, folder, limits, drop_user)
-            _drop_user_works = True if drop_user else _drop_user_works
-        except PermissionError:  # `nobody` cannot reach the interpreter (e.g. it lives in the root user's home)
-            _drop_user_works = False
-            proc = _start(command, folder, limits, drop_user=False)
-        try:
-            raw, problem = _read_bounded(proc, start + limits.timeout_s, read_limit)
-        finally:
-            _kill_group(proc)  # nothing it started outlives the run
-            returncode = proc.wait()
+        raw, problem, returncode = _run(command, folder, limits, drop_user)
+        if drop_user and returncode == _UNREACHABLE and not raw:  # `nobody` cannot reach the interpreter (e.g. it
+            _drop_user_works = False  # lives in the root user's home): run as this user, the other layers hold
+            raw, problem, returncode = _run(command, folder, limits, drop_user=False)
+        elif drop_user:
+            _drop_user_works = True
         elapsed = time.monotonic() - start
     protections = {
         "wall_clock_s": limits.timeout_s,
