@@ -213,6 +213,7 @@ def check_episodes(config, rows) -> list[dict]:
     return groups
 
 
+@pytest.mark.slow  # about a minute of actors starting; the episode stream and the correction are tested above
 def test_async_streams_episodes_to_the_learner(cluster, tiny_model_dir, tmp_path):
     """One node, two updates of the kissing environment's three-turn episodes (the tiny model writes no program,
     so each episode takes all three turns), validation playing episodes too."""
