@@ -84,6 +84,13 @@ def tiny_model(request, tokenizer):
     return model.eval()
 
 
+# For a test of tiny_model whose subject does not depend on the architecture (the sampling loop around the model): the
+# Llama by default, the Qwen2 under -m slow
+llama_by_default = pytest.mark.parametrize(
+    "tiny_model", ["llama", pytest.param("qwen2", marks=pytest.mark.slow)], indirect=True
+)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
     """A tiny random Llama saved with SmolLM2's tokenizer, loadable by name like any HF folder."""
@@ -142,6 +149,11 @@ def captured(monkeypatch):
 @pytest.fixture
 def data(tmp_path) -> dict[str, Path]:
     """SFT records, GSM8K records and held-out questions of six small arithmetic problems (QUESTIONS), as files."""
+    return write_data(tmp_path)
+
+
+def write_data(tmp_path: Path) -> dict[str, Path]:
+    """The `data` fixture's files, written into `tmp_path` (for a fixture of wider scope)."""
     template = load_prompt("r1_zero")
     sft = tmp_path / "sft.jsonl"
     sft.write_text(

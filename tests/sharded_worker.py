@@ -1,17 +1,18 @@
 """GRPO on a tiny policy, run plainly (one unsharded process) or under `torchrun --nproc-per-node N -m
 tests.sharded_worker ...` (the policy sharded with FSDP2), with a reward that varies within groups (a hash).
 
-    python -m tests.sharded_worker update MODEL_DIR OUT              # two optimizer steps on fixed rollouts
+    python -m tests.sharded_worker update MODEL_DIR OUT [VARIANTS]   # two optimizer steps on fixed rollouts
     python -m tests.sharded_worker run MODEL_DIR OUT STEPS [resume]   # train_grpo itself, run folder OUT
     python -m tests.sharded_worker load MODEL_DIR OUT                # OUT's checkpoint at this process count
     python -m tests.sharded_worker mixed MODEL_DIR OUT               # `update`'s first variant in bf16-mixed
 
 `update` writes the weights to OUT/<variant>.safetensors and each step's loss and gradient norm to
-OUT/<variant>.json. Its rollouts are sampled by a separate unsharded copy of the model with a fixed seed, so every
-process count trains on exactly the same batch: 12 rollouts (4 questions x 3), 2 optimizer steps of 6 rows in 3
-microbatches of 2 (with 2 ranks, one rank runs an empty microbatch each step). Variants cover the three loss
-aggregations, --mask-truncated (every other rollout counts as stopped by EOS, the rest as cut at the limit),
-whose rows out of the loss change every denominator, and the KL monitors.
+OUT/<variant>.json, for each variant VARIANTS names (comma-separated; every variant when left out). Its rollouts are
+sampled by a separate unsharded copy of the model with a fixed seed, so every process count trains on exactly the same
+batch: 12 rollouts (4 questions x 3), 2 optimizer steps of 6 rows in 3 microbatches of 2 (with 2 ranks, one rank runs
+an empty microbatch each step). Variants cover the three loss aggregations, --mask-truncated (every other rollout
+counts as stopped by EOS, the rest as cut at the limit), whose rows out of the loss change every denominator, and the
+KL monitors.
 """
 
 import json
@@ -91,11 +92,11 @@ def fixed_rollouts(model_dir: str, base: GRPOConfig) -> list[Rollout]:
     return [replace(r, finish_reason="stop") if i % 2 else r for i, r in enumerate(rollouts)]
 
 
-def update(model_dir: str, out: Path, group: ShardGroup | None) -> None:
+def update(model_dir: str, out: Path, group: ShardGroup | None, variants: tuple[str, ...] = tuple(VARIANTS)) -> None:
     base = base_config(model_dir, out)
     questions, rollouts = QUESTIONS, fixed_rollouts(model_dir, base)
-    for name, settings in VARIANTS.items():
-        config = replace(base, **settings)
+    for name in variants:
+        config = replace(base, **VARIANTS[name])
         torch.manual_seed(config.seed)
         policy, tokenizer = load_policy(config, "cpu", torch.float32, shard=group is not None)
         learner = GRPOLearner(config, policy, tokenizer, TASK)
@@ -165,6 +166,9 @@ if __name__ == "__main__":
         train_grpo(run_config(model, folder, int(sys.argv[4])), TASK, TASK, resume=sys.argv[5:] == ["resume"])
     else:
         shards = start_group("cpu") if launched() else None
-        {"update": update, "load": load, "mixed": mixed}[mode](model, folder, shards)
+        if mode == "update" and sys.argv[4:]:
+            update(model, folder, shards, tuple(sys.argv[4].split(",")))
+        else:
+            {"update": update, "load": load, "mixed": mixed}[mode](model, folder, shards)
         if shards is not None:
             dist.destroy_process_group()

@@ -28,7 +28,7 @@ class BadRewardOnCall:
         return hash_reward(response, truth) | ({"reward": self.value} if self.calls == self.at else {})
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf])
+@pytest.mark.parametrize("value", [math.nan, pytest.param(math.inf, marks=pytest.mark.slow)])  # a run each: inf slow
 def test_a_bad_reward_stops_the_run_naming_the_step(tiny_model_dir, tmp_path, value):
     config = tiny_config(tiny_model_dir, tmp_path, n_grpo_steps=2)
     # 4 validation rewards at step 0, then 4 training rewards per step: call 4 + 4 + 2 is inside step 2's batch

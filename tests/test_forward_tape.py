@@ -1,6 +1,7 @@
 """The learner's forward replayed from the sampler's recording must give what recomputing it gives."""
 
 import copy
+import itertools
 import math
 from dataclasses import replace
 
@@ -29,7 +30,25 @@ PROMPTS = ["Name a river.", "What is two plus two? Answer briefly, please.", "Hi
 EOS = list(range(1000, 4000))
 
 
-@pytest.fixture(params=["transformers", "transformer_lm", "transformer_lm_untied"])
+ARCHITECTURES, KINDS = ("llama", "qwen2"), ("transformers", "transformer_lm", "transformer_lm_untied")
+
+
+def policy_cases(*axes: dict, default=lambda architecture, kind, *names: True) -> list:
+    """Parameters (tiny_model's architecture, the policy's kind, a value of each of `axes`, a dict id -> value) for
+    `tiny_model` and `policy` indirect, with the ids the fixtures' own parameters gave. Under -m slow: the cases
+    `default` leaves out (it takes the architecture, the kind and the axes' ids), and the repeats: a TransformerLM holds
+    the tiny Llama's weights whatever tiny_model's architecture, so its Qwen2 cases repeat its Llama ones."""
+    cases = []
+    for architecture, kind in itertools.product(ARCHITECTURES, KINDS):
+        for names in itertools.product(*axes):
+            kept = default(architecture, kind, *names) and (architecture == "llama" or kind == "transformers")
+            values = [axis[name] for axis, name in zip(axes, names)]
+            ids = "-".join([architecture, kind, *names])
+            cases.append(pytest.param(architecture, kind, *values, id=ids, marks=() if kept else pytest.mark.slow))
+    return cases
+
+
+@pytest.fixture
 def policy(request, tiny_model, tiny_model_dir):
     """A tiny transformers model (Llama or Qwen2; tied embeddings), or a tiny Llama's weights in our own
     TransformerLM, with the LM head tied to the embedding or a copy of it."""
@@ -75,8 +94,19 @@ def scored(model, batch, tape=None):
     return out, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("layout", ["packed", "cached", "full_rows"])
-@pytest.mark.parametrize("one_group_per_batch", [False, True], ids=["one_batch", "batch_per_group"])
+# by default the Llama in each kind, every layout in one batch and the packed layout in a batch per group as well, and
+# the Qwen2 transformers model packed either way; the other layouts and groupings under -m slow
+@pytest.mark.parametrize(
+    "tiny_model,policy,one_group_per_batch,layout",
+    policy_cases(
+        {"one_batch": False, "batch_per_group": True},
+        {"packed": "packed", "cached": "cached", "full_rows": "full_rows"},
+        default=lambda architecture, kind, grouping, layout: (
+            layout == "packed" or (architecture == "llama" and grouping == "one_batch")
+        ),
+    ),
+    indirect=["tiny_model", "policy"],
+)
 def test_replayed_forward_gives_recomputed_log_probs_and_gradients(
     policy, tokenizer, layout, one_group_per_batch, monkeypatch
 ):
@@ -97,6 +127,7 @@ def test_replayed_forward_gives_recomputed_log_probs_and_gradients(
         assert (replayed_grads[name] - grad).norm() <= 1e-4 * grad.norm() + 1e-6, name
 
 
+@pytest.mark.parametrize("tiny_model,policy", policy_cases(), indirect=True)
 def test_gradients_accumulate_over_microbatches_as_recomputed(policy, tokenizer):
     """The replayed weight gradients are added into .grad in place: two microbatches sum as autograd sums them."""
     tape, batch = recorded(policy, tokenizer, 3)
@@ -119,6 +150,7 @@ def test_gradients_accumulate_over_microbatches_as_recomputed(policy, tokenizer)
         assert (replayed[name] - grad).norm() <= 1e-4 * grad.norm() + 1e-6, name
 
 
+@pytest.mark.parametrize("tiny_model,policy", policy_cases(), indirect=True)
 def test_replay_reads_the_recording(policy, tokenizer):
     """With every recorded output zeroed, the logits are zero: each token's log-prob is -log(vocab)."""
     tape, batch = recorded(policy, tokenizer, 2)

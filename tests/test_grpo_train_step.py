@@ -387,7 +387,8 @@ def test_the_script_takes_the_variants_as_flags_and_names_a_bad_one(captured, tm
     assert result.exit_code != 0 and "--advantage-normalizer" in result.output
 
 
-@pytest.mark.parametrize("loss_type", ["reinforce_with_baseline", "grpo_clip"])
+# grpo_clip (with its ratios to the old log-probs) by default, reinforce_with_baseline under -m slow
+@pytest.mark.parametrize("loss_type", [pytest.param("reinforce_with_baseline", marks=pytest.mark.slow), "grpo_clip"])
 def test_the_scripts_learner_prunes_as_the_train_step_does(tiny_model_dir, tmp_path, loss_type, monkeypatch):
     """--prune-zero-advantage: rows of weight 0 never pass through the model in the GRPO learner either (microbatches
     of 4 rows: 5 rows to learn take 2, 4 take 1); the update and the loss are those of training every row."""

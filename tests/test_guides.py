@@ -21,6 +21,7 @@ handout's `pytest -k NAME` selects the tests it names and no guide check beside 
 """
 
 import ast
+import functools
 import importlib
 import re
 import shlex
@@ -335,19 +336,26 @@ def check_other(words: list[str]) -> None:
 STATED_COUNT = re.compile(r"#.*?\b(\d+) tests?\b")  # `uv run pytest -k NAME  # problem 3: 7 tests`
 
 
+@functools.cache
+def parsed_test_functions() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Every test function of tests/, by node id, with its decorators' source: parsed once for the session (some
+    fifty guide commands ask, and parsing every test file takes about a second)."""
+    found = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                found.append((f"tests/{path.name}::{node.name}", tuple(ast.unparse(d) for d in node.decorator_list)))
+    return tuple(found)
+
+
 def selected_by_k(name: str) -> dict[str, bool]:
     """The tests `pytest -k NAME` runs by default, by node id, each with whether it is parametrized (its cases not
     counted here): every test function whose file or name holds NAME (a plain word, which -k matches as a
     substring), less the slow ones."""
     found = {}
-    for path in sorted((ROOT / "tests").glob("test_*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            node_id = f"tests/{path.name}::{getattr(node, 'name', '')}"
-            if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_") or name not in node_id:
-                continue
-            decorators = [ast.unparse(d) for d in node.decorator_list]
-            if not any(d.endswith("mark.slow") for d in decorators):
-                found[node_id] = any("parametrize" in d for d in decorators)
+    for node_id, decorators in parsed_test_functions():
+        if name in node_id and not any(d.endswith("mark.slow") for d in decorators):
+            found[node_id] = any("parametrize" in d for d in decorators)
     return found
 
 

@@ -1,4 +1,5 @@
-"""The transformers rollout backend: exact log-probs, seeding, stop strings, min_tokens, batching."""
+"""The transformers rollout backend: exact log-probs, seeding, stop strings, min_tokens, batching. The log-probs and
+the batch size on the tiny Llama and Qwen2; the sampling loop's rules on the Llama (on the Qwen2 too under -m slow)."""
 
 import math
 
@@ -10,6 +11,7 @@ from alignment.rollout.backends import resolve_backend, vllm_usable
 from alignment.rollout.decoding import sample_tokens, sampling_log_probs
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import SamplingConfig
+from tests.conftest import llama_by_default
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy", "1 2 3 4"]
 
@@ -38,6 +40,7 @@ def test_reported_log_probs_equal_a_separate_forward_pass(engine, tiny_model, to
         assert torch.allclose(torch.tensor(r.logprobs, dtype=torch.float64), expected, atol=1e-4)
 
 
+@llama_by_default
 def test_same_seed_repeats_and_other_seed_differs(engine):
     config = SamplingConfig(max_tokens=16, stop=(), seed=11)
     first = engine.generate(PROMPTS, 2, config)
@@ -48,6 +51,7 @@ def test_same_seed_repeats_and_other_seed_differs(engine):
     assert [r.token_ids for r in first] != [r.token_ids for r in other]
 
 
+@llama_by_default
 def test_identical_prompts_are_sampled_independently_and_the_seed_reproduces_the_call(tiny_model, tokenizer):
     """In one batch, and one group per batch (each batch seeded from its first prompt's seed)."""
     sampling = SamplingConfig(max_tokens=4, stop=(), seed=11)
@@ -58,6 +62,7 @@ def test_identical_prompts_are_sampled_independently_and_the_seed_reproduces_the
     assert [r.token_ids for r in first] == [r.token_ids for r in again]
 
 
+@llama_by_default
 def test_max_tokens_gives_length_finish(engine):
     rollouts = engine.generate(PROMPTS, 1, SamplingConfig(max_tokens=7, stop=(), seed=0))
     for r in rollouts:
@@ -65,6 +70,7 @@ def test_max_tokens_gives_length_finish(engine):
         assert len(r.token_ids) <= 7
 
 
+@llama_by_default
 def test_stop_string_truncates_text_and_tokens(engine, tokenizer):
     # with one prompt and a fixed seed, sampling is identical up to the point where a stop string ends it
     def run(**kwargs):
@@ -84,6 +90,7 @@ def test_stop_string_truncates_text_and_tokens(engine, tokenizer):
     assert stop in tokenizer.decode(with_stop.token_ids) and stop not in tokenizer.decode(with_stop.token_ids[:-1])
 
 
+@llama_by_default
 def test_min_tokens_holds_back_eos_and_stop_strings(tiny_model, tokenizer):
     greedy = SamplingConfig(temperature=0.0, max_tokens=12, stop=())
     first_token = HFRolloutEngine(tiny_model, tokenizer).generate(PROMPTS[:1], 1, greedy)[0].token_ids[0]

@@ -258,16 +258,19 @@ def test_bad_split_and_missing_source_name_the_flag(hub_mirror, monkeypatch):
 
 @pytest.mark.parametrize(
     "source",
-    # openai/gsm8k through `datasets`; the shipped `gsm8k` is a folder of <split>.jsonl files, as `course` is
+    # openai/gsm8k through `datasets`; the shipped `gsm8k` is a folder of <split>.jsonl files, as `course` is. A run
+    # each: by default math, math500 (a test set trained on when asked), openai/gsm8k and course; the other layouts
+    # under -m slow (each is read by default in test_short_names_read_the_real_layouts and
+    # test_an_evaluation_set_is_evaluated_whole_in_every_layout)
     [
         "math",
         "math500",
-        "competition_math",
-        "hendrycks_math",
+        pytest.param("competition_math", marks=pytest.mark.slow),
+        pytest.param("hendrycks_math", marks=pytest.mark.slow),
         "openai/gsm8k",
         "course",
-        "lighteval_folder",
-        "math500_jsonl",
+        pytest.param("lighteval_folder", marks=pytest.mark.slow),
+        pytest.param("math500_jsonl", marks=pytest.mark.slow),
     ],
 )
 def test_a_grpo_run_starts_on_each_layout(hub_mirror, tiny_model_dir, tmp_path, source, capsys):

@@ -77,7 +77,17 @@ def test_every_ray_using_module_is_found():
     } <= set(modules), modules
 
 
-def test_the_uv_switch_is_set_before_ray_is_imported():
+# The modules a user's command or code reaches Ray through: the two scripts, the sweep's library module and the driver.
+# The package's other modules run alignment/ray/__init__.py (which sets the flag) first like the driver; they and the
+# benches are checked under -m slow.
+ENTRY_POINTS = ("scripts.train_grpo_ray", "scripts.sweep", "alignment.experiments.sweep", "alignment.ray.driver")
+
+
+@pytest.mark.parametrize(
+    "entry_points",
+    [pytest.param(True, id="entry_points"), pytest.param(False, id="the_others", marks=pytest.mark.slow)],
+)
+def test_the_uv_switch_is_set_before_ray_is_imported(entry_points):
     """Each module imported first, in a fresh interpreter whose environment lacks the flag: Ray, if the module imports
     it, sees the flag at 0. (The interpreters run side by side: each spends seconds importing torch.)"""
 
@@ -85,7 +95,9 @@ def test_the_uv_switch_is_set_before_ray_is_imported():
         argv = [sys.executable, "-c", WATCH, module]
         return subprocess.run(argv, cwd=ROOT, env=clean_env(), capture_output=True, text=True, timeout=600)
 
-    modules = ray_using_modules()
+    found = ray_using_modules()
+    assert set(ENTRY_POINTS) <= set(found), found
+    modules = [module for module in found if (module in ENTRY_POINTS) == entry_points]
     with ThreadPoolExecutor(4) as pool:
         results = dict(zip(modules, pool.map(first_import, modules)))
     for module, result in results.items():

@@ -29,9 +29,16 @@ def torch_draw(logits: torch.Tensor, uniforms: torch.Tensor, temperature: float)
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
+# each dtype at one temperature by default, the other six pairs under -m slow (each pair takes seconds interpreted)
+DRAWS = [
+    pytest.param(dtype, temperature, id=f"dtype{d}-{temperature}", marks=() if d == t else pytest.mark.slow)
+    for d, dtype in enumerate([torch.float32, torch.bfloat16, torch.float16])
+    for t, temperature in enumerate([1.0, 0.7, 1.3])
+]
+
+
 @interpreted
-@pytest.mark.parametrize("temperature", [1.0, 0.7, 1.3])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype,temperature", DRAWS)
 def test_the_kernel_draws_what_the_torch_path_draws(dtype, temperature):
     """64 rows of 5,000 words (three blocks, the last ragged), a banned stretch of -inf as min_tokens' EOS ban makes."""
     from alignment.kernels.sampling import sample_rows

@@ -17,6 +17,7 @@ from alignment.supervised import trainer as sft_trainer
 from alignment.supervised.config import EIConfig, SFTConfig, flag
 from scripts import expert_iteration
 from scripts import train_sft as train_sft_script
+from tests.conftest import write_data
 
 runner = CliRunner()
 
@@ -62,10 +63,12 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.fixture
-def sft_run(tiny_model_dir, data, tmp_path) -> tuple[dict, Path]:
-    data = data | {"model": tiny_model_dir}
-    out = tmp_path / "sft"
+@pytest.fixture(scope="module")
+def sft_run(tiny_model_dir, tmp_path_factory) -> tuple[dict, Path]:
+    """One SFT run the module's tests read (none writes into it: the bad-input test checks that it stays as it is)."""
+    folder = tmp_path_factory.mktemp("sft-run")
+    data = write_data(folder) | {"model": tiny_model_dir}
+    out = folder / "sft"
     result = runner.invoke(train_sft_script.app, sft_flags(data, out))
     assert result.exit_code == 0, result.output
     return data, out

@@ -43,15 +43,26 @@ def test_microbatch_and_prompt_shares():
     assert [my_slice(1, ShardGroup(r, 3)) for r in range(3)] == [slice(0, 1), slice(1, 1), slice(1, 1)]
 
 
-def test_two_processes_update_as_one(tiny_model_dir, tmp_path):
+# By default the KL monitors' variant: the default aggregation (sequence_mean), two steps, and the reference as a second
+# sharded model. The other aggregations and --mask-truncated under -m slow; token_mean with --mask-truncated, sharded
+# over two processes, runs by default through Ray learner actors too (tests/test_ray_learner_group.py).
+@pytest.mark.parametrize(
+    "variants",
+    [
+        pytest.param(("kl_monitors",), id="kl_monitors"),
+        pytest.param(tuple(v for v in VARIANTS if v != "kl_monitors"), id="aggregations", marks=pytest.mark.slow),
+    ],
+)
+def test_two_processes_update_as_one(tiny_model_dir, tmp_path, variants):
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
-    sharded = run([*TORCHRUN, "2", "-m", "tests.sharded_worker", "update", str(tiny_model_dir), str(two)])
+    worker = ["-m", "tests.sharded_worker", "update", str(tiny_model_dir), str(two), ",".join(variants)]
+    sharded = run([*TORCHRUN, "2", *worker])
     assert sharded.returncode == 0, sharded.stderr[-3000:]
     torch.set_num_threads(1)  # as each rank runs (the worker's own setting); conftest restores the count after
-    update(str(tiny_model_dir), one, None)  # the same updates in this one unsharded process
+    update(str(tiny_model_dir), one, None, variants)  # the same updates in this one unsharded process
     initial = load_file(tiny_model_dir / "model.safetensors")
-    for name in VARIANTS:
+    for name in variants:
         a, b = load_file(one / f"{name}.safetensors"), load_file(two / f"{name}.safetensors")
         assert a.keys() == b.keys()
         # float32 sums in another order (two shards' all-reduce against one process's accumulation) agree to a

@@ -88,7 +88,21 @@ def step_rows(decoder: StaticDecoder, span_multiple: int = 8) -> tuple[list[int]
     return rows, spans
 
 
-@pytest.mark.parametrize("setting", SETTINGS)
+# every setting on the Llama; on the Qwen2 the tempered one by default, the other three under -m slow
+@pytest.mark.parametrize(
+    "tiny_model,setting",
+    [
+        pytest.param(
+            architecture,
+            setting,
+            id=f"{architecture}-{setting}",
+            marks=() if architecture == "llama" or setting == "tempered" else pytest.mark.slow,
+        )
+        for architecture in ("llama", "qwen2")
+        for setting in SETTINGS
+    ],
+    indirect=["tiny_model"],
+)
 def test_hf_static_path_samples_what_the_eager_loop_samples(tiny_model, tokenizer, setting):
     sampling = SETTINGS[setting]
     eager = hf_engine(tiny_model, tokenizer, "eager").generate(PROMPTS, 3, sampling)

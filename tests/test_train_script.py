@@ -109,7 +109,15 @@ OBJECTIVES = {  # each variant as the flags a user types (configs/experiments/ob
 }  # with the rollout corrections beyond token TIS on three of them
 
 
-@pytest.mark.parametrize("name", OBJECTIVES)
+# by default DAPO (dynamic sampling, the overlong penalty, clip-higher), overlong filtering and RLOO with a sequence
+# mask; the others under -m slow (their losses and advantages by hand in tests/test_objectives.py; GSPO with sequence
+# TIS through the learner by default in tests/test_zero_advantage.py)
+DEFAULT_OBJECTIVES = ("dapo", "overlong_filtering", "rloo")
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=() if name in DEFAULT_OBJECTIVES else pytest.mark.slow) for name in OBJECTIVES]
+)
 def test_every_objective_trains_two_steps_from_its_flags(tiny_model_dir, tmp_path, monkeypatch, name):
     """Flags -> GRPOConfig -> the loop, off-policy (two optimizer steps a batch, so ratios leave 1): finite losses,
     moved weights, and each variant's own metrics."""

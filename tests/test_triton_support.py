@@ -30,8 +30,15 @@ def test_where_triton_does_not_run_a_warning_says_why_and_torchs_kernels_serve()
 
 def test_the_kernels_in_tritons_interpreter():
     """The interpreted checks of the probe and the first-use checks (below: 4), the head's kernels (16) and the sampling
-    kernel (12), in one pytest started with TRITON_INTERPRET=1: all of them pass."""
-    run_interpreted(checks=32)
+    kernel (6 by default), in one pytest started with TRITON_INTERPRET=1: all of them pass."""
+    run_interpreted(checks=26)
+
+
+@pytest.mark.slow
+def test_the_slow_kernel_checks_in_tritons_interpreter():
+    """The interpreted checks marked slow (the sampling kernel's draws at its other 6 dtype and temperature pairs), in
+    one pytest started with TRITON_INTERPRET=1 and -m slow: all of them pass."""
+    run_interpreted(checks=6, marker="slow")
 
 
 @interpreted

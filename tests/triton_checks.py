@@ -27,13 +27,14 @@ compiled = pytest.mark.skipif(INTERPRETED, reason="the interpreted run defines t
 TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def run_interpreted(checks: int) -> None:
-    """Run INTERPRETED_MODULES in one pytest with TRITON_INTERPRET=1: it passes, and at least `checks` tests (their
-    interpreted ones) ran."""
+def run_interpreted(checks: int, marker: str | None = None) -> None:
+    """Run INTERPRETED_MODULES in one pytest with TRITON_INTERPRET=1 (with `marker`, `-m marker`: those marked so
+    instead of the default selection): it passes, and at least `checks` tests (their interpreted ones) ran."""
     if INTERPRETED:
         pytest.skip("this is the interpreted run itself")
+    selection = [] if marker is None else ["-m", marker]
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *INTERPRETED_MODULES],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *selection, *INTERPRETED_MODULES],
         cwd=ROOT,
         env={**os.environ, "TRITON_INTERPRET": "1"},
         capture_output=True,
