@@ -39,7 +39,6 @@ from trl import GRPOTrainer as TRLTrainer  # noqa: E402
 
 from alignment.config.cli import read_config_file  # noqa: E402
 from alignment.evaluation import evaluate_task  # noqa: E402
-from alignment.experiments.plotting import read_rows  # noqa: E402
 from alignment.grading.parallel import ParallelGrader  # noqa: E402
 from alignment.grpo.config import GRPOConfig  # noqa: E402
 from alignment.grpo.sampler import validation_sampling  # noqa: E402
@@ -48,21 +47,10 @@ from alignment.prompts import format_prompt  # noqa: E402
 from alignment.rollout.hf_engine import HFRolloutEngine  # noqa: E402
 from alignment.run.setup import math_tasks  # noqa: E402
 from alignment.run.warm_start import WARM_START_DIR  # noqa: E402
+from bench.curves import first_reaching, our_curve  # noqa: E402
 from bench.trl_side_by_side import time_generation, trl_arguments  # noqa: E402
 
 STOP = "</answer>"
-
-
-def our_curve(metrics: Path) -> list[tuple[float, int, float]]:
-    """(training seconds without validations, GRPO step, held-out accuracy) at each of our run's validations."""
-    points, validating_s, last_s = [], 0.0, 0.0  # last_s: the clock when the row before was logged
-    for row in read_rows(metrics):
-        if "eval_reward" in row:
-            points.append((last_s - validating_s, int(row["grpo_step"]), float(row["eval_reward"])))
-            validating_s += row["time_elapsed_s"] - last_s
-        if "eval_reward" in row or "train_reward" in row:
-            last_s = row["time_elapsed_s"]
-    return points
 
 
 def cut_at_stop(completion: str) -> str:
@@ -73,9 +61,17 @@ def cut_at_stop(completion: str) -> str:
 class Validate(TrainerCallback):
     """Validates TRL's policy every `every` steps with our evaluation, off the clock; stops past `budget_s`."""
 
-    def __init__(self, config: GRPOConfig, validation, grader: ParallelGrader, budget_s: float, every: int) -> None:
+    def __init__(
+        self,
+        config: GRPOConfig,
+        validation,
+        grader: ParallelGrader,
+        budget_s: float,
+        every: int,
+        key: str = "eval_reward",
+    ) -> None:
         self.config, self.validation, self.grader, self.budget_s = config, validation, grader, budget_s
-        self.every = every
+        self.every, self.key = every, key
         self.curve: list[tuple[float, int, float, float]] = []  # (training s, step, accuracy, format reward)
         self.steps: list[tuple[float, float]] = []  # each step's (seconds, of which generation and rewards)
         self.started = self.step_started = time.perf_counter()
@@ -95,9 +91,9 @@ class Validate(TrainerCallback):
         engine = HFRolloutEngine(model, tokenizer, progress=False)
         summary, _ = evaluate_task(engine, self.validation, self.grader, validation_sampling(self.config))
         model.train(was_training)
-        self.curve.append((seconds, step, summary["eval_reward"], summary["eval_format_reward"]))
+        self.curve.append((seconds, step, summary[self.key], summary["eval_format_reward"]))
         print(
-            f"TRL step {step}: held-out accuracy {summary['eval_reward']:.3f}, format "
+            f"TRL step {step}: held-out {self.key} {summary[self.key]:.3f}, format "
             f"{summary['eval_format_reward']:.3f}, {seconds:.0f} s of training",
             flush=True,
         )
@@ -149,11 +145,6 @@ def trl_trainer(
         processing_class=tokenizer,
         callbacks=[callback],
     )
-
-
-def first_reaching(curve: list[tuple[float, ...]], target: float) -> float | None:
-    """Training seconds at the first validation at or above `target` (points are (seconds, step, accuracy, ...))."""
-    return next((point[0] for point in curve if point[2] >= target - 1e-9), None)
 
 
 def train_trl(

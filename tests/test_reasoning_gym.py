@@ -1,6 +1,7 @@
 """`--task reasoning_gym:...`: the mix's rows (weights, seeds, no shared question, JSON values), the answer rule,
 rewards equal to reasoning-gym's own scores (also in grading workers), and the curriculum (moves, rows, state)."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -266,32 +267,44 @@ def test_a_resumed_run_continues_at_its_curriculum_levels(tiny_model_dir, tmp_pa
     assert all(r["metadata"]["num_terms"] == 2 for r in validation.truths if r["task"] == "chain_sum")
 
 
-@pytest.mark.slow
-def test_the_learning_bench_runs_tiny(tmp_path) -> None:
+def run_learning_bench(tmp_path: Path, *flags: str) -> dict:
     out = tmp_path / "results.json"
     done = subprocess.run(
-        [
-            sys.executable,
-            "bench/reasoning_gym_learning.py",
-            "--tiny",
-            "--tasks",
-            "chain_sum,leg_counting",
-            "--out",
-            out,
-        ],
+        [sys.executable, "bench/reasoning_gym_learning.py", "--tiny", "--tasks", "chain_sum,leg_counting", *flags]
+        + ["--out", str(out)],
         cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(out.read_text())
+    assert out.with_suffix(".png").stat().st_size > 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_the_learning_bench_runs_tiny(tmp_path) -> None:
+    result = run_learning_bench(tmp_path)
     assert sorted(result["seeds"]) == ["0", "1"] and result["settings"]["tiny"]
     for run in result["seeds"].values():
-        assert set(run["final"]) == {"accuracy", "accuracy@chain_sum", "accuracy@leg_counting", "format"}
-        assert len(run["train_reward"]) == 1 and run["seconds"] > 0
-    gain = result["summary"]["gain_accuracy"]
+        assert set(run["ours"]["final"]) == {"accuracy", "accuracy@chain_sum", "accuracy@leg_counting", "format"}
+        assert len(run["ours"]["train_reward"]) == 1 and run["ours"]["seconds"] > 0
+        assert [p[1] for p in run["ours"]["curve"]] == [0, 1]  # validated at step 0 and after its one step
+        assert run["ours"]["curve"][0][2] == pytest.approx(run["start"]["accuracy"])  # both greedy, same questions
+    gain = result["summary"]["ours"]["gain_accuracy"]
     assert gain["n"] == 2 and gain["low"] <= gain["mean"] <= gain["high"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is in the bench group (--group bench)")
+def test_the_learning_bench_sets_trl_beside_ours_tiny(tmp_path) -> None:
+    result = run_learning_bench(tmp_path, "--trl")
+    for run in result["seeds"].values():
+        trl = run["trl"]
+        assert trl["steps"] >= 1 and trl["curve"][0][1] == 0 and set(trl["final"]) == set(run["ours"]["final"])
+        reach = run["time_to_accuracy"]
+        assert reach["target"] == min(run["ours"]["curve"][-1][2], trl["curve"][-1][2])
+    assert result["summary"]["trl"]["gain_accuracy"]["n"] == 2
 
 
 @pytest.mark.parametrize(
