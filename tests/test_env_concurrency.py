@@ -17,7 +17,7 @@ from alignment.data.task import Task
 from alignment.envs.base import EnvironmentUnavailable, EnvStep
 from alignment.envs.calls import CallTimeout, EnvCalls
 from alignment.envs.episode import intact_groups
-from alignment.envs.runner import run_episodes
+from alignment.envs.runner import play_episodes, run_episodes, task_major
 from alignment.grpo.config import validate
 from alignment.grpo.episode_sampler import EpisodeSampler
 from alignment.grpo.learner import GRPOLearner
@@ -223,6 +223,34 @@ def test_episodes_do_not_depend_on_which_environment_answered_first(tokenizer):
             (e.token_ids, e.turn_rewards, e.stopped_by) for e in play[0]
         ]
     assert [e.turns for e in play[0]][::2] == [1, 2, 3, 1, 2, 3, 1, 2]
+
+
+class ClosedAtItsEnd(Staggered):
+    """Staggered, logging its row's id in `closed` when closed."""
+
+    closed: list[int] = []
+
+    def close(self) -> None:
+        self.closed.append(self.id)
+
+
+def test_each_group_is_handed_over_closed_as_soon_as_its_last_episode_ends(tokenizer):
+    """Rows 0, 3, 6 end at turn 1, 1, 4, 7 at turn 2, 2, 5 at turn 3: their groups come in that order, each with its
+    environments closed and no environment of a group still playing closed; together they are run_episodes's."""
+    tasks, sampling = [{"id": i} for i in range(8)], SamplingConfig(max_tokens=8)
+    ClosedAtItsEnd.closed = []
+    handed = []
+    for i, group in play_episodes(Repeater(tokenizer), tokenizer, ClosedAtItsEnd, tasks, 2, sampling, 256):
+        handed.append((i, group))
+        assert [e.prompt_index for e in group] == [i, i] and [e.turns for e in group] == [1 + i % 3] * 2
+        assert all(e.stopped_by == "done" for e in group)
+        # closed: the environments of every group ended by this one's last turn (those of one turn close together)
+        assert sorted(ClosedAtItsEnd.closed) == [j for j in range(8) for _ in range(2) if j % 3 <= i % 3]
+    assert [i for i, _ in handed] == [0, 3, 6, 1, 4, 7, 2, 5]
+    together = run_episodes(Repeater(tokenizer), tokenizer, Staggered, tasks, 2, sampling, 256)
+    assert [(e.token_ids, e.turn_rewards, e.prompt_index) for e in task_major(handed)] == [
+        (e.token_ids, e.turn_rewards, e.prompt_index) for e in together
+    ]
 
 
 def test_the_deadline_and_concurrency_settings_are_checked(tmp_path):

@@ -1,24 +1,31 @@
 """--strategy async with --env (alignment/ray/episode_stream.py): weights offered mid-episode are loaded between two
-turns and each turn records the version and behaviour log-probs of the weights that sampled it; the learner's
-off-policy correction divides by each turn's own log-probs; on Ray, episodes stream to the learner within the
+turns and each turn records the version and behaviour log-probs of the weights that sampled it; a group streams as
+soon as its own episodes have ended while the rest of its unit plays on; the learner's off-policy correction divides
+by each turn's own log-probs; a generator lost mid-unit keeps the groups it delivered and leaves the others, whole,
+to the survivor (the async loop on in-process generators); on Ray, episodes stream to the learner within the
 staleness bound, and a generator lost mid-episode leaves groups that are played again whole by the survivor."""
 
 import json
 import math
+import sys
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
+from ray.exceptions import RayActorError
 from transformers import AutoModelForCausalLM
 
 from alignment.data.task import Task
 from alignment.envs.base import EnvStep
 from alignment.envs.episode import Episode
-from alignment.envs.runner import run_episodes
+from alignment.envs.loading import scored_by_episodes
+from alignment.envs.runner import play_episodes
 from alignment.grpo.learner import GRPOLearner
-from alignment.ray.async_driver import Ticket, turn_versions
+from alignment.ray.actors import Generator
+from alignment.ray.async_driver import AsyncLoop, Ticket, pick_batch, turn_versions
+from alignment.ray.cluster import Actors
 from alignment.ray.config import RayGRPOConfig, validate_ray
 from alignment.ray.driver import train_grpo_ray
 from alignment.ray.env import ray
@@ -80,13 +87,13 @@ def test_weights_offered_mid_episode_load_between_turns_and_each_turn_keeps_its_
 
     def play(questions, unit):
         rows = [{"question": q} for q in ("Hi", "What is 2 + 2?")]
-        episodes = run_episodes(
+        for i, group in play_episodes(
             turns, tokenizer, lambda: ThreeTurns(offer), [rows[q] for q in questions], 2, SAMPLING, 256
-        )
-        return episodes, [{"reward": e.reward} for e in episodes]
+        ):
+            yield i, group, [{"reward": e.reward} for e in group]
 
     feed.submit([EpisodeUnit((7, 8), (0, 1), 0), EpisodeUnit((9,), (0,), 1)])
-    stream = stream_episodes(feed, turns, play, 2)
+    stream = stream_episodes(feed, turns, play)
     first = [next(stream), next(stream)]
     assert [g.key for g in first] == [7, 8] and all(isinstance(g, FinishedEpisodes) for g in first)
     late = 1 if between_turns else 0
@@ -103,6 +110,80 @@ def test_weights_offered_mid_episode_load_between_turns_and_each_turn_keeps_its_
             assert torch.allclose(behaviour, expected, atol=1e-4)
     [after] = [next(stream)]
     assert all(e.versions == [1] * 12 for e in after.episodes)  # the next unit starts on the newest weights
+    feed.stop()
+    assert next(stream, None) is None
+
+
+class EndsAtTurn:
+    """Ends its episode at the turn its row names (row["turns"]), each step logged in `log` as (question, turn)."""
+
+    name, max_turns, stop = "ends_at_turn", 3, ()
+
+    def __init__(self, log: list | None = None) -> None:
+        self.log = [] if log is None else log
+
+    def reset(self, row):
+        self.row, self.turn = row, 0
+        return row["question"]
+
+    def step(self, action: str) -> EnvStep:
+        self.turn += 1
+        self.log.append((self.row["question"], self.turn))
+        return EnvStep("Go on.", float(len(action) % 2), self.turn == self.row["turns"])
+
+
+SHORT_AND_LONG = [{"question": "Hi", "turns": 1}, {"question": "What is 2 + 2?", "turns": 3}]
+
+
+class Recorded:
+    """An engine passed through, the number of prompts of each call recorded."""
+
+    def __init__(self, engine) -> None:
+        self.engine, self.calls = engine, []
+
+    def generate(self, prompts, n, sampling):
+        self.calls.append(len(prompts))
+        return self.engine.generate(prompts, n, sampling)
+
+    def load_policy_weights(self, state_dict) -> None:
+        self.engine.load_policy_weights(state_dict)
+
+
+def test_a_group_streams_as_soon_as_its_episodes_end_while_the_unit_plays_on(tokenizer, tiny_model_dir):
+    """One unit of a three-turn question and a one-turn one (listed second): the short group is yielded after the
+    first turn, before any second turn is sampled or stepped; weights offered as it arrives (as a learner training on
+    it would publish them) sample the long group's turns 2 and 3, its two episodes still stepped together; both
+    groups whole, each turn with the version and behaviour log-probs of the weights that sampled it."""
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    old = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    new_weights = perturbed(policy)
+    engine = Recorded(HFRolloutEngine(policy, tokenizer, progress=False))
+    feed, log = StreamFeed(), []
+    turns = TurnEngine(engine, feed, lambda state_dict, version: engine.load_policy_weights(state_dict), True)
+
+    def play(questions, unit):
+        rows = [SHORT_AND_LONG[q] for q in questions]
+        for i, group in play_episodes(turns, tokenizer, lambda: EndsAtTurn(log), rows, 2, SAMPLING, 256):
+            yield i, group, [{"reward": e.reward} for e in group]
+
+    feed.submit([EpisodeUnit((7, 8), (1, 0), 0)])  # ticket 7 asks the long question, 8 the short one
+    stream = stream_episodes(feed, turns, play)
+    short = next(stream)
+    assert short.key == 8 and engine.calls == [4] and turns.calls == 1  # no second turn sampled yet
+    assert sorted(log) == [("Hi", 1)] * 2 + [("What is 2 + 2?", 1)] * 2  # nor stepped
+    feed.offer(new_weights, 1)
+    long = next(stream)
+    assert long.key == 7 and engine.calls == [4, 2, 2]  # the long group's two episodes, together on each turn
+    assert sorted(log) == [("Hi", 1)] * 2 + [("What is 2 + 2?", t) for t in (1, 1, 2, 2, 3, 3)]
+    for group, n_turns in ((short, 1), (long, 3)):
+        assert len(group.episodes) == len(group.scores) == 2
+        for e in group.episodes:
+            assert e.prompt_index == 0 and e.turns == n_turns and e.stopped_by == "done"
+            assert len(e.versions) == sum(e.sampled_mask) == 4 * n_turns
+            assert turn_versions(e) == [0, 1, 1][:n_turns] and e.versions == [0] * 4 + [1] * 4 * (n_turns - 1)
+            sampled = torch.tensor(e.sampled_mask, dtype=torch.bool)
+            expected = torch.cat([scored(old, e)[sampled][:4], scored(policy, e)[sampled][4:]])
+            assert torch.allclose(torch.tensor(e.logprobs)[sampled], expected, atol=1e-4)
     feed.stop()
     assert next(stream, None) is None
 
@@ -184,6 +265,116 @@ def test_a_checkpointed_group_of_episodes_comes_back_as_episodes():
     e = Episode(0, "a", [1, 2, 3], [-1.0, 0.0, -2.0], "stop", [4, 5], [9], [1, 0, 1], 1.0, [0.0, 1.0], [0, 2])
     back = Ticket.from_record(json.loads(json.dumps(Ticket(3, 1, 4, None, [e], [{"reward": 1.0}]).record())))
     assert back.rollouts == [e] and back.start == 4 and turn_versions(back.rollouts[0]) == [4, 5]
+
+
+class InProcess:
+    """A Generator run in this process behind the calls the async loop makes on an actor handle
+    (`handle.method.options(...).remote(...)`): each call runs the method at once and returns what it returns."""
+
+    def __init__(self, generator: Generator) -> None:
+        self.generator = generator
+
+    def __getattr__(self, method: str):
+        call = getattr(self.generator, method)
+
+        class Method:
+            def options(self, **_):
+                return self
+
+            def remote(self, *args):
+                return call(*args)
+
+        return Method()
+
+
+class Dropping:
+    """The supervisor of a run without restarts: a lost generator is dropped, the groups handed out again noted."""
+
+    def __init__(self, actors: Actors) -> None:
+        self.actors, self.reissued = actors, []
+
+    def recover(self, err, waited_on, doing, reissued=(), can_drop=False) -> list[str]:
+        assert can_drop
+        for name in waited_on:
+            del self.actors.generators[name]
+        self.reissued.append(list(reissued))
+        return []
+
+
+@dataclass
+class InProcessDriver:
+    """What the async loop reads of the Driver, its actors being in-process generators (`get` has nothing to wait
+    for)."""
+
+    config: RayGRPOConfig
+    actors: Actors
+    n_questions: int
+    supervisor: Dropping
+    step: int = 0
+    doing: str = ""
+    sync: None = None
+
+    def get(self, refs, doing: str):
+        return refs
+
+
+def lost_mid_unit():
+    """The stream of a generator whose process died: its next item raises."""
+    raise RayActorError()
+    yield
+
+
+def test_a_generator_lost_mid_unit_keeps_its_delivered_groups_and_leaves_the_others_whole(
+    tokenizer, tiny_model_dir, tmp_path, monkeypatch
+):
+    """The async loop hands one unit (a one-turn and a three-turn question) to Generator 0, which streams the short
+    group after its first turn and is lost inside the long one: the short group stays delivered (never handed out
+    again), only the long one is (the dropped event's groups_reissued), whole, to Generator 1, which plays it from
+    its first turn; each ticket is then trained once, in one batch."""
+    monkeypatch.setitem(sys.modules, "tests.test_ray_async_env", sys.modules[__name__])
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="async",
+        env="tests.test_ray_async_env:EndsAtTurn",
+        env_max_tokens=256,
+        sampling_max_tokens=4,
+        sampling_min_tokens=4,
+        n_grpo_steps=1,
+        max_staleness=0,
+        generators=2,
+    )
+    validate_ray(config)
+    rows = [dict(row) for row in SHORT_AND_LONG]
+    task = Task([r["question"] for r in rows], rows, "{question}", scored_by_episodes)
+    generators = {
+        name: InProcess(Generator(config, task, task, "cpu", 1, name)) for name in ("Generator 0", "Generator 1")
+    }
+    actors = Actors(None, None, None, 0.0, generators=dict(generators))
+    driver = InProcessDriver(config, actors, len(rows), Dropping(actors))
+    loop = AsyncLoop(driver, None)
+    loop.start()
+    loop.admit()  # the rollout batch's two tickets, to the least loaded generator
+    assert loop.assigned == {"Generator 0": {0, 1}, "Generator 1": set()}
+    short, long = sorted(loop.tickets, key=lambda number: rows[loop.question(number)]["turns"])
+    assert loop.received("Generator 0") == "graded"
+    assert loop.tickets[short].rollouts is not None and loop.assigned["Generator 0"] == {long}
+    assert generators["Generator 0"].generator.turns.calls == 1  # inside the unit: the long group's turn 2 unsampled
+    loop.streams["Generator 0"] = lost_mid_unit()
+    assert loop.received("Generator 0") == "restarted"
+    assert driver.supervisor.reissued == [[long]] and list(loop.redo) == [long]
+    assert "Generator 0" not in loop.streams and sorted(loop.tickets) == [short]  # delivered: kept, not redone
+    loop.admit()
+    assert loop.assigned == {"Generator 1": {long}} and not loop.redo
+    assert loop.received("Generator 1") == "graded"
+    for number, n_turns in ((short, 1), (long, 3)):
+        ticket = loop.tickets[number]
+        assert len(ticket.rollouts) == len(ticket.scores) == config.group_size and ticket.generator is None
+        assert [(e.turns, e.stopped_by) for e in ticket.rollouts] == [(n_turns, "done")] * config.group_size
+        assert all(turn_versions(e) == [0] * n_turns for e in ticket.rollouts) and ticket.start == 0
+    assert sorted(t.number for t in pick_batch(loop.tickets.values(), 0, 2, 0)) == [0, 1]
+    for handle in generators.values():
+        handle.generator.stop_stream()
 
 
 def trained(config) -> list[dict]:

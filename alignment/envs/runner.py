@@ -7,6 +7,10 @@ flagged in Episode.stopped_by; ended episodes leave the batch. Turn t's call is 
 episode j of the call draws from prompt_seed of that and j (the engines' rule), so every episode of a group is an
 independent draw and the same seed reproduces the whole set.
 
+Groups as they end: `play_episodes` hands over each task's group as soon as its last episode has ended (its
+environments closed), while the other groups' episodes play on together; `run_episodes` waits for them all. Handing
+a group over early changes no draw: each turn's call holds the same running episodes either way.
+
 The environments of a turn answer at once (alignment/envs/calls.py): every reset together, then each turn's steps
 together, each under `step_timeout_s`, and their answers are read in episode order, so the episodes do not depend on
 which environment answered first. An environment that raises ends its episode "env_error", one past its deadline
@@ -15,14 +19,14 @@ the group of such an episode (alignment/envs/episode.py `intact_groups`). Enviro
 is raised instead: the batch is not trained at all.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from alignment.envs.base import Environment, EnvironmentUnavailable, context_messages
+from alignment.envs.base import Environment, EnvironmentUnavailable, EnvStep, context_messages
 from alignment.envs.calls import CallTimeout, EnvCalls
 from alignment.envs.episode import ChatRendering, Episode, StoppedBy
 from alignment.rollout.interface import Rollout, RolloutEngine, SamplingConfig, prompt_seed
@@ -93,7 +97,35 @@ def run_episodes(
     concurrency: int = 0,
     timer: Callable[[str], AbstractContextManager[Any]] | None = None,
 ) -> list[Episode]:
-    """`group_size` episodes of each task, task-major (episodes[i * G:(i + 1) * G] play tasks[i], prompt_index i).
+    """`group_size` episodes of each task, task-major (episodes[i * G:(i + 1) * G] play tasks[i], prompt_index i):
+    every group of `play_episodes` (same arguments), once all have ended."""
+    return task_major(
+        play_episodes(
+            engine, tokenizer, make_env, tasks, group_size, sampling, max_tokens, step_timeout_s, concurrency, timer
+        )
+    )
+
+
+def task_major(groups: Iterable[tuple[int, list[Episode]]]) -> list[Episode]:
+    """The episodes of `play_episodes`'s groups, once all have ended, in task order."""
+    return [e for _, group in sorted(groups, key=lambda g: g[0]) for e in group]
+
+
+def play_episodes(
+    engine: RolloutEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    make_env: Callable[[], Environment],
+    tasks: Sequence[dict[str, Any]],
+    group_size: int,
+    sampling: SamplingConfig,
+    max_tokens: int,
+    step_timeout_s: float = 60.0,
+    concurrency: int = 0,
+    timer: Callable[[str], AbstractContextManager[Any]] | None = None,
+) -> Iterator[tuple[int, list[Episode]]]:
+    """`group_size` episodes of each task, played together; yields (i, the group of tasks[i], prompt_index i) as
+    soon as the group's last episode has ended and its environments are closed, the groups that end on one turn in
+    task order, while the episodes still running wait for the next turn.
 
     `sampling` is each turn's (its max_tokens a turn's most, its stop strings the environment's); `max_tokens`
     caps an episode's whole sequence, prompt included. `step_timeout_s`: each environment call's deadline;
@@ -103,21 +135,43 @@ def run_episodes(
     timed = timer or (lambda phase: nullcontext())
     chat = ChatRendering(tokenizer, context_messages(make_env()))
     episodes: list[_Live] = []
+    running = [group_size] * len(tasks)  # each task's episodes not yet ended
+
+    def ended(group: int) -> list[_Live]:
+        """Count one more ended episode of `group`; all of the group's episodes when it was the last."""
+        running[group] -= 1
+        return episodes[group * group_size : (group + 1) * group_size] if running[group] == 0 else []
+
     with EnvCalls(step_timeout_s, concurrency) as calls:
+
+        def handed_over(finished: list[_Live]) -> Iterator[tuple[int, list[Episode]]]:
+            """The groups of `finished` (whole groups, task order), their environments closed first; errors closing
+            are the environments' own business: the episodes are played."""
+            if not finished:
+                return
+            closing = [e.env for e in finished if hasattr(e.env, "close") and e.stopped_by != "env_timeout"]
+            with timed("env"):
+                calls([(env.close, ()) for env in closing])
+            for start in range(0, len(finished), group_size):
+                yield finished[start].task, [e.episode() for e in finished[start : start + group_size]]
+
         envs = [make_env() for _ in tasks for _ in range(group_size)]
         with timed("env"):
             firsts = answers(calls, [(env.reset, (task,)) for env, task in zip(envs, tasks_of(tasks, group_size))])
+        finished: list[_Live] = []
         for env, first in zip(envs, firsts):
             e = _Live(len(episodes), len(episodes) // group_size, env, [])
             episodes.append(e)
             if isinstance(first, BaseException):
                 e.fail(first)
+                finished += ended(e.task)  # a group whose every reset failed is over before its first turn
                 continue
             e.prompt_ids = chat.prompt_ids(first)
             if len(e.prompt_ids) >= max_tokens:
                 raise ValueError(
                     f"a first prompt of {len(e.prompt_ids)} tokens leaves no room in --env-max-tokens {max_tokens}"
                 )
+        yield from handed_over(finished)
         live = [e for e in episodes if e.stopped_by is None]
         turn = 0
         while live:
@@ -141,35 +195,49 @@ def run_episodes(
                 e.text.append(rollout.text)
             with timed("env"):
                 steps = answers(calls, [(e.env.step, (rollout.text,)) for e, rollout in zip(live, turns)])
-            going = []
+            going, finished = [], []
             for e, rollout, answer in zip(live, turns, steps):
                 if isinstance(answer, BaseException):
                     e.turn_rewards.append(0.0)
                     e.fail(answer)
-                    continue
-                e.turn_rewards.append(answer.reward)
-                e.info |= answer.info
-                if answer.done:
-                    e.stopped_by = "done"
-                elif len(e.turn_starts) >= e.env.max_turns:
-                    e.stopped_by = "max_turns"
-                elif e.length() >= max_tokens:
-                    e.stopped_by = "max_tokens"
                 else:
-                    observation = chat.observation_ids(answer.observation, rollout.token_ids)
-                    if e.length() + len(observation) >= max_tokens:  # no room left for a model token after it
-                        e.stopped_by = "max_tokens"
-                    else:
-                        e.ids += observation
-                        e.mask += [0] * len(observation)
-                        e.logprobs += [0.0] * len(observation)
-                        e.text.append(tokenizer.decode(observation))
-                        going.append(e)
+                    play_on(e, answer, rollout, chat, tokenizer, max_tokens)
+                if e.stopped_by is None:
+                    going.append(e)
+                else:
+                    finished += ended(e.task)
             live = going
             turn += 1
-        with timed("env"):  # errors closing are the environments' own business: the episodes are played
-            calls([(e.env.close, ()) for e in episodes if hasattr(e.env, "close") and e.stopped_by != "env_timeout"])
-    return [e.episode() for e in episodes]
+            yield from handed_over(finished)
+
+
+def play_on(
+    e: _Live,
+    answer: EnvStep,
+    rollout: Rollout,
+    chat: ChatRendering,
+    tokenizer: PreTrainedTokenizerBase,
+    max_tokens: int,
+) -> None:
+    """The environment's answer to the episode's turn `rollout`: the episode ends (done, its turn limit, the token cap)
+    or takes the observation's tokens for its next turn."""
+    e.turn_rewards.append(answer.reward)
+    e.info |= answer.info
+    if answer.done:
+        e.stopped_by = "done"
+    elif len(e.turn_starts) >= e.env.max_turns:
+        e.stopped_by = "max_turns"
+    elif e.length() >= max_tokens:
+        e.stopped_by = "max_tokens"
+    else:
+        observation = chat.observation_ids(answer.observation, rollout.token_ids)
+        if e.length() + len(observation) >= max_tokens:  # no room left for a model token after it
+            e.stopped_by = "max_tokens"
+        else:
+            e.ids += observation
+            e.mask += [0] * len(observation)
+            e.logprobs += [0.0] * len(observation)
+            e.text.append(tokenizer.decode(observation))
 
 
 def tasks_of(tasks: Sequence[dict[str, Any]], group_size: int) -> list[dict[str, Any]]:

@@ -3,13 +3,14 @@
 Each step draws n_prompts_per_rollout_batch tasks in the run's seeded order and plays group_size episodes of each
 (alignment/envs/runner.py); the episodes go to the learner as rollouts, scored by their final reward, and the
 learner's collate lays them out with their own prompts and masks (alignment/grpo/batch.py). Validation plays one
-episode per held-out task at the validation settings.
+episode per held-out task at the validation settings. `scored_groups` gives each question's group as soon as its
+episodes have ended, for a streaming generator (--strategy async on Ray, alignment/ray/episode_stream.py).
 
 A group with an episode its environment failed (an error, a missed --env-step-timeout-s) is dropped whole: the step
 trains on the intact groups (train_env_groups_dropped counts the others); a step with none stops the run.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +21,7 @@ from alignment.data.task import Task
 from alignment.envs.base import EnvironmentUnavailable, stop_strings
 from alignment.envs.episode import ENV_FAILURES, Episode, intact_groups
 from alignment.envs.loading import environment_maker
-from alignment.envs.runner import run_episodes
+from alignment.envs.runner import play_episodes, task_major
 from alignment.grpo.config import GRPOConfig
 from alignment.grpo.sampler import Drawn, rollout_sampling
 from alignment.rollout.interface import RolloutEngine, SamplingConfig
@@ -57,11 +58,23 @@ class EpisodeSampler:
         sampling: SamplingConfig,
         timer: PhaseTimer | None = None,
     ) -> list[Episode]:
+        """group_size episodes of each question, question-major."""
+        return task_major(self.play_groups(task, questions, group_size, sampling, timer))
+
+    def play_groups(
+        self,
+        task: Task,
+        questions: Sequence[int],
+        group_size: int,
+        sampling: SamplingConfig,
+        timer: PhaseTimer | None = None,
+    ) -> Iterator[tuple[int, list[Episode]]]:
+        """(i, the group_size episodes of questions[i]) as soon as they have all ended (alignment/envs/runner.py)."""
         model = getattr(self.engine, "model", None)
         if isinstance(model, torch.nn.Module):
             model.eval()  # an in-process engine samples the policy, which the learner left in train mode
         c = self.config
-        return run_episodes(
+        return play_episodes(
             self.engine,
             self.tokenizer,
             self.make_env,
@@ -101,12 +114,19 @@ class EpisodeSampler:
     def scored_episodes(
         self, questions: Sequence[int], step: int, timer: PhaseTimer | None = None
     ) -> tuple[list[Episode], list[dict[str, float]]]:
-        """Step `step`'s group_size episodes of each question, and their scores (the final reward, and the
-        environment's other *_reward entries) as a grader's."""
+        """Step `step`'s group_size episodes of each question, and their scores."""
         sampling = rollout_sampling(self.config, step)
         episodes = self.play(self.task, questions, self.config.group_size, sampling, timer)
-        scores = [{"reward": e.reward} | {k: v for k, v in e.info.items() if k.endswith("_reward")} for e in episodes]
-        return episodes, scores
+        return episodes, episode_scores(episodes)
+
+    def scored_groups(
+        self, questions: Sequence[int], step: int
+    ) -> Iterator[tuple[int, list[Episode], list[dict[str, float]]]]:
+        """Step `step`'s group_size episodes of each question: (i, the group of questions[i], its scores) as soon as
+        the group's episodes have all ended, the other groups' playing on."""
+        sampling = rollout_sampling(self.config, step)
+        for i, group in self.play_groups(self.task, questions, self.config.group_size, sampling):
+            yield i, group, episode_scores(group)
 
     def evaluate(self, on: Task, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
         """One episode per validation task: eval_reward (its mean final reward) and the episodes' statistics."""
@@ -124,6 +144,11 @@ def episode_row(task: Task, question: int) -> dict[str, Any]:
     answers gives {"question", "answer"}."""
     truth = task.truths[question]
     return truth if isinstance(truth, dict) else {"question": task.questions[question], "answer": truth}
+
+
+def episode_scores(episodes: Sequence[Episode]) -> list[dict[str, float]]:
+    """Each episode's scores as a grader's: the final reward, and the environment's other *_reward entries."""
+    return [{"reward": e.reward} | {k: v for k, v in e.info.items() if k.endswith("_reward")} for e in episodes]
 
 
 def episode_stats(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:

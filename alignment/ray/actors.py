@@ -277,8 +277,7 @@ class Generator(_Actor):
 
         c = self.config
         if self.turns is not None:
-            play = self.streamed_episodes.scored_episodes
-            items = stream_episodes(self.feed, self.turns, play, c.group_size)
+            items = stream_episodes(self.feed, self.turns, self.streamed_episodes.scored_groups)
         else:
             items = self.engine.stream(self.feed, c.partial_rollouts, c.inflight_kv)  # type: ignore[attr-defined]
         for item in items:

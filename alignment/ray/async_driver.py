@@ -14,10 +14,11 @@ its version and behaviour log-prob (alignment/rollout/streaming.py), and the lea
 each against the right policy (--off-policy-objective, alignment/grpo/objective.py).
 
 Episodes (--env). A generator plays a unit's multi-turn episodes turn by turn, loading offered weights between two
-turns (alignment/ray/episode_stream.py), and streams each group, scored by its environment (no scorer call), once
-every episode of the unit has ended. An episode's versions are one per sampled token, so the rules below apply to
-episodes unchanged: an episode's age is the learner's version minus the oldest version any of its turns was
-sampled with, and a lost generator's unfinished episodes are played again whole.
+turns (alignment/ray/episode_stream.py), and streams each group, scored by its environment (no scorer call), as
+soon as that group's episodes have all ended, the unit's other groups playing on. An episode's versions are one per
+sampled token, so the rules below apply to episodes unchanged: an episode's age is the learner's version minus the
+oldest version any of its turns was sampled with. The table tracks each ticket, not each unit: a lost generator's
+groups already streamed stay (trained once), and only its unfinished ones are handed out again, whole.
 
 Staleness. A group's age at the learner's version v is v minus the oldest version among its tokens. Two rules keep
 every trained group within ETA:

@@ -1,5 +1,6 @@
 """Multi-turn episodes under --strategy async: a streaming generator plays each handed-out unit's episodes turn by
-turn (alignment/envs/runner.py) and yields each question's group once every episode of the unit has ended.
+turn (alignment/envs/runner.py), all of the unit's running episodes in one engine call per turn, and yields each
+question's group as soon as that group's last episode has ended, while the unit's other episodes play on.
 
 Weights. Between two turns (two engine calls) the newest weights offered to the generator's feed are loaded, with
 --partial-rollouts; without, only between units, so each episode finishes on the weights it started with. A turn
@@ -9,12 +10,12 @@ per sampled token (sampled_mask 1), in order: that of the call that sampled its 
 version, as they carry log-prob 0 and mask 0; each turn's log-probs are the behaviour log-probs of the weights that
 sampled it, which is what the learner's off-policy correction divides by.
 
-Groups whole. Nothing leaves the generator before its unit's episodes have all ended, so a generator lost
-mid-episode takes only unfinished groups with it, which the driver hands out again whole (alignment/ray/
-async_driver.py); no partial episode is ever trained.
+Groups whole. A group leaves the generator only once every one of its episodes has ended, so a generator lost
+mid-unit has delivered whole groups (trained once) and takes only unfinished ones with it, which the driver tracks
+per group and hands out again whole (alignment/ray/async_driver.py); no partial episode or group is ever trained.
 """
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -87,15 +88,14 @@ class TurnEngine:
         return replace(episode, versions=versions)
 
 
-Play = Callable[[Sequence[int], int], tuple[Sequence[Episode], list[dict[str, float]]]]
+Play = Callable[[Sequence[int], int], Iterable[tuple[int, Sequence[Episode], list[dict[str, float]]]]]
 
 
-def stream_episodes(
-    feed: StreamFeed, turns: TurnEngine, play: Play, group_size: int
-) -> Iterator[FinishedEpisodes | Barrier]:
-    """Play the feed's episode units as they come, yielding each question's group once the unit's episodes have all
+def stream_episodes(feed: StreamFeed, turns: TurnEngine, play: Play) -> Iterator[FinishedEpisodes | Barrier]:
+    """Play the feed's episode units as they come, yielding each question's group as soon as its episodes have all
     ended, and each barrier between units; returns when the feed is stopped. `play(questions, unit)` plays
-    group_size episodes of each question through `turns`, seeded by rollout batch `unit`, with their scores."""
+    the groups of the questions through `turns`, seeded by rollout batch `unit`, giving (i, the group of
+    questions[i], its scores) as each group ends."""
     while (item := feed.next_item()) is not None:
         if not feed.load(turns.apply, item.floor):  # a unit starts on the newest weights
             return
@@ -103,9 +103,6 @@ def stream_episodes(
             yield item
             continue
         turns.begin()
-        episodes, scores = play(item.questions, item.unit)
-        stamped = [turns.stamp(e) for e in episodes]
+        for i, episodes, scores in play(item.questions, item.unit):
+            yield FinishedEpisodes(item.keys[i], [replace(turns.stamp(e), prompt_index=0) for e in episodes], scores)
         turns.begin()
-        for i, key in enumerate(item.keys):
-            group = slice(i * group_size, (i + 1) * group_size)
-            yield FinishedEpisodes(key, [replace(e, prompt_index=0) for e in stamped[group]], scores[group])
