@@ -153,7 +153,9 @@ def stand_in_python(tmp_path: Path) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("faults", ["", "killed", "oom"])
+@pytest.mark.parametrize(
+    "faults", [pytest.param("", marks=pytest.mark.slow), pytest.param("killed", marks=pytest.mark.slow), "oom"]
+)  # each a whole --tiny check of stand-ins: one by default
 def test_the_exit_status_fails_for_a_goal_alone_and_names_an_out_of_memory_kill(tmp_path, faults):
     rc, lines, _ = gpu_check(
         tmp_path, "--tiny", PYTHON=stand_in_python(tmp_path), REAL_PYTHON=sys.executable, GPU_CHECK_FAULTS=faults

@@ -41,6 +41,8 @@ def fixed_batch(config) -> tuple[list, list]:
     return rollouts, [TASK.reward_fn(r.text, "") for r in rollouts]
 
 
+@pytest.mark.slow  # 40-90 s: two FSDP2 learner actors and a generator; FSDP2 equivalence runs by default in
+# tests/test_sharding.py, a colocated Ray run in tests/test_ray_strategies.py
 def test_two_learner_actors_update_as_one_and_restore_their_shards(cluster, tiny_model_dir, tmp_path):
     config = config_for(
         tiny_model_dir,

@@ -193,6 +193,7 @@ open(os.path.join(run, "metrics.jsonl"), "w").write(json.dumps(row) + "\\n")
 """
 
 
+@pytest.mark.slow  # 20-120 s: a Ray task per seed starts; the resources each holds are checked by default below
 def test_seeds_run_side_by_side_as_ray_tasks(cluster, tmp_path, monkeypatch):
     """--launcher ray on a cluster without GPUs: each run a Ray task holding one CPU, so the 2-CPU test cluster runs
     both seeds at once. The runs' command is a stand-in that logs a validation (the real script's runs go through the

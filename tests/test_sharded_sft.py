@@ -50,6 +50,7 @@ def torchrun(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
+@pytest.mark.slow  # 20-40 s of torchrun; sharded GRPO runs by default in tests/test_sharding.py
 def test_two_processes_train_sft_as_one_and_run_expert_iteration(tiny_model_dir, tmp_path):
     data, one, two = tmp_path / "data", tmp_path / "one", tmp_path / "two"
     write_data(data)

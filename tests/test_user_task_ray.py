@@ -1,5 +1,5 @@
 """A task of the user's own on Ray: the Task travels to the Scorer actor with its RewardSet by name (the task file is
-loaded again there), and a colocated run trains on it with each reward's mean in its metrics."""
+loaded again there), and a run under each strategy trains on it with each reward's mean in its metrics."""
 
 import json
 import pickle
@@ -43,8 +43,21 @@ def test_a_file_defined_reward_set_unpickles_and_grades_in_a_fresh_scorer_proces
     assert len(reply["user_modules"]) == 1 and not reply["torch"]  # the task file loaded there; no torch
 
 
-@pytest.mark.slow  # 90 s on 2 loaded cores: Ray and its actors start
-def test_a_user_task_trains_on_ray_colocated(cluster, tiny_model_dir, tmp_path):
+STRATEGY_SETTINGS = {  # what each strategy needs beyond the shared settings (alignment/ray/config.py checks them)
+    "colocated-sync": {},
+    "colocated-multistep": {"multistep_k": 2, "loss_type": "grpo_clip"},
+    "colocated-k-batches": {"multistep_k": 2, "loss_type": "grpo_clip", "checkpoint_every": 2},
+    "disaggregated-one-behind": {},
+    "replay-buffer": {},
+    "async": {},
+}
+
+
+@pytest.mark.slow  # 60-90 s each on 2 loaded cores: Ray and its actors start
+@pytest.mark.parametrize("strategy", list(STRATEGY_SETTINGS))
+def test_a_user_task_trains_on_ray_under_every_strategy(cluster, tiny_model_dir, tmp_path, strategy):
+    """The task file's RewardSet reaches the scorer (or the async generators' grading) by name under each strategy,
+    and each reward function's mean is logged beside the weighted sum, in training and in validation."""
     from alignment.ray.driver import train_grpo_ray
 
     task = write_task(tmp_path, str(write_rows(tmp_path / "data", "jsonl")), body=TASK_FILE)
@@ -68,11 +81,13 @@ def test_a_user_task_trains_on_ray_colocated(cluster, tiny_model_dir, tmp_path):
         output_dir=tmp_path / "run",
         ray_timeout_s=120.0,
     )
-    train_grpo_ray(replace(config, strategy="colocated-sync"))
+    train_grpo_ray(replace(config, strategy=strategy, **STRATEGY_SETTINGS[strategy]))
     metrics = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in metrics if "loss" in m]
-    assert [m["grpo_step"] for m in steps] == [1, 2] and all("train_reward_contains" in m for m in steps)
-    assert all("eval_reward_contains" in m for m in metrics if "eval_reward" in m)
+    assert sorted({m["grpo_step"] for m in steps}) == [1, 2] and all("train_reward_contains" in m for m in steps)
+    assert all(0.0 <= m["train_reward_contains"] <= 1.0 for m in steps)
+    evals = [m for m in metrics if "eval_reward" in m]
+    assert evals and all("eval_reward_contains" in m for m in evals)
 
 
 def test_the_ray_driver_builds_a_user_task_in_the_models_chat_turn(tiny_model_dir, tmp_path):
