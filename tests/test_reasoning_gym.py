@@ -298,7 +298,7 @@ def test_the_learning_bench_runs_tiny(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="TRL is in the bench group (--group bench)")
 def test_the_learning_bench_sets_trl_beside_ours_tiny(tmp_path) -> None:
-    result = run_learning_bench(tmp_path, "--trl")
+    result = run_learning_bench(tmp_path, "--trl-seeds", "0,1", "--trl-minutes", "5")
     for run in result["seeds"].values():
         trl = run["trl"]
         assert trl["steps"] >= 1 and trl["curve"][0][1] == 0 and set(trl["final"]) == set(run["ours"]["final"])
