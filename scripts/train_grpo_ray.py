@@ -22,6 +22,7 @@ checkpoint/ and plots to --output-dir, and prints the mean seconds per GRPO step
 import typer
 
 from alignment.config.cli import run_command, script_help
+from alignment.envs.base import EnvironmentUnavailable
 from alignment.ray.cluster import ActorFailure
 from alignment.ray.config import RayGRPOConfig
 from alignment.ray.driver import train_grpo_ray
@@ -35,6 +36,9 @@ def run(config: RayGRPOConfig, resume: bool) -> None:
         raise typer.BadParameter(str(err)) from None
     except ActorFailure as err:
         typer.echo(str(err), err=True)
+        raise typer.Exit(1) from None
+    except EnvironmentUnavailable as err:  # the driver's own, or a generator's (raised there, so wrapped by Ray)
+        typer.echo(f"stopped: {getattr(err, 'cause', err)}", err=True)
         raise typer.Exit(1) from None
     except FloatingPointError as err:  # diverged (raised in the learner, so wrapped by Ray): see diverged.json
         cause = getattr(err, "cause", err)

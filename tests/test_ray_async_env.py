@@ -2,15 +2,19 @@
 turns and each turn records the version and behaviour log-probs of the weights that sampled it; a group streams as
 soon as its own episodes have ended while the rest of its unit plays on; the learner's off-policy correction divides
 by each turn's own log-probs; a generator lost mid-unit keeps the groups it delivered and leaves the others, whole,
-to the survivor (the async loop on in-process generators); on Ray, episodes stream to the learner within the
-staleness bound, and a generator lost mid-episode leaves groups that are played again whole by the survivor."""
+to the survivor; a group with an episode its environment failed is never trained, counted and replaced, and an
+environment that fails every group stops the run in one line; a group handed out again is seeded by its place in
+the rollout batch (the async loop on in-process generators and learner); on Ray, episodes stream to the learner
+within the staleness bound, and a generator lost mid-episode leaves groups that are played again whole by the
+survivor."""
 
 import json
 import math
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
@@ -18,12 +22,13 @@ from ray.exceptions import RayActorError
 from transformers import AutoModelForCausalLM
 
 from alignment.data.task import Task
-from alignment.envs.base import EnvStep
+from alignment.envs.base import EnvironmentUnavailable, EnvStep
 from alignment.envs.episode import Episode
 from alignment.envs.loading import scored_by_episodes
 from alignment.envs.runner import play_episodes
 from alignment.grpo.learner import GRPOLearner
-from alignment.ray.actors import Generator
+from alignment.ray import async_driver
+from alignment.ray.actors import Generator, Learner, Work
 from alignment.ray.async_driver import AsyncLoop, Ticket, pick_batch, turn_versions
 from alignment.ray.cluster import Actors
 from alignment.ray.config import RayGRPOConfig, validate_ray
@@ -33,6 +38,7 @@ from alignment.ray.episode_stream import EpisodeUnit, FinishedEpisodes, TurnEngi
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import SamplingConfig
 from alignment.rollout.streaming import StreamFeed
+from alignment.run.setup import PromptOrder
 from tests.test_ray_cluster import three_nodes  # noqa: F401 (the module's three-node cluster)
 from tests.test_ray_strategies import config_for, logged
 
@@ -85,14 +91,15 @@ def test_weights_offered_mid_episode_load_between_turns_and_each_turn_keeps_its_
     turns = TurnEngine(engine, feed, lambda state_dict, version: engine.load_policy_weights(state_dict), between_turns)
     offer = lambda turn: feed.offer(new_weights, 1) if turn == 1 else None  # noqa: E731
 
-    def play(questions, unit):
+    def play(questions, unit, places):
         rows = [{"question": q} for q in ("Hi", "What is 2 + 2?")]
+        env = lambda: ThreeTurns(offer)  # noqa: E731
         for i, group in play_episodes(
-            turns, tokenizer, lambda: ThreeTurns(offer), [rows[q] for q in questions], 2, SAMPLING, 256
+            turns, tokenizer, env, [rows[q] for q in questions], 2, SAMPLING, 256, places=places
         ):
             yield i, group, [{"reward": e.reward} for e in group]
 
-    feed.submit([EpisodeUnit((7, 8), (0, 1), 0), EpisodeUnit((9,), (0,), 1)])
+    feed.submit([EpisodeUnit((7, 8), (0, 1), 0, (0, 1)), EpisodeUnit((9,), (0,), 1, (0,))])
     stream = stream_episodes(feed, turns, play)
     first = [next(stream), next(stream)]
     assert [g.key for g in first] == [7, 8] and all(isinstance(g, FinishedEpisodes) for g in first)
@@ -141,9 +148,9 @@ class Recorded:
     def __init__(self, engine) -> None:
         self.engine, self.calls = engine, []
 
-    def generate(self, prompts, n, sampling):
+    def generate(self, prompts, n, sampling, positions=None):
         self.calls.append(len(prompts))
-        return self.engine.generate(prompts, n, sampling)
+        return self.engine.generate(prompts, n, sampling, positions)
 
     def load_policy_weights(self, state_dict) -> None:
         self.engine.load_policy_weights(state_dict)
@@ -161,12 +168,12 @@ def test_a_group_streams_as_soon_as_its_episodes_end_while_the_unit_plays_on(tok
     feed, log = StreamFeed(), []
     turns = TurnEngine(engine, feed, lambda state_dict, version: engine.load_policy_weights(state_dict), True)
 
-    def play(questions, unit):
+    def play(questions, unit, places):
         rows = [SHORT_AND_LONG[q] for q in questions]
-        for i, group in play_episodes(turns, tokenizer, lambda: EndsAtTurn(log), rows, 2, SAMPLING, 256):
+        for i, group in play_episodes(turns, tokenizer, lambda: EndsAtTurn(log), rows, 2, SAMPLING, 256, places=places):
             yield i, group, [{"reward": e.reward} for e in group]
 
-    feed.submit([EpisodeUnit((7, 8), (1, 0), 0)])  # ticket 7 asks the long question, 8 the short one
+    feed.submit([EpisodeUnit((7, 8), (1, 0), 0, (0, 1))])  # ticket 7 asks the long question, 8 the short one
     stream = stream_episodes(feed, turns, play)
     short = next(stream)
     assert short.key == 8 and engine.calls == [4] and turns.calls == 1  # no second turn sampled yet
@@ -290,6 +297,8 @@ class InProcess:
 class Dropping:
     """The supervisor of a run without restarts: a lost generator is dropped, the groups handed out again noted."""
 
+    restarts = 0
+
     def __init__(self, actors: Actors) -> None:
         self.actors, self.reissued = actors, []
 
@@ -301,10 +310,35 @@ class Dropping:
         return []
 
 
+class RunLog:
+    """The metrics rows and rollout records a run logs."""
+
+    def __init__(self) -> None:
+        self.rows, self.rollouts = [], []
+
+    def log(self, row: dict) -> None:
+        self.rows.append(row)
+
+    def log_rollouts(self, step: int, kind: str, records: list[dict]) -> None:
+        self.rollouts += [{"grpo_step": step, "kind": kind} | record for record in records]
+
+
+class InProcessSync:
+    """WeightSync.offer in this process: the learner's weights offered to every generator."""
+
+    def __init__(self, learner: Learner, generators: list[Generator]) -> None:
+        self.learner, self.generators = learner, generators
+
+    def offer(self, version: int) -> None:
+        weights = self.learner.weights(True)
+        for generator in self.generators:
+            generator.offer_weights(weights, version)
+
+
 @dataclass
 class InProcessDriver:
     """What the async loop reads of the Driver, its actors being in-process generators (`get` has nothing to wait
-    for)."""
+    for) and, when given, an in-process learner."""
 
     config: RayGRPOConfig
     actors: Actors
@@ -312,10 +346,20 @@ class InProcessDriver:
     supervisor: Dropping
     step: int = 0
     doing: str = ""
-    sync: None = None
+    sync: InProcessSync | None = None
+    log: RunLog = field(default_factory=RunLog)
 
     def get(self, refs, doing: str):
         return refs
+
+    def commit(self, rows: list[dict]) -> list[dict]:
+        for row in rows:
+            self.log.log(row)
+        self.step = rows[0]["grpo_step"]
+        return rows
+
+    def elapsed(self) -> float:
+        return 1.0
 
 
 def lost_mid_unit():
@@ -377,6 +421,141 @@ def test_a_generator_lost_mid_unit_keeps_its_delivered_groups_and_leaves_the_oth
         handle.generator.stop_stream()
 
 
+class FailsOn:
+    """One-turn episodes whose step raises as the row's "fail" says: "one" (one episode of each group of two: every
+    other step of the question, whichever of the two steps first), "all", or None (never)."""
+
+    name, max_turns, stop = "fails_on", 1, ()
+    lock, steps = threading.Lock(), Counter()
+
+    def reset(self, row):
+        self.row = row
+        return row["question"]
+
+    def step(self, action: str) -> EnvStep:
+        question, fail = self.row["question"], self.row["fail"]
+        with FailsOn.lock:
+            FailsOn.steps[question] += 1
+            odd = FailsOn.steps[question] % 2 == 1
+        if fail == "all" or (fail == "one" and odd):
+            raise RuntimeError(f"tool crashed on {question!r}")
+        return EnvStep("", float(len(action) % 2), True)
+
+
+def in_process_run(tiny_model_dir, tmp_path, rows, monkeypatch, **overrides):
+    """The async loop over an in-process generator and learner on FailsOn's `rows` (two groups of two per update,
+    --max-staleness 0), Ray's wait answered by whatever is ready in this process: the learner's update once under
+    way, else the stream of a generator with work."""
+    monkeypatch.setitem(sys.modules, "tests.test_ray_async_env", sys.modules[__name__])
+    FailsOn.steps.clear()
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="async",
+        env="tests.test_ray_async_env:FailsOn",
+        env_max_tokens=256,
+        sampling_max_tokens=4,
+        sampling_min_tokens=4,
+        n_grpo_steps=2,
+        max_staleness=0,
+        **overrides,
+    )
+    validate_ray(config)
+    task = Task([r["question"] for r in rows], rows, "{question}", scored_by_episodes)
+    generator = Generator(config, task, task, "cpu", 1, "Generator 0")
+    learner = Learner(config, task, "cpu", 1)
+    actors = Actors(None, InProcess(learner), None, 0.0, generators={"Generator 0": InProcess(generator)})
+    driver = InProcessDriver(config, actors, len(rows), Dropping(actors), sync=InProcessSync(learner, [generator]))
+    loop = AsyncLoop(driver, None)
+
+    def wait(waitables, num_returns, timeout):
+        if loop.learning is not None:
+            return [loop.learning.ref], []
+        return [next(loop.streams[name] for name in loop.streams if loop.assigned[name])], []
+
+    monkeypatch.setattr(async_driver.ray, "wait", wait)
+    return config, loop, driver
+
+
+def test_a_group_with_an_episode_its_environment_failed_is_never_trained_and_is_replaced(
+    tokenizer, tiny_model_dir, tmp_path, monkeypatch
+):
+    """The first ticket's question fails one of its two episodes: that group streams, is dropped whole (never in a
+    trained batch), counted in train_env_groups_dropped of the first update, and replaced by the next ticket of the
+    prompt order, so both updates train two groups: tickets 1, 2 and 3, 4, none asking the failing question."""
+    rows = [{"question": f"Question {i}?", "fail": None} for i in range(6)]
+    failing = PromptOrder(len(rows), 3).take(1)[0]  # ticket 0's question in a run of seed 3
+    rows[failing]["fail"] = "one"
+    config, loop, driver = in_process_run(tiny_model_dir, tmp_path, rows, monkeypatch, seed=3)
+    assert loop.question(0) == failing
+    updates = [loop.next_step() for _ in range(config.n_grpo_steps)]
+    loop.drain()
+    assert loop.env_dropped == {0} and loop.next_ticket == loop.total == 5 and not loop.tickets
+    assert [row["train_env_groups_dropped"] for rows in updates for row in rows] == [1, 0]
+    assert [row["grpo_step"] for rows in updates for row in rows] == [1, 2] and driver.step == 2
+    trained = [r for r in driver.log.rollouts if r["kind"] == "trained"]
+    assert [(r["grpo_step"], r["ticket"]) for r in trained] == [(1, 1), (1, 2), (2, 3), (2, 4)]
+    assert failing not in {r["question"] for r in trained}
+    assert all(r["stopped_by"] == ["done", "done"] for r in trained)
+    assert FailsOn.steps[rows[failing]["question"]] == 2  # played once, one of its two episodes failed
+    assert loop.state_dict()["env_dropped"] == [0]
+
+
+def test_an_environment_failing_every_group_stops_the_run_in_one_line(tokenizer, tiny_model_dir, tmp_path, monkeypatch):
+    """Every episode's step raises: as many groups dropped in a row as a rollout batch holds (two) stop the run
+    before any update, one line naming --env and the environment's error."""
+    rows = [{"question": f"Question {i}?", "fail": "all"} for i in range(4)]
+    config, loop, driver = in_process_run(tiny_model_dir, tmp_path, rows, monkeypatch)
+    with pytest.raises(EnvironmentUnavailable) as stopped:
+        loop.next_step()
+    message = str(stopped.value)
+    assert message.startswith("--env tests.test_ray_async_env:FailsOn: the last 2 groups") and "\n" not in message
+    assert message.endswith("RuntimeError: tool crashed on " + repr(rows[loop.question(1)]["question"]))
+    assert loop.env_dropped == {0, 1} and driver.step == 0 and loop.learning is None and not driver.log.rows
+
+
+def played(generator: Generator, stream, work: Work) -> dict[int, list[list[int]]]:
+    """Each ticket of `work` (one rollout batch's) played by the generator: its episodes' tokens."""
+    generator.submit([work])
+    groups = [next(stream) for _ in work.tickets]
+    return {g.ticket: [e.token_ids for e in g.rollouts] for g in groups}
+
+
+@pytest.mark.parametrize("one_row_per_batch", [True, False])
+def test_a_reissued_group_samples_by_its_place_in_the_rollout_batch(
+    tokenizer, tiny_model_dir, tmp_path, monkeypatch, one_row_per_batch
+):
+    """Tickets 0 and 1 of rollout batch 0 ask the same three-turn question; ticket 1 handed out again alone is
+    seeded by its place in the batch, not by its position in the engine's call: on an engine that seeds each
+    episode on its own (hf with one row per batch, as vLLM seeds each request) it samples exactly what it sampled
+    in the whole batch; on hf's default batching (a batch's rows take their keys in turn from its first prompt's
+    seed) numbers of its own. Either way never ticket 0's (which it drew before: the same position in the call)."""
+    monkeypatch.setitem(sys.modules, "tests.test_ray_async_env", sys.modules[__name__])
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="async",
+        env="tests.test_ray_async_env:EndsAtTurn",
+        env_max_tokens=256,
+        sampling_max_tokens=4,
+        sampling_min_tokens=4,
+    )
+    validate_ray(config)
+    rows = [dict(SHORT_AND_LONG[1])]
+    task = Task([r["question"] for r in rows], rows, "{question}", scored_by_episodes)
+    generator = Generator(config, task, task, "cpu", 1)
+    if one_row_per_batch:
+        generator.engine.memory_budget_bytes = 1  # below one row's need: each episode is a batch of its own
+    stream = generator.stream()
+    whole = played(generator, stream, Work(0, (0, 1), (0, 0), 0))
+    again = played(generator, stream, Work(0, (1,), (0,), 0))
+    generator.stop_stream()
+    assert whole[0] != whole[1] and all(len(tokens) > 8 for tokens in whole[1])  # two draws; three turns each
+    assert again[1] != whole[0]
+    if one_row_per_batch:
+        assert again[1] == whole[1]
+
+
 def trained(config) -> list[dict]:
     rows = [json.loads(line) for line in (config.output_dir / "rollouts.jsonl").read_text().splitlines()]
     return [row for row in rows if row["kind"] == "trained"]
@@ -434,12 +613,12 @@ def test_an_update_forced_mid_episode_trains_episodes_of_two_versions(cluster, t
         class Holding:
             model = getattr(inner, "model", None)
 
-            def generate(self, prompts, n, sampling):
+            def generate(self, prompts, n, sampling, positions=None):
                 if generator.turns.calls == 2:  # the second turn: sampled on the unit's weights, then wait
                     deadline = time.monotonic() + 20
                     while not feed.has_weights() and time.monotonic() < deadline:
                         time.sleep(0.05)
-                return inner.generate(prompts, n, sampling)
+                return inner.generate(prompts, n, sampling, positions)
 
             def load_policy_weights(self, state_dict):
                 inner.load_policy_weights(state_dict)

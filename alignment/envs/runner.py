@@ -5,7 +5,11 @@ are), samples one continuation, and the episode's environment answers the decode
 environment says done, after its environment's max_turns, or at the token cap (prompt included), the last two
 flagged in Episode.stopped_by; ended episodes leave the batch. Turn t's call is seeded prompt_seed(seed, t), and
 episode j of the call draws from prompt_seed of that and j (the engines' rule), so every episode of a group is an
-independent draw and the same seed reproduces the whole set.
+independent draw and the same seed reproduces the whole set. Given `places` (each task's place in a rollout batch
+played in parts, as --strategy async hands a batch's groups out), episode k of task i draws from position
+places[i] * group_size + k instead, whichever episodes share its call: two parts of a batch never draw the same
+random numbers, and on an engine that seeds each prompt on its own (vLLM) a part draws exactly what it would have
+drawn in the whole batch.
 
 Groups as they end: `play_episodes` hands over each task's group as soon as its last episode has ended (its
 environments closed), while the other groups' episodes play on together; `run_episodes` waits for them all. Handing
@@ -122,6 +126,7 @@ def play_episodes(
     step_timeout_s: float = 60.0,
     concurrency: int = 0,
     timer: Callable[[str], AbstractContextManager[Any]] | None = None,
+    places: Sequence[int] | None = None,
 ) -> Iterator[tuple[int, list[Episode]]]:
     """`group_size` episodes of each task, played together; yields (i, the group of tasks[i], prompt_index i) as
     soon as the group's last episode has ended and its environments are closed, the groups that end on one turn in
@@ -130,7 +135,8 @@ def play_episodes(
     `sampling` is each turn's (its max_tokens a turn's most, its stop strings the environment's); `max_tokens`
     caps an episode's whole sequence, prompt included. `step_timeout_s`: each environment call's deadline;
     `concurrency`: environment calls at once (0: every live episode's). `timer("env")` wraps the environment calls
-    (e.g. a PhaseTimer: the seconds the batch waited on its environments).
+    (e.g. a PhaseTimer: the seconds the batch waited on its environments). `places`: each task's place in its rollout
+    batch, which seeds its episodes (None: the episodes' positions in each call seed them).
     """
     timed = timer or (lambda phase: nullcontext())
     chat = ChatRendering(tokenizer, context_messages(make_env()))
@@ -184,7 +190,12 @@ def play_episodes(
                 min_tokens=min(sampling.min_tokens, max(rooms)),
                 seed=None if sampling.seed is None else prompt_seed(sampling.seed, turn),
             )
-            turns = engine.generate([e.prompt_ids + e.ids for e in live], 1, call)
+            prompts = [e.prompt_ids + e.ids for e in live]
+            if places is None:
+                turns = engine.generate(prompts, 1, call)
+            else:
+                positions = [places[e.task] * group_size + e.index % group_size for e in live]
+                turns = engine.generate(prompts, 1, call, positions)
             for i, (e, room, rollout) in enumerate(zip(live, rooms, turns)):
                 if len(rollout.token_ids) > room:
                     turns[i] = rollout = cut_turn(rollout, room, tokenizer)

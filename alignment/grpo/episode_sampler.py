@@ -7,7 +7,8 @@ episode per held-out task at the validation settings. `scored_groups` gives each
 episodes have ended, for a streaming generator (--strategy async on Ray, alignment/ray/episode_stream.py).
 
 A group with an episode its environment failed (an error, a missed --env-step-timeout-s) is dropped whole: the step
-trains on the intact groups (train_env_groups_dropped counts the others); a step with none stops the run.
+trains on the intact groups (train_env_groups_dropped counts the others); a step with none stops the run. (Under
+--strategy async on Ray the driver drops such a group too, and replaces it: alignment/ray/async_driver.py.)
 """
 
 from collections.abc import Iterator, Sequence
@@ -68,8 +69,10 @@ class EpisodeSampler:
         group_size: int,
         sampling: SamplingConfig,
         timer: PhaseTimer | None = None,
+        places: Sequence[int] | None = None,
     ) -> Iterator[tuple[int, list[Episode]]]:
-        """(i, the group_size episodes of questions[i]) as soon as they have all ended (alignment/envs/runner.py)."""
+        """(i, the group_size episodes of questions[i]) as soon as they have all ended (alignment/envs/runner.py);
+        `places`: each question's place in its rollout batch, which seeds its episodes."""
         model = getattr(self.engine, "model", None)
         if isinstance(model, torch.nn.Module):
             model.eval()  # an in-process engine samples the policy, which the learner left in train mode
@@ -85,6 +88,7 @@ class EpisodeSampler:
             c.env_step_timeout_s,
             c.env_concurrency,
             timer,
+            places,
         )
 
     def draw(self, step: int, timer: PhaseTimer | None = None) -> Drawn:
@@ -106,7 +110,7 @@ class EpisodeSampler:
         if not questions:
             error = next(e.info["env_error"] for e in episodes if e.failed)
             raise EnvironmentUnavailable(
-                f"every group of GRPO step {step + 1} had an episode its environment failed: {error}"
+                f"--env {c.env}: every group of GRPO step {step + 1} had an episode its environment failed: {error}"
             )
         stats["train_env_groups_dropped"] = len(asked) - len(questions)
         return Drawn(questions, list(kept), kept_scores, stats)
@@ -120,12 +124,13 @@ class EpisodeSampler:
         return episodes, episode_scores(episodes)
 
     def scored_groups(
-        self, questions: Sequence[int], step: int
+        self, questions: Sequence[int], step: int, places: Sequence[int]
     ) -> Iterator[tuple[int, list[Episode], list[dict[str, float]]]]:
         """Step `step`'s group_size episodes of each question: (i, the group of questions[i], its scores) as soon as
-        the group's episodes have all ended, the other groups' playing on."""
+        the group's episodes have all ended, the other groups' playing on; places[i] is questions[i]'s place in step
+        `step`'s rollout batch, which seeds its episodes (a part of the batch played apart draws numbers of its own)."""
         sampling = rollout_sampling(self.config, step)
-        for i, group in self.play_groups(self.task, questions, self.config.group_size, sampling):
+        for i, group in self.play_groups(self.task, questions, self.config.group_size, sampling, places=places):
             yield i, group, episode_scores(group)
 
     def evaluate(self, on: Task, sampling: SamplingConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:

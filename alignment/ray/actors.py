@@ -79,6 +79,11 @@ class Work:
     questions: tuple[int, ...]
     floor: int
 
+    def places(self, batch_size: int) -> tuple[int, ...]:
+        """The tickets' places in their rollout batch of `batch_size` groups, which seed them: parts of one batch
+        never share random numbers."""
+        return tuple(t - self.unit * batch_size for t in self.tickets)
+
 
 @dataclass(frozen=True)
 class Validate(Barrier):
@@ -233,12 +238,13 @@ class Generator(_Actor):
         self.feed.offer(state_dict, version)
 
     def submit(self, work: Sequence[Work | Validate]) -> None:
+        size = self.config.n_prompts_per_rollout_batch
         if self.episodes is not None:
             self.feed.submit(
                 [
                     item
                     if isinstance(item, Validate)
-                    else EpisodeUnit(item.tickets, item.questions, item.unit, item.floor)
+                    else EpisodeUnit(item.tickets, item.questions, item.unit, item.places(size), item.floor)
                     for item in work
                 ]  # type: ignore[misc]
             )
@@ -253,8 +259,7 @@ class Generator(_Actor):
                     self.config.group_size,
                     rollout_sampling(self.config, item.unit),  # the seed of rollout batch `unit`, as generate uses
                     item.floor,
-                    # the tickets' places in their rollout batch: parts of one batch never share random numbers
-                    tuple(t - item.unit * self.config.n_prompts_per_rollout_batch for t in item.tickets),
+                    item.places(size),
                 )
                 for item in work
             ]

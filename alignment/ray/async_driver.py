@@ -4,7 +4,7 @@ more than ETA policy versions older than itself.
 Tickets. Group t (t = 0, 1, ...) asks question t of the seeded prompt order, as step t // B of the synchronous
 strategies would (B = --rollout-batch-size / --group-size); the groups of one rollout batch share its sampling
 seed and are sampled together. A run of N steps trains exactly groups 0 .. N·B - 1, each once, as colocated-sync
-does; only when, and on which weights, differ.
+does; only when, and on which weights, differ (with --env, less the groups dropped, below, and as many more).
 
 Streaming. Each generator (alignment/ray/actors.py) runs one long `stream` call: it samples the groups handed to it
 and yields each as soon as its group_size responses are done; the scorer grades it at once; it waits, ready, in
@@ -19,6 +19,15 @@ soon as that group's episodes have all ended, the unit's other groups playing on
 sampled token, so the rules below apply to episodes unchanged: an episode's age is the learner's version minus the
 oldest version any of its turns was sampled with. The table tracks each ticket, not each unit: a lost generator's
 groups already streamed stay (trained once), and only its unfinished ones are handed out again, whole.
+
+Failed episodes (--env). A group with an episode its environment failed (an error, a missed --env-step-timeout-s)
+is dropped whole, as the one-process loop drops it (alignment/grpo/episode_sampler.py): never trained, counted in
+`train_env_groups_dropped` of the next update's rows, and replaced by the next ticket of the prompt order (the
+total grows by one), so every batch is still full and the prompt order is kept, the dropped question skipped as
+the one-process loop skips it. Not the same ticket again: a question its environment fails would fail again. As
+many groups dropped in a row as a rollout batch holds (B, none intact among them) stop the run with
+EnvironmentUnavailable, one line naming --env and the last error: the evidence on which the one-process loop stops
+(a step whose every group failed).
 
 Staleness. A group's age at the learner's version v is v minus the oldest version among its tokens. Two rules keep
 every trained group within ETA:
@@ -49,6 +58,7 @@ from typing import Any, Protocol
 
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from alignment.envs.base import EnvironmentUnavailable
 from alignment.envs.episode import Episode
 from alignment.grpo.sampler import rollout_stats, validation_sampling
 from alignment.ray.actors import Clock, Learned, Streamed, Validate, Validated, Work, sampled_tokens, token_checksum
@@ -187,9 +197,11 @@ class AsyncLoop:
         c = driver.config
         self.driver, self.config = driver, c
         self.eta, self.size = c.max_staleness, c.n_prompts_per_rollout_batch
-        self.total = c.n_grpo_steps * self.size  # groups the run trains
         self.tickets: dict[int, Ticket] = {}  # handed out, not yet trained
         self.consumed: set[int] = set()
+        self.env_dropped: set[int] = set()  # tickets whose group had an episode its environment failed
+        self.env_dropped_unlogged = 0  # of those, dropped since the last update's rows
+        self.env_failing = 0  # groups dropped in a row, none intact since
         self.redo: deque[int] = deque()  # tickets to hand out again (a dead generator's, a resumed run's)
         self.next_ticket = 0
         self.assigned: dict[str, set[int]] = {name: set() for name in driver.actors.generators}
@@ -204,6 +216,11 @@ class AsyncLoop:
         self.last_eval = float("nan")
         self.started = False
         self.restored = restored
+
+    @property
+    def total(self) -> int:
+        """Tickets the run hands out: those it trains and those dropped."""
+        return self.config.n_grpo_steps * self.size + len(self.env_dropped)
 
     # --- the Driver's hooks
     def start(self) -> None:
@@ -266,10 +283,12 @@ class AsyncLoop:
             "consumed": sorted(self.consumed),
             "ready": [t.record() for t in self.tickets.values() if t.scores is not None],
             "resume_dropped": self.resume_dropped,
+            "env_dropped": sorted(self.env_dropped),
         }
 
     def load_state_dict(self, state: dict[str, Any], step: int) -> None:
         self.next_ticket, self.consumed = state["next_ticket"], set(state["consumed"])
+        self.env_dropped = set(state.get("env_dropped", ()))  # none in a checkpoint from before groups were dropped
         if state["step"] == step - 1:  # the learner finished the update under way and saved it
             self.consumed |= set(state["learning"])
         graded = [Ticket.from_record(r) for r in state["ready"] if r["number"] not in self.consumed]
@@ -277,7 +296,11 @@ class AsyncLoop:
         self.resume_dropped = state["resume_dropped"] + len(dropped)
         self.tickets = {t.number: t for t in kept}
         # in flight at the checkpoint, or dropped: sampled again, on the checkpoint's weights
-        self.redo = deque(n for n in range(self.next_ticket) if n not in self.consumed and n not in self.tickets)
+        self.redo = deque(
+            n
+            for n in range(self.next_ticket)
+            if n not in self.consumed and n not in self.tickets and n not in self.env_dropped
+        )
 
     # --- handing out work
     def submit(self, name: str, work: list[Work | Validate]) -> None:
@@ -364,10 +387,28 @@ class AsyncLoop:
         ticket.rollouts, ticket.generator = streamed.rollouts, None
         self.assigned[name].discard(ticket.number)
         if streamed.scores is not None:  # episodes, scored by their environment
+            failed = next((e for e in streamed.rollouts if isinstance(e, Episode) and e.failed), None)
+            if failed is not None:
+                self.drop(ticket, failed)
+                return "dropped"
+            self.env_failing = 0
             ticket.scores = streamed.scores
             return "graded"
         self.grade(ticket)
         return "streamed"
+
+    def drop(self, ticket: Ticket, failed: Episode) -> None:
+        """A group with an episode its environment failed: never trained, counted, and replaced by the next ticket
+        (`total` grows by one); B in a row stop the run."""
+        del self.tickets[ticket.number]
+        self.env_dropped.add(ticket.number)
+        self.env_dropped_unlogged += 1
+        self.env_failing += 1
+        if self.env_failing >= self.size:
+            raise EnvironmentUnavailable(
+                f"--env {self.config.env}: the last {self.env_failing} groups (a rollout batch's worth) each had an "
+                f"episode its environment failed, none trained: {failed.info['env_error']}"
+            )
 
     def grade(self, ticket: Ticket) -> None:
         texts = [(0, r.text) for r in ticket.rollouts]
@@ -493,6 +534,7 @@ class AsyncLoop:
 
         sampling, loads, load_s = since_logged("sampling_s"), since_logged("loads"), since_logged("load_s")
         self.counted = dict(self.clocks)
+        dropped, self.env_dropped_unlogged = self.env_dropped_unlogged, 0
         running = now - self.loop_start
         generators_busy = sum(clock.sampling_s for clock in self.clocks.values())
         wall = now - step_start
@@ -522,4 +564,6 @@ class AsyncLoop:
             "time_elapsed_s": d.elapsed(),
             "device_hours": d.elapsed() * d.actors.devices / 3600,
         }
+        if c.env is not None:  # the one-process loop's name (alignment/grpo/episode_sampler.py)
+            shared["train_env_groups_dropped"] = dropped
         return [{"grpo_step": learned.version} | shared | row for row in learned.rows]

@@ -13,6 +13,11 @@ sampled it, which is what the learner's off-policy correction divides by.
 Groups whole. A group leaves the generator only once every one of its episodes has ended, so a generator lost
 mid-unit has delivered whole groups (trained once) and takes only unfinished ones with it, which the driver tracks
 per group and hands out again whole (alignment/ray/async_driver.py); no partial episode or group is ever trained.
+A group with an episode its environment failed streams all the same: the driver drops it.
+
+Seeds. A unit's episodes are seeded by its rollout batch and each ticket's place in it, not by their positions in a
+turn's engine call (alignment/envs/runner.py `places`): a group handed out again, or a ticket that replaces a
+dropped one, never draws the random numbers of another group of its batch.
 """
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,11 +35,13 @@ Apply = Callable[[dict[str, torch.Tensor], int], None]
 @dataclass(frozen=True)
 class EpisodeUnit:
     """Tickets of rollout batch `unit` (whose sampling seed they share) asking `questions` (indices into the run's
-    task); not started on weights older than version `floor`."""
+    task), at `places` in that batch (which seed their episodes); not started on weights older than version
+    `floor`."""
 
     keys: tuple[int, ...]
     questions: tuple[int, ...]
     unit: int
+    places: tuple[int, ...]
     floor: int = 0
 
 
@@ -62,13 +69,15 @@ class TurnEngine:
     def begin(self) -> None:
         self.calls, self.sampled_by = 0, {}
 
-    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, positions: Sequence[int] | None = None
+    ) -> list[Rollout]:
         if self.calls > 0 and self.between_turns:  # between two turns of the unit's episodes
             self.feed.load(self.apply)
         self.calls += 1
         for prompt in prompts:
             self.sampled_by[tuple(prompt)] = self.feed.version  # type: ignore[arg-type]
-        return self.engine.generate(prompts, n, sampling)
+        return self.engine.generate(prompts, n, sampling, positions)
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         self.engine.load_policy_weights(state_dict)
@@ -88,14 +97,14 @@ class TurnEngine:
         return replace(episode, versions=versions)
 
 
-Play = Callable[[Sequence[int], int], Iterable[tuple[int, Sequence[Episode], list[dict[str, float]]]]]
+Play = Callable[[Sequence[int], int, Sequence[int]], Iterable[tuple[int, Sequence[Episode], list[dict[str, float]]]]]
 
 
 def stream_episodes(feed: StreamFeed, turns: TurnEngine, play: Play) -> Iterator[FinishedEpisodes | Barrier]:
     """Play the feed's episode units as they come, yielding each question's group as soon as its episodes have all
-    ended, and each barrier between units; returns when the feed is stopped. `play(questions, unit)` plays
-    the groups of the questions through `turns`, seeded by rollout batch `unit`, giving (i, the group of
-    questions[i], its scores) as each group ends."""
+    ended, and each barrier between units; returns when the feed is stopped. `play(questions, unit, places)` plays
+    the groups of the questions through `turns`, seeded by rollout batch `unit` and their places in it, giving (i,
+    the group of questions[i], its scores) as each group ends."""
     while (item := feed.next_item()) is not None:
         if not feed.load(turns.apply, item.floor):  # a unit starts on the newest weights
             return
@@ -103,6 +112,6 @@ def stream_episodes(feed: StreamFeed, turns: TurnEngine, play: Play) -> Iterator
             yield item
             continue
         turns.begin()
-        for i, episodes, scores in play(item.questions, item.unit):
+        for i, episodes, scores in play(item.questions, item.unit, item.places):
             yield FinishedEpisodes(item.keys[i], [replace(turns.stamp(e), prompt_index=0) for e in episodes], scores)
         turns.begin()

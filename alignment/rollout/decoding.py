@@ -403,13 +403,15 @@ def generate_in_groups(
     rows_that_fit: Callable[[int], int],
     run: Callable[[list[list[int]], torch.Generator | None, tqdm], list[Rollout]],
     progress: bool,
+    positions: Sequence[int] | None = None,
 ) -> list[Rollout]:
     """The RolloutEngine.generate contract over a backend's `run(prompt_ids, generator, bar)`, which samples n
     rollouts of each of a few tokenized prompts: prompts go in batches of whole groups that `rows_that_fit`
-    (sequence length -> rows) allows, and come back prompt-major with indices into `prompts`."""
+    (sequence length -> rows) allows, seeded by `positions` (group_batches), and come back prompt-major with indices
+    into `prompts`."""
     rollouts: list[Rollout] = []
     with tqdm(total=len(prompts) * n, desc="generating", unit="seq", disable=not progress, leave=False) as bar:
-        for batch in group_batches(tokenizer, prompts, n, sampling, device, rows_that_fit):
+        for batch in group_batches(tokenizer, prompts, n, sampling, device, rows_that_fit, positions):
             sampled = run(batch.prompt_ids, batch.generator, bar)
             rollouts += [dataclasses.replace(r, prompt_index=batch.start + r.prompt_index) for r in sampled]
     return rollouts

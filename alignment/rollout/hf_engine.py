@@ -80,7 +80,9 @@ class HFRolloutEngine:
         per_row = sequence_tokens * kv_cache_bytes_per_token(self.model) + 4 * 4 * self.model.config.vocab_size
         return max(1, budget // per_row)
 
-    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, positions: Sequence[int] | None = None
+    ) -> list[Rollout]:
         return generate_in_groups(
             self.tokenizer,
             prompts,
@@ -90,6 +92,7 @@ class HFRolloutEngine:
             self.batch_size_for,
             lambda prompt_ids, generator, bar: self._generate_batch(prompt_ids, n, sampling, generator, bar),
             self.progress,
+            positions,
         )
 
     def stream(

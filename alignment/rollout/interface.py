@@ -11,7 +11,9 @@ Prompts are text (tokenized by the engine) or token ids (taken as they are, noth
 passes its ids so far, so that no sampled token is ever decoded and tokenized again (alignment/envs/).
 
 Seeds: `SamplingConfig.seed` seeds a whole call. Prompt i of a call draws its samples from `prompt_seed(seed, i)`, so
-every sample of a call is an independent draw and the same seed reproduces the call.
+every sample of a call is an independent draw and the same seed reproduces the call. `positions` replaces i by a
+position of the caller's choosing (a prompt's place in a larger seeded batch, parts of which are sampled apart), so
+two parts never draw the same random numbers.
 """
 
 import hashlib
@@ -77,8 +79,11 @@ class Rollout:
 
 
 class RolloutEngine(Protocol):
-    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
-        """n samples per prompt, prompt-major: rollouts[i * n : (i + 1) * n] answer prompts[i]."""
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, positions: Sequence[int] | None = None
+    ) -> list[Rollout]:
+        """n samples per prompt, prompt-major: rollouts[i * n : (i + 1) * n] answer prompts[i]; prompt i seeded by
+        positions[i] (None: i)."""
         ...
 
     def load_policy_weights(self, state_dict: dict[str, torch.Tensor]) -> None:

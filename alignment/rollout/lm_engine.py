@@ -75,7 +75,9 @@ class TransformerLMRolloutEngine:
         per_row = 2 * sequence_tokens * kv_cache_bytes_per_token(self.model) + 4 * 4 * self.model.config.vocab_size
         return max(1, budget // per_row)
 
-    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, positions: Sequence[int] | None = None
+    ) -> list[Rollout]:
         context = self.model.config.context_length
         if context is not None and prompts:
             longest = max(len(ids) for ids in prompt_token_ids(self.tokenizer, prompts))
@@ -112,4 +114,5 @@ class TransformerLMRolloutEngine:
                 self.static_decoder() if path == "static" else None,
             ),
             self.progress,
+            positions,
         )

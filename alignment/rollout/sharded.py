@@ -23,14 +23,16 @@ class ShardedRollouts:
         self.engine, self.group = engine, group
         self.model = engine.model  # type: ignore[attr-defined]  # the policy itself: weight pushes are no-ops
 
-    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, positions: Sequence[int] | None = None
+    ) -> list[Rollout]:
         seed = None if sampling.seed is None else prompt_seed(sampling.seed, self.group.rank)
         own = dataclasses.replace(sampling, seed=seed)
 
         def sample(share: slice) -> list[Rollout]:  # prompt indices shifted from the share to the whole list
             return [
                 dataclasses.replace(r, prompt_index=r.prompt_index + share.start)
-                for r in self.engine.generate(prompts[share], n, own)
+                for r in self.engine.generate(prompts[share], n, own, None if positions is None else positions[share])
             ]
 
         with gathered(self.model):  # every rank, even one without prompts: gathering is a collective

@@ -178,13 +178,16 @@ class VLLMRolloutEngine:
             **extra,
         )
 
-    def generate(self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig) -> list[Rollout]:
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, sampling: SamplingConfig, positions: Sequence[int] | None = None
+    ) -> list[Rollout]:
         # OpenMP's team size is a per-thread setting: a thread other than the builder's (a Ray actor's task
         # thread) starts at the core count, and the CPU attention kernel refuses a team that differs from torch's
         torch.set_num_threads(torch.get_num_threads())
         if self.cycle is not None:
             self.cycle.wake("weights", "kv_cache")
-        params = [self.sampling_params(sampling, n, position) for position in range(len(prompts))]
+        positions = range(len(prompts)) if positions is None else positions
+        params = [self.sampling_params(sampling, n, position) for position in positions]
         outputs = self.llm.generate(vllm_prompts(prompts), params, use_tqdm=False, lora_request=self.adapter)
         rollouts = [rollout for index, request in enumerate(outputs) for rollout in request_rollouts(request, index)]
         if self.cycle is not None:
