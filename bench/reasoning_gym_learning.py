@@ -178,11 +178,13 @@ def time_to_accuracy(run: dict[str, Any]) -> dict[str, Any]:
 def plot(per_seed: dict[int, dict[str, Any]], out: Path) -> None:
     """Every seed's held-out accuracy against training minutes, one colour per trainer."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for trainer, style, label in (("ours", "o-", "ours (alignment)"), ("trl", "s--", "TRL GRPOTrainer")):
+    trainers = (("ours", "o-", "C0", "ours (alignment)"), ("trl", "s--", "C1", "TRL GRPOTrainer"))
+    for trainer, style, colour, label in trainers:
         for i, run in enumerate(r[trainer] for r in per_seed.values() if trainer in r):
             points = run["curve"]
             kwargs = {"label": label} if i == 0 else {}
-            ax.plot([p[0] / 60 for p in points], [p[2] for p in points], style, alpha=0.7, markersize=3, **kwargs)
+            x, y = [p[0] / 60 for p in points], [p[2] for p in points]
+            ax.plot(x, y, style, color=colour, alpha=0.7, markersize=3, **kwargs)
     ax.set_xlabel("training time, validations excluded (minutes)")
     ax.set_ylabel("held-out accuracy (score_answer)")
     ax.legend()
