@@ -116,7 +116,7 @@ def test_rows_are_read_renamed_split_and_prompted(tmp_path, kind):
     assert train.logged_truth(row) == row["solution"]
 
 
-def test_training_subsets_and_overlap_follow_the_math_tasks_rules(tmp_path):
+def test_training_subsets_and_overlap_follow_run_datas_rules(tmp_path):
     source = write_rows(tmp_path / "data", "jsonl")
     config = settings("unused", tmp_path, write_task(tmp_path, str(source)), n_train_examples=5)
     train, _ = run_tasks(config)

@@ -7,8 +7,8 @@ task, the built-in ones (alignment/tasks/builtin.py) as a user's.
 A TaskDefinition's rows (or --task-data's) are read, renamed (fields, --task-fields), split (the source's
 validation or test split, else a held-out tenth, seed 0, as alignment/data/splits.py splits math), cut to
 --n-train-examples and --n-eval-examples, checked for overlap, and turned into prompts; a rows function that picks
-them itself (ChosenRows: the built-in math and keyword tasks) gives them split and cut, with its own notes. Its
-rewards become one RewardSet (weights from --reward-weights) that every reward is called through once, on an empty
+them itself (ChosenRows: the built-in math and keyword tasks) gives them split and cut, with its own notes. The
+definition's rewards become one RewardSet (weights from --reward-weights), each called through it once, on an empty
 completion of the first training row, before any model loads.
 """
 
@@ -246,7 +246,8 @@ def run_tasks(
     """The run's (training, validation) Tasks for `--task`. Without `template_for` the prompts are bare: the call
     that checks the data and rewards before any model loads; with it, chat tasks are in the model's chat turn.
     `check` preflights the rewards and prints what was chosen; `whole_validation` keeps every validation row
-    (--time-budget's final validation)."""
+    (--time-budget's final validation: a rows function that picks its own reads the budget from the settings, as the
+    math task does)."""
     return compile_definition(task_definition(settings), settings, settings.task, template_for, check, whole_validation)
 
 
