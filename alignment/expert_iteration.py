@@ -62,7 +62,8 @@ def ei_step(run: SFTRun, config: EIConfig, questions: list[str], truths: list[An
     run.sync_engine()
     rollouts = run.engine.generate(prompts, config.rollouts_per_question, sampling)
     scores = run.grader([r.text for r in rollouts], [truths[r.prompt_index] for r in rollouts])
-    kept = correct_examples(prompts, truths, rollouts, scores, config.ei_reward_threshold)
+    logged = [run.validation.logged_truth(t) for t in truths]  # a row's answer field: what an SFT example keeps
+    kept = correct_examples(prompts, logged, rollouts, scores, config.ei_reward_threshold)
     row: dict[str, Any] = {
         "n_rollouts": len(rollouts),
         "n_kept": len(kept),

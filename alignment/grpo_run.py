@@ -85,7 +85,7 @@ def train_examples(task: Task, drawn: Drawn) -> list[dict[str, Any]]:
     truths = task.truths_for(drawn.questions, [r.prompt_index for r in drawn.rollouts])
     return [
         {
-            "question": task.questions[drawn.questions[r.prompt_index]],
+            "question": task.logged_question(drawn.questions[r.prompt_index]),
             "response": r.text,
             "ground_truth": task.logged_truth(truth),
         }

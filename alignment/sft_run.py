@@ -24,11 +24,14 @@ from alignment.grader import RewardFn, reward_fn_for
 from alignment.grading.parallel import ParallelGrader
 from alignment.prompts import load_prompt, prompt_kind, prompt_question
 from alignment.run.metrics_log import read_metrics_jsonl
-from alignment.run.setup import learner_group, math_task
+from alignment.run.setup import learner_group
 from alignment.run.training_settings import check_output_dir
 from alignment.run.warm_start import WARM_START_DIR, check_warm_start
 from alignment.supervised.config import SFTConfig, validate
 from alignment.supervised.session import n_optimizer_steps, open_run, sft_steps
+from alignment.tasks import builtin
+from alignment.tasks.building import build_task
+from alignment.tasks.loading import reward_set
 
 
 def validation_source(config: SFTConfig) -> str:
@@ -50,7 +53,8 @@ def validation_source(config: SFTConfig) -> str:
 
 
 def sft_validation(config: SFTConfig, examples: Sequence[SFTExample]) -> Task:
-    """--n-eval-examples held-out questions, none of which (beyond 1%) is the question of a training prompt."""
+    """--n-eval-examples held-out questions, none of which (beyond 1%) is the question of a training prompt, as the
+    math task's rows graded by its reward."""
     try:
         source = validation_source(config)
         pool, note = evaluation_examples(source)
@@ -59,7 +63,8 @@ def sft_validation(config: SFTConfig, examples: Sequence[SFTExample]) -> Task:
     if note:
         tqdm.write(note)
     validation = spread_subset(pool, config.n_eval_examples)
-    questions = [prompt_question(load_prompt(config.prompt), e.prompt) for e in examples]
+    template = load_prompt(config.prompt)
+    questions = [prompt_question(template, e.prompt) for e in examples]
     known = [q for q in questions if q is not None]
     overlap = check_overlap(
         known, [e.question for e in validation], config.dataset, source, config.allow_validation_overlap
@@ -69,7 +74,9 @@ def sft_validation(config: SFTConfig, examples: Sequence[SFTExample]) -> Task:
         f"validating on {len(validation)} questions of {source}; {overlap}"
         + (unknown if len(known) < len(questions) else "")
     )
-    return math_task(validation, config.prompt, config.grader)
+    definition = builtin.math(config)  # its rows and rewards as the math task's, on SFT's validation questions
+    rows = [builtin.math_row(e, template) for e in validation]
+    return build_task(definition, rows, reward_set("math", definition, config), "math", None)
 
 
 def filter_correct(examples: Sequence[SFTExample], reward_fn: RewardFn, workers: int | None) -> list[SFTExample]:

@@ -107,7 +107,7 @@ def pruning(
     batch = keyword_batch(model, tokenizer, prompts, group_size, max_tokens)
     for i in range(0, len(batch["responses"]), group_size):
         for j in range(i, i + correct_per_group):
-            batch["responses"][j] += " " + " ".join(batch["truths"][j])
+            batch["responses"][j] += " " + " ".join(batch["truths"][j]["keywords"])
     rewards = [batch["reward_fn"](r, t)["reward"] for r, t in zip(batch["responses"], batch["truths"])]
     kept = sum(1 for r in rewards if r != 0)
     typer.echo(f"{len(rewards)} rollouts, {kept} correct (RFT passes only these through the model)")
@@ -166,10 +166,10 @@ def pruning(
 def keyword_batch(model, tokenizer, prompts: int, group_size: int, max_tokens: int) -> dict:
     """One step's rollouts of the keyword demo's task, sampled from the model itself."""
     from alignment.grpo.config import GRPOConfig
-    from alignment.prompts import chat_template, format_prompt
+    from alignment.prompts import chat_renderer, format_prompt
     from alignment.rollout.hf_engine import HFRolloutEngine
     from alignment.rollout.interface import SamplingConfig
-    from alignment.run.setup import keyword_run_tasks
+    from alignment.tasks.building import run_tasks
 
     config = GRPOConfig(
         model="smollm2-135m",
@@ -177,7 +177,7 @@ def keyword_batch(model, tokenizer, prompts: int, group_size: int, max_tokens: i
         keywords_file=ROOT / "data" / "keywords" / "stand_in.txt",
         keyword_match="word",
     )
-    task, _ = keyword_run_tasks(config, chat_template(tokenizer))
+    task, _ = run_tasks(config, chat_renderer(tokenizer), check=False)
     texts = [format_prompt(task.template, q) for q in task.questions[:prompts]]
     engine = HFRolloutEngine(model, tokenizer)
     sampling = SamplingConfig(temperature=1.0, max_tokens=max_tokens, min_tokens=4, stop=(), seed=0)

@@ -27,8 +27,9 @@ from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo.sampler import validation_sampling
 from alignment.grpo_run import train_grpo
 from alignment.models.loading import load_model_and_tokenizer
-from alignment.run.setup import build_engine, make_grader, math_tasks
+from alignment.run.setup import build_engine, make_grader
 from alignment.run.time_budget import budget_validations
+from alignment.tasks.building import run_tasks
 
 app = typer.Typer(add_completion=False)
 RUN_FOLDERS = {"on-policy distillation": "distill", "GRPO": "grpo"}  # each run's folder under --output-dir
@@ -39,7 +40,7 @@ def teacher_accuracy(config: GRPOConfig) -> dict[str, float]:
     run's periodic validations take, sampled and graded as they are."""
     budgeted = config.time_budget is not None
     validation, _ = budget_validations(
-        math_tasks(config, whole_validation=budgeted)[1], config.n_eval_examples, budgeted
+        run_tasks(config, whole_validation=budgeted)[1], config.n_eval_examples, budgeted
     )
     policy, tokenizer = load_model_and_tokenizer(config.model)
     engine = build_engine(config, policy.eval(), tokenizer, "cpu", "cpu")

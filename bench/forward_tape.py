@@ -24,8 +24,9 @@ from alignment.grpo.config import GRPOConfig
 from alignment.grpo.learner import GRPOLearner
 from alignment.grpo.sampler import GRPOSampler
 from alignment.grpo_run import sampler_and_learner
-from alignment.prompts import chat_template
-from alignment.run.setup import PhaseTimer, build_engine, keyword_run_tasks, load_policy
+from alignment.prompts import chat_renderer
+from alignment.run.setup import PhaseTimer, build_engine, load_policy
+from alignment.tasks.building import run_tasks
 
 
 def demo_parts(output_dir: Path) -> tuple[GRPOSampler, GRPOLearner]:
@@ -53,7 +54,7 @@ def demo_parts(output_dir: Path) -> tuple[GRPOSampler, GRPOLearner]:
     )
     torch.manual_seed(config.seed)
     policy, tokenizer = load_policy(config, "cpu", torch.float32)
-    task, _ = keyword_run_tasks(config, chat_template(tokenizer))
+    task, _ = run_tasks(config, chat_renderer(tokenizer), check=False)
     engine = build_engine(config, policy, tokenizer, "cpu", "cpu")
     engine.progress = False
     return sampler_and_learner(config, policy, tokenizer, engine, task, ParallelGrader(task.reward_fn, 1))

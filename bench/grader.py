@@ -4,7 +4,8 @@
 
 Two workloads of 1,000 r1_zero responses each: GSM8K gold answers fed back as <answer>N</answer> (the string
 fast path), and a mix in which a third need the symbolic checker (LaTeX forms of the answer), a third are
-wrong, and a third are badly formatted; the mix is graded once in this process and once by a worker pool.
+wrong, and a third are badly formatted; the mix is graded once in this process, once by a worker pool, and once as
+`--task math` grades a run's responses (through the task's rewards, in the pool at every batch size).
 Then each adversarial answer is graded against "72" (r1_zero) and "x+1" (grade_answer), and sympy's own
 deadline is hit once (a kill) to time the recovery: the next check, answered by a fresh fork.
 """
@@ -12,6 +13,7 @@ deadline is hit once (a kill) to time the recovery: the next check, answered by 
 import platform
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import typer
 
@@ -19,6 +21,8 @@ from alignment.data.math_datasets import load_math_examples
 from alignment.grader import grade_answer, r1_zero_reward_fn
 from alignment.grading.parallel import ParallelGrader
 from alignment.grading.symbolic import symbolically_equal
+from alignment.tasks import builtin
+from alignment.tasks.loading import reward_set
 
 ADVERSARIAL = [
     "9^{9^{9^{9^{9}}}}",
@@ -74,6 +78,24 @@ def adversarial() -> None:
         )
 
 
+def task_rewards(pairs: list[tuple[str, str]], workers: int) -> None:
+    """The same responses graded as `--task math` grades a run's: its rewards (a RewardSet, sent to the workers by
+    name and rebuilt there) over rows holding the answers, in the pool at every batch size; the workers' start timed
+    apart."""
+    settings = SimpleNamespace(prompt="r1_zero", grader="course")
+    rewards = reward_set("math", builtin.math(settings), settings)
+    responses, rows = [r for r, _ in pairs], [{"answer": t} for _, t in pairs]
+    with ParallelGrader(rewards, workers) as grader:
+        start_s = timed(grader, responses, rows)[1]  # the workers and their symbolic checkers start: not timed
+        scores, seconds = timed(grader, responses, rows)
+        small = min(timed(grader, responses[:8], rows[:8])[1] for _ in range(5))
+    mean = sum(s["reward"] for s in scores) / len(scores)
+    print(
+        f"mixed, --task math's rewards in {workers} worker processes: {len(pairs)} responses in {seconds:.2f}s, mean "
+        f"reward {mean:.3f} (first call, the workers starting: {start_s:.2f}s); 8 responses in {1000 * small:.1f} ms"
+    )
+
+
 def mixed_responses(examples: list, n: int) -> list[tuple[str, str]]:
     pairs = []
     for i in range(n):
@@ -120,6 +142,7 @@ def main(data: Path = Path("data/gsm8k/test.jsonl"), n: int = 1000, workers: int
         seconds = time.perf_counter() - start
     mean = sum(s["reward"] for s in scores) / n
     print(f"mixed, {workers} worker processes: {n} responses in {seconds:.2f}s, mean reward {mean:.3f}")
+    task_rewards(mixed, workers)
     adversarial()
     print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
 

@@ -35,8 +35,9 @@ from alignment.grading.parallel import ParallelGrader
 from alignment.grpo.config import GRPOConfig
 from alignment.grpo_run import grpo_step, sampler_and_learner
 from alignment.models.loading import load_tokenizer, resolve_model
-from alignment.prompts import chat_template, format_prompt
-from alignment.run.setup import build_engine, keyword_run_tasks, load_policy
+from alignment.prompts import chat_renderer, format_prompt
+from alignment.run.setup import build_engine, load_policy
+from alignment.tasks.building import run_tasks
 
 PHASES = ("rollout", "grading", "old_logprob", "train", "weight_sync")
 
@@ -73,7 +74,7 @@ class Ours:
     def __init__(self, config: GRPOConfig) -> None:
         torch.manual_seed(config.seed)
         policy, tokenizer = load_policy(config, "cpu", torch.float32)
-        self.task, _ = keyword_run_tasks(config, chat_template(tokenizer))
+        self.task, _ = run_tasks(config, chat_renderer(tokenizer), check=False)
         self.engine = build_engine(config, policy, tokenizer, "cpu", "cpu")
         grader = ParallelGrader(self.task.reward_fn, 1)
         self.sampler, self.learner = sampler_and_learner(config, policy, tokenizer, self.engine, self.task, grader)
@@ -135,7 +136,10 @@ def trl(config: GRPOConfig, task: Task, output_dir: Path, callback: TrainerCallb
     path = resolve_model(config.model)
     policy, tokenizer = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), load_tokenizer(path)
     prompts = Dataset.from_dict(
-        {"prompt": [format_prompt(task.template, q) for q in task.questions], "keywords": list(task.truths)}
+        {
+            "prompt": [format_prompt(task.template, q) for q in task.questions],
+            "keywords": [row["keywords"] for row in task.truths],
+        }
     )
     args = trl_arguments(config, output_dir, config.n_grpo_steps, "adamw_torch_fused")
     return TRLTrainer(

@@ -45,8 +45,8 @@ from alignment.grpo.sampler import validation_sampling  # noqa: E402
 from alignment.models.loading import load_tokenizer  # noqa: E402
 from alignment.prompts import format_prompt  # noqa: E402
 from alignment.rollout.hf_engine import HFRolloutEngine  # noqa: E402
-from alignment.run.setup import math_tasks  # noqa: E402
 from alignment.run.warm_start import WARM_START_DIR  # noqa: E402
+from alignment.tasks.building import run_tasks  # noqa: E402
 from bench.curves import first_reaching, our_curve  # noqa: E402
 from bench.trl_side_by_side import time_generation, trl_arguments  # noqa: E402
 
@@ -133,11 +133,11 @@ def trl_trainer(
     policy = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
     tokenizer = load_tokenizer(str(start))
     prompts = Dataset.from_dict(
-        {"prompt": [format_prompt(task.template, q) for q in task.questions], "truth": list(task.truths)}
+        {"prompt": [format_prompt(task.template, q) for q in task.questions], "row": list(range(len(task.truths)))}
     )
 
-    def reward(prompts: list[str], completions: list[str], truth: list[str], **_: object) -> list[float]:
-        return [s["reward"] for s in grader([cut_at_stop(c) for c in completions], truth)]
+    def reward(prompts: list[str], completions: list[str], row: list[int], **_: object) -> list[float]:
+        return [s["reward"] for s in grader([cut_at_stop(c) for c in completions], [task.truths[i] for i in row])]
 
     args = trl_arguments(config, output_dir, 10_000, "adamw_torch")  # the callback stops it at the budget
     args.gradient_checkpointing = gradient_checkpointing
@@ -158,7 +158,7 @@ def train_trl(
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
-    task, validation = math_tasks(config, whole_validation=config.time_budget is not None)
+    task, validation = run_tasks(config, whole_validation=config.time_budget is not None)
     with ParallelGrader(validation.reward_fn, config.grader_workers) as grader:
         callback = Validate(config, validation, grader, budget_s, every)
         with tempfile.TemporaryDirectory() as scratch:  # TRL's output_dir: nothing is saved there

@@ -17,9 +17,9 @@ from alignment.experiments.plotting import read_rows
 from alignment.grader import reward_fn_for
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.grpo.sampler import validation_sampling
-from alignment.prompts import load_prompt
-from alignment.run.setup import math_task
+from alignment.prompts import format_prompt, load_prompt
 from alignment.sft_run import warm_start_config
+from alignment.tasks.building import run_tasks
 from scripts import train_grpo as train_grpo_script
 
 SOURCE = "arithmetic?ops=1-3&max=30&train=400&test=60"
@@ -92,8 +92,8 @@ def test_loaders_read_it_by_name_with_either_prompt():
     test = load_math_examples(SOURCE)  # the evaluation split by default
     assert [e.question for e in test] == [p.question for p in generate(parse_source(SOURCE), "test")]
     assert test[0].answer == test[0].solution.rsplit("#### ", 1)[1]
-    task = math_task(data.validation, "question_only")
-    assert task.template == load_prompt("question_only")
+    _, task = run_tasks(GRPOConfig(task="math", dataset=SOURCE, n_eval_examples=20, prompt="question_only"))
+    assert task.questions[0] == format_prompt(load_prompt("question_only"), data.validation[0].question)
     assert task.reward_fn(f"so \\boxed{{{data.validation[0].answer}}}", task.truths[0])["reward"] == 1.0
     trace = load_sft_examples(SOURCE, "gsm8k", load_prompt("r1_zero"), "train", 5)[0]
     assert trace.response.endswith(f"</think> <answer> {trace.ground_truth} </answer>")

@@ -14,7 +14,7 @@ from alignment.grader import question_only_reward_fn, r1_zero_reward_fn
 from alignment.grading.answers import gsm8k_ground_truth
 from alignment.grpo.config import GRPOConfig
 from alignment.prompts import PROMPT_NAMES, format_prompt, load_prompt, prompt_kind, stop_strings
-from alignment.run.setup import math_task, math_tasks
+from alignment.tasks.building import run_tasks
 
 GSM8K = Path(__file__).resolve().parents[1] / "data" / "gsm8k"
 
@@ -37,15 +37,16 @@ def test_the_handouts_6400_and_1024_questions_are_seed_0_samples_in_file_order()
 
 def test_the_settings_carry_the_draw_into_a_run():
     config = GRPOConfig(dataset="gsm8k", n_train_examples=6400, n_eval_examples=1024, prompt="r1_zero")
-    train, validation = math_tasks(config)
+    train, validation = run_tasks(config)
     assert (len(train.questions), len(validation.questions)) == (6400, 1024)
-    assert len(math_tasks(GRPOConfig(dataset="gsm8k", n_eval_examples=8))[0].questions) == 7473  # default: all
+    assert len(run_tasks(GRPOConfig(dataset="gsm8k", n_eval_examples=8))[0].questions) == 7473  # default: all
     with pytest.raises(ValueError, match="--n-train-examples must be >= 1"):
-        math_tasks(GRPOConfig(dataset="gsm8k", n_train_examples=0))
+        run_tasks(GRPOConfig(dataset="gsm8k", n_train_examples=0))
 
 
 def test_three_shot_is_r1_zero_with_three_worked_training_problems():
-    template, r1_zero = load_prompt("r1_zero_three_shot_gsm8k"), load_prompt("r1_zero")
+    template_name = "r1_zero_three_shot_gsm8k"
+    template, r1_zero = load_prompt(template_name), load_prompt("r1_zero")
     header = r1_zero[: r1_zero.index("User: {question}")]
     assert template.startswith(header) and template.endswith("User: {question}\nAssistant: <think>")
     assert template.count("{question}") == 1
@@ -58,8 +59,11 @@ def test_three_shot_is_r1_zero_with_three_worked_training_problems():
         assert question == record["question"]
         # each worked answer is what the r1_zero grader calls correct against the shipped ground truth
         assert r1_zero_reward_fn(response, gsm8k_ground_truth(record["answer"]))["reward"] == 1.0
-    task = math_task(run_data("gsm8k", "train", None, 2, n_train=2).validation, "r1_zero_three_shot_gsm8k")
-    assert task.reward_fn is r1_zero_reward_fn
+    task, _ = run_tasks(GRPOConfig(dataset="gsm8k", n_train_examples=2, n_eval_examples=2, prompt=template_name))
+    row = task.truths[0]
+    assert task.questions[0] == format_prompt(template, row["question"])
+    for response, _ in shots:  # graded as r1_zero grades, against the row's answer
+        assert task.reward_fn(response, row) == r1_zero_reward_fn(response, row["answer"])
 
 
 def test_question_only_boxed_asks_for_a_box_and_is_graded_by_it():

@@ -24,7 +24,7 @@ from alignment.experiments.sweep import load_preset
 from alignment.grpo.config import GRPOConfig
 from alignment.grpo_run import train_grpo
 from alignment.run.checkpoint import fingerprint
-from alignment.run.setup import keyword_run_tasks
+from alignment.tasks.building import run_tasks
 from tests.test_grpo_loop import tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,9 +55,11 @@ def test_the_handouts_rule_finds_a_keyword_inside_other_words_where_the_word_rul
 @pytest.mark.parametrize("match", ["substring", "word"])
 def test_keyword_match_picks_the_rule_of_the_runs_tasks(match):
     config = GRPOConfig(task="keywords", keyword_match=match, n_train_prompts=4, n_eval_examples=2)
-    train, validation = keyword_run_tasks(config, "{question}")
-    assert train.reward_fn is validation.reward_fn is KEYWORD_REWARD_FNS[match]
-    assert train.reward_fn("a pineapple", ["apple"])["reward"] == (match == "substring")
+    train, validation = run_tasks(config)
+    row = {"prompt": "Use apple.", "keywords": ["apple"]}
+    for response in ("a pineapple", "an apple", ""):
+        assert train.reward_fn(response, row) == KEYWORD_REWARD_FNS[match](response, ["apple"])  # the rule's dict
+    assert validation.reward_fn("a pineapple", row)["reward"] == (match == "substring")
 
 
 @pytest.mark.parametrize(
@@ -148,8 +150,12 @@ def test_the_word_list_is_the_handouts_file_or_a_course_checkouts_or_the_shipped
     assert load_keywords(course) == ["apple", "river", "lantern"]
     assert len(load_keywords(DEFAULT_KEYWORDS)) == 98
     config = GRPOConfig(task="keywords", keywords_file=course, keywords_per_prompt=1, n_train_prompts=8)
-    train, validation = keyword_run_tasks(config, "{question}")
-    assert {k for t in (train, validation) for ks in t.truths for k in ks} <= {"apple", "river", "lantern"}
+    train, validation = run_tasks(config)
+    assert {k for t in (train, validation) for row in t.truths for k in row["keywords"]} <= {
+        "apple",
+        "river",
+        "lantern",
+    }
     with pytest.raises(
         ValueError, match="--keywords-file .*: a folder, but neither cse599o_alignment/prompts/keywords"
     ):
@@ -194,8 +200,10 @@ def test_the_uw_presets_draw_the_handouts_words(preset, words, monkeypatch):
     for settings in runs:
         assert settings["keywords_file"] == f"data/keywords/{words}.txt"
         config = GRPOConfig(**{k: v for k, v in settings.items() if k in GRPOConfig.__dataclass_fields__})
-        train, _ = keyword_run_tasks(config, "{question}")
-        assert {k for truth in train.truths for k in truth} <= set(load_keywords(Path(settings["keywords_file"])))
+        train, _ = run_tasks(config)
+        assert {k for row in train.truths for k in row["keywords"]} <= set(
+            load_keywords(Path(settings["keywords_file"]))
+        )
 
 
 def test_no_uw_preset_is_left_without_its_words():

@@ -13,9 +13,9 @@ from alignment.experiments.sweep import load_preset
 from alignment.grpo.config import GRPOConfig
 from alignment.prompts import load_prompt
 from alignment.ray.config import RayGRPOConfig
-from alignment.run.setup import keyword_run_tasks
 from alignment.sft_run import load_training_examples, sft_validation
 from alignment.supervised.config import EIConfig, SFTConfig
+from alignment.tasks.building import run_tasks
 from tests.hub_copies import write_course_math
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def load_data(script: str, settings: dict) -> int:
         if config.env is not None:  # an environment's tasks
             return len(environment_tasks(config.env, config)[0].questions)
         if config.task == "keywords":
-            return len(keyword_run_tasks(config, "{question}")[0].questions)
+            return len(run_tasks(config)[0].questions)
         return len(
             run_data(
                 config.dataset,

@@ -18,8 +18,8 @@ from alignment.grader import (
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.prompts import PROMPTS_DIR, prompt_kind, stop_strings
 from alignment.run.generation import GenerationConfig, load_task
-from alignment.run.setup import math_task
 from alignment.run.training_settings import TrainingSettings
+from alignment.tasks.building import run_tasks
 from scripts import eval_zero_shot
 
 runner = CliRunner()
@@ -46,10 +46,20 @@ def test_a_template_file_is_graded_and_stopped_as_its_kind(pku_prompt_files, tmp
     assert prompt_kind(str(own)) == "r1_zero"
     assert GRPOConfig(prompt=str(question_file)).stop == ()
     assert GRPOConfig(prompt=str(r1_file)).stop == ("</answer>",)
-    examples = run_data(str(Path(__file__).parents[1] / "data" / "sample_math.jsonl"), "train", None, 2).train
-    assert math_task(examples, str(r1_file)).reward_fn is r1_zero_reward_fn
-    assert math_task(examples, str(question_file), "lenient").reward_fn is lenient_question_only_reward_fn
-    assert math_task(examples, "r1_zero", "lenient").reward_fn is lenient_r1_zero_reward_fn
+    # a run's math task grades as the prompt's kind and --grader say: responses on which the four graders differ
+    graders = [
+        (str(r1_file), "course", r1_zero_reward_fn),
+        (str(question_file), "lenient", lenient_question_only_reward_fn),
+        ("r1_zero", "lenient", lenient_r1_zero_reward_fn),
+        (str(question_file), "course", question_only_reward_fn),
+    ]
+    data = str(Path(__file__).parents[1] / "data" / "sample_math.jsonl")
+    for prompt, grader, reward_fn in graders:
+        task, _ = run_tasks(GRPOConfig(task="math", dataset=data, n_eval_examples=2, prompt=prompt, grader=grader))
+        row = task.truths[0]
+        answer = row["answer"]
+        responses = [f"x </think> <answer>{answer}</answer> so", f"\\fbox{{{answer}}}", f"\\boxed{{{answer}}}"]
+        assert [task.reward_fn(r, row) for r in responses] == [reward_fn(r, answer) for r in responses]
     assert load_task("data/sample_math.jsonl", str(question_file), 2)[2] is question_only_reward_fn
 
 

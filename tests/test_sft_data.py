@@ -133,7 +133,13 @@ def test_sft_trains_on_the_handouts_math_traces_and_validates_on_math(tmp_path, 
     assert counts == {"n_examples_loaded": N_TRAIN} and examples[0].response.endswith("</answer>")
     validation = sft_validation(config, examples)  # MATH/validation.jsonl beside it, whole
     assert validation_source(config) == str(Path("data") / "MATH" / "validation.jsonl")
-    assert sorted(validation.truths) == sorted(math_problem(i)["answer"] for i in TEST_IDS)
+    logged = sorted(validation.logged_truth(row) for row in validation.truths)  # the math task's rows: answers logged
+    assert logged == sorted(math_problem(i)["answer"] for i in TEST_IDS)
+    assert validation.reward_fn("x </think> <answer>nothing</answer>", validation.truths[0]) == {
+        "format_reward": 1.0,
+        "answer_reward": 0.0,
+        "reward": 0.0,
+    }
     # GSM8K traces validate on GSM8K: the test.jsonl beside train.jsonl, or the short name's test split
     (tmp_path / "gsm8k").mkdir()
     for split in ("train", "test"):

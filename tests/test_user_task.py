@@ -116,7 +116,7 @@ def test_rows_are_read_renamed_split_and_prompted(tmp_path, kind):
     assert train.logged_truth(row) == row["solution"]
 
 
-def test_training_subsets_and_overlap_follow_the_math_tasks_rules(tmp_path):
+def test_training_subsets_and_overlap_follow_run_datas_rules(tmp_path):
     source = write_rows(tmp_path / "data", "jsonl")
     config = settings("unused", tmp_path, write_task(tmp_path, str(source)), n_train_examples=5)
     train, _ = run_tasks(config)
@@ -353,16 +353,16 @@ def test_the_built_in_tasks_are_task_definitions_too(tmp_path):
 
     math = GRPOConfig(task="math", dataset="data/sample_math.jsonl", n_eval_examples=4, prompt="r1_zero")
     definition = definition_for("math", math)
-    math_train, math_validation = definition.rows(math)
+    chosen = definition.rows(math)
+    math_train, math_validation = chosen.train, chosen.validation
     answer = math_train[0]["answer"]
     graded = reward_set("math", definition, math)(f"</think> <answer>{answer}</answer>", math_train[0])
-    assert graded == {"reward": 1.0, "reward_math": 1.0} | {
-        k: v for k, v in r1_zero_reward_fn(f"</think> <answer>{answer}</answer>", answer).items() if k != "reward"
-    }
+    assert graded == r1_zero_reward_fn(f"</think> <answer>{answer}</answer>", answer)  # the grader's dict as it is
     assert math_validation and math_train[0]["prompt"].startswith("A conversation between User and Assistant")
     keywords = GRPOConfig(task="keywords", n_train_prompts=8, n_eval_examples=2)
     definition = definition_for("keywords", keywords)
-    keyword_train, keyword_validation = definition.rows(keywords)
+    chosen = definition.rows(keywords)
+    keyword_train, keyword_validation = chosen.train, chosen.validation
     assert len(keyword_train) == 8 and len(keyword_validation) == 2
     row = keyword_train[0]
     rewards = reward_set("keywords", definition, keywords)

@@ -15,10 +15,19 @@ class Task:
     categories: list[str] | None = None  # per question, what evaluations break the reward down by
     name: str = ""  # the --task or --env that gave it, for messages
     answer_field: str | None = None  # the field of a row truth that logs show as its ground truth (None: the truth)
+    question_field: str | None = None  # the field of a row truth that logs show as its question (None: the question)
 
     def truths_for(self, questions: Sequence[int], prompt_indices: Sequence[int]) -> list[Any]:
         """Ground truths of responses to prompt_indices, where prompt i asked question questions[i]."""
         return [self.truths[questions[i]] for i in prompt_indices]
+
+    def logged_question(self, question: int) -> str:
+        """What logs show as question `question`: its row's question field when the task names one (the math task's
+        question, where its prompt is the question in the --prompt template)."""
+        truth = self.truths[question]
+        if self.question_field is not None and isinstance(truth, Mapping):
+            return truth[self.question_field]
+        return self.questions[question]
 
     def logged_truth(self, truth: Any) -> Any:
         """What logs show as a rollout's ground truth: the row's answer field when the task names one."""

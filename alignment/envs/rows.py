@@ -1,8 +1,8 @@
 """An environment's rows, training and validation, each the dict one episode's `reset` receives.
 
 Rows come as a one-turn task's do (alignment/tasks/definition.py RowsSource): a list of dicts, a file, folder or hub
-id `datasets` reads, a function of the run's settings returning rows or (training rows, validation rows), or a
-TaskDefinition whose rows (and renamed fields) are used. An environment with no rows plays seeds: `{"seed": i}`,
+id `datasets` reads, a function of the run's settings returning rows, (training rows, validation rows) or ChosenRows,
+or a TaskDefinition whose rows (and renamed fields) are used. An environment with no rows plays seeds: `{"seed": i}`,
 training seeds drawn from the run's --seed and validation seeds from a fixed stream of their own, so validation is
 the same games in every run.
 """
@@ -10,7 +10,7 @@ the same games in every run.
 from typing import Any
 
 from alignment.data.splits import TRAINING_SPLIT
-from alignment.tasks.definition import Row, TaskDefinition
+from alignment.tasks.definition import ChosenRows, Row, TaskDefinition
 from alignment.tasks.rows import read_rows
 
 VALIDATION_SEEDS = 1_000_000_007  # validation games are seeds from here on, training seeds stay below it
@@ -51,6 +51,8 @@ def source_rows(
         rows, validation_rows, fields = rows.rows, validation_rows or rows.validation_rows, rows.fields
     if callable(rows):
         rows = rows(settings)
+    if isinstance(rows, ChosenRows):  # a task's own choice (the built-in keyword task's)
+        rows, validation_rows = rows.train, rows.validation
     if isinstance(rows, tuple) and len(rows) == 2:
         rows, validation_rows = rows
     train = _as_rows(rows, where)

@@ -9,7 +9,7 @@ from alignment.data.task import Task
 from alignment.envs.calculator import CalculatorEnv, arithmetic_tasks
 from alignment.envs.definition import EnvironmentDefinition
 from alignment.kissing.environment import HANDOUT_PROMPT, kissing_environment
-from alignment.run.setup import math_tasks
+from alignment.tasks.builtin import math_rows
 from alignment.tasks.definition import Row
 
 
@@ -18,8 +18,14 @@ def _rows(task: Task) -> list[Row]:
 
 
 def _math_rows(settings: Any) -> tuple[list[Row], list[Row]]:
-    train, validation = math_tasks(settings)
-    return _rows(train), _rows(validation)
+    """The math task's questions and answers (--dataset's, as `--task math` picks them), its notes printed."""
+    chosen = math_rows(settings)
+    for note in chosen.notes:
+        print(note)
+    train, validation = (
+        [{"question": r["question"], "answer": r["answer"]} for r in rows] for rows in (chosen.train, chosen.validation)
+    )
+    return train, validation
 
 
 def _generated_rows(settings: Any) -> tuple[list[Row], list[Row]]:

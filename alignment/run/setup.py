@@ -1,7 +1,7 @@
 """Setting up a training run, shared by GRPO (alignment/grpo_run.py), GRPO on Ray, SFT and expert iteration:
-tasks from the data settings, devices and dtype, the torchrun process group, the policy (sharded when launched),
-the rollout engine and grader over it, the GPU memory check, and two small loop helpers (the seeded question
-order a checkpoint resumes, the phase timer).
+devices and dtype, the torchrun process group, the policy (sharded when launched), the rollout engine and grader
+over it, the GPU memory check, and two small loop helpers (the seeded question order a checkpoint resumes, the phase
+timer). The run's tasks come from alignment/tasks/building.py.
 
 Settings arrive as the scripts' dataclasses (alignment/run/training_settings.py and its subclasses); a function
 reads only the fields it names.
@@ -11,25 +11,19 @@ import contextlib
 import os
 import time
 import warnings
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from alignment.data.keyword_dataset import load_keyword_dataset
-from alignment.data.keywords import DEFAULT_KEYWORDS, KEYWORD_REWARD_FNS, keyword_tasks, load_keywords
-from alignment.data.math_datasets import MathExample
-from alignment.data.splits import run_data
 from alignment.data.task import Task
 from alignment.distributed.sharding import ShardGroup, launched, shard_policy, start_group
-from alignment.grader import GraderMode, reward_fn_for
 from alignment.grading.parallel import ParallelGrader
 from alignment.kernels.support import use_kernels
 from alignment.models.lm_checkpoint import load_transformer_lm
 from alignment.models.loading import load_model_and_tokenizer, load_tokenizer
 from alignment.models.packed_rows import use_packed_rows
-from alignment.prompts import check_prompt, format_prompt, load_prompt, prompt_kind
+from alignment.prompts import format_prompt
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.hf_engine import HFRolloutEngine
 from alignment.rollout.interface import RolloutEngine
@@ -78,54 +72,6 @@ class PhaseTimer:
         start = time.perf_counter()
         yield
         self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-
-
-def math_task(examples: Sequence[MathExample], prompt: str, grader: GraderMode = "course") -> Task:
-    """Questions and answers with the prompt's template and its reward function (alignment/prompts.py), graded in
-    `grader` mode."""
-    check_prompt(prompt)
-    reward_fn = reward_fn_for(prompt_kind(prompt), grader)
-    return Task([e.question for e in examples], [e.answer for e in examples], load_prompt(prompt), reward_fn)
-
-
-def math_tasks(config: Any, whole_validation: bool = False) -> tuple[Task, Task]:
-    """Training and validation tasks from MATH-style or GSM8K data; prints what was chosen and the overlap. The
-    validation task holds --n-eval-examples questions, or with `whole_validation` all of the validation set."""
-    data = run_data(
-        config.dataset,
-        config.dataset_split,
-        config.validation_dataset,
-        None if whole_validation else config.n_eval_examples,
-        config.allow_validation_overlap,
-        allow_evaluation_split=config.train_on_evaluation_split,
-        n_train=config.n_train_examples,
-    )
-    for note in data.notes:
-        print(note)
-    return (
-        math_task(data.train, config.prompt, config.grader),
-        math_task(data.validation, config.prompt, config.grader),
-    )
-
-
-def keyword_run_tasks(config: Any, template: str) -> tuple[Task, Task]:
-    """Keyword tasks from a built dataset folder (--keywords-dataset) or generated from --keywords-file, graded by
-    --keyword-match's rule."""
-    reward_fn = KEYWORD_REWARD_FNS[config.keyword_match]
-    if config.keywords_dataset is not None:
-        train, validation = load_keyword_dataset(config.keywords_dataset, template, reward_fn)
-        n = config.n_eval_examples
-        return train, replace(validation, questions=validation.questions[:n], truths=validation.truths[:n])
-    words = load_keywords(config.keywords_file or DEFAULT_KEYWORDS)
-    return keyword_tasks(
-        template,
-        words,
-        config.n_train_prompts,
-        config.n_eval_examples,
-        config.keywords_per_prompt,
-        config.seed,
-        reward_fn,
-    )
 
 
 def devices(config: TrainingSettings) -> tuple[str, str]:

@@ -1,14 +1,15 @@
-"""`--task` compiled into the run's training and validation Tasks, the same way for every entry point.
+"""`--task` compiled into the run's training and validation Tasks, the same way for every entry point and every
+task, the built-in ones (alignment/tasks/builtin.py) as a user's.
 
     train, validation = run_tasks(config)                               # before any model loads: data and rewards
     train, validation = run_tasks(config, chat_renderer(tokenizer))     # again, in the model's chat turn
 
 A TaskDefinition's rows (or --task-data's) are read, renamed (fields, --task-fields), split (the source's
 validation or test split, else a held-out tenth, seed 0, as alignment/data/splits.py splits math), cut to
---n-train-examples and --n-eval-examples, checked for overlap, and turned into prompts; its rewards become one
-RewardSet (weights from --reward-weights) that every reward is called through once, on an empty completion of the
-first training row, before any model loads. The built-in math and keyword tasks keep their own data pipelines
-(alignment/run/setup.py), so that their questions, ground truths and graders stay exactly the course's.
+--n-train-examples and --n-eval-examples, checked for overlap, and turned into prompts; a rows function that picks
+them itself (ChosenRows: the built-in math and keyword tasks) gives them split and cut, with its own notes. The
+definition's rewards become one RewardSet (weights from --reward-weights), each called through it once, on an empty
+completion of the first training row, before any model loads.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -17,15 +18,13 @@ from typing import Any
 from alignment.data.math_datasets import spread_subset
 from alignment.data.splits import EVALUATION_SPLITS, HOLDOUT_SHARE, MAX_OVERLAP, TRAINING_SPLIT, holdout, overlap
 from alignment.data.task import Task
-from alignment.prompts import stop_strings, user_turn
-from alignment.run.setup import keyword_run_tasks, math_tasks
-from alignment.tasks.definition import Row, TaskDefinition
+from alignment.prompts import user_turn
+from alignment.tasks.definition import ChosenRows, Row, TaskDefinition
 from alignment.tasks.loading import definition_for, reward_set
 from alignment.tasks.rewards import RewardSet
 from alignment.tasks.rows import read_rows
 
 Renderer = Callable[[list[dict[str, str]]], str]  # chat messages -> the model's prompt (prompts.chat_renderer)
-LEGACY_TASKS = ("math", "keywords")  # built by alignment/run/setup.py, as the course's runs were
 
 
 def parse_pairs(text: str | None, flag: str) -> dict[str, str]:
@@ -41,12 +40,15 @@ def parse_pairs(text: str | None, flag: str) -> dict[str, str]:
     return pairs
 
 
-def _splits(source: Any, settings: Any, what: str) -> dict[str, list[Row]]:
-    """The rows a RowsSource gives, by split name (a list or a function's single return: one split)."""
+def _splits(source: Any, settings: Any, what: str) -> dict[str, list[Row]] | ChosenRows:
+    """The rows a RowsSource gives, by split name (a list or a function's single return: one split), or the rows a
+    function chose itself."""
     if isinstance(source, str):
         return read_rows(source, what)
     if callable(source):
         source = source(settings)
+        if isinstance(source, ChosenRows):
+            return source
         if isinstance(source, tuple) and len(source) == 2:
             return {TRAINING_SPLIT: list(source[0]), "validation": list(source[1])}
     if not isinstance(source, Sequence):
@@ -139,7 +141,9 @@ def build_task(
                 f"(its fields: {', '.join(map(str, rows[missing]))})"
             )
         categories = [str(row[field]) for row in rows]
-    return Task(questions, rows, template, rewards, categories, name, definition.answer_field)
+    return Task(
+        questions, rows, template, rewards, categories, name, definition.answer_field, definition.question_field
+    )
 
 
 def preflight(rewards: RewardSet, row: Row) -> None:
@@ -150,15 +154,25 @@ def preflight(rewards: RewardSet, row: Row) -> None:
 
 def definition_rows(
     definition: TaskDefinition, settings: Any, name: str, whole_validation: bool = False
-) -> tuple[list[Row], list[Row], list[str]]:
-    """(training rows, validation rows, notes) of a definition under the run's settings."""
+) -> tuple[list[Row], list[Row], list[str], bool]:
+    """(training rows, validation rows, notes, whether the task chose them itself) of a definition under the run's
+    settings."""
     data = getattr(settings, "task_data", None)
     what = "--task-data" if data else f"task {name}: rows"
     splits = _splits(data or definition.rows, settings, what)
+    validation_data = getattr(settings, "task_validation_data", None)
+    if isinstance(splits, ChosenRows):
+        if validation_data:
+            raise ValueError(
+                f"--task-validation-data: task {name} chooses its validation rows itself (its rows function returns "
+                "ChosenRows); give them through the task's own settings"
+            )
+        if not splits.train or not splits.validation:
+            raise ValueError(f"{what}: {'no training' if not splits.train else 'no validation'} rows")
+        return list(splits.train), list(splits.validation), list(splits.notes), True
     train_split = _training_split(splits, what)
     train = splits[train_split]
     where = data or (definition.rows if isinstance(definition.rows, str) else f"task {name}")
-    validation_data = getattr(settings, "task_validation_data", None)
     notes: list[str] = []
     if validation_data or (definition.validation_rows is not None and not data):
         vwhat = "--task-validation-data" if validation_data else f"task {name}: validation_rows"
@@ -183,7 +197,7 @@ def definition_rows(
         validation = spread_subset(validation, getattr(settings, "n_eval_examples", None))
     chosen = f"training on {len(train)} rows of {where}; validating on {len(validation)} of {validation_name}"
     notes.insert(0, f"task {name}: {chosen}")
-    return train, validation, notes
+    return train, validation, notes, False
 
 
 def check_prompt_overlap(train: Task, validation: Task, allow: bool) -> str:
@@ -211,13 +225,13 @@ def compile_definition(
     chosen is printed. `evaluating` (an evaluation of the validation rows alone) skips the overlap check."""
     fields = dict(definition.fields) | parse_pairs(getattr(settings, "task_fields", None), "--task-fields")
     rewards = reward_set(name, definition, settings)
-    train_rows, validation_rows, notes = definition_rows(definition, settings, name, whole_validation)
+    train_rows, validation_rows, notes, chosen = definition_rows(definition, settings, name, whole_validation)
     train_rows, validation_rows = renamed(train_rows, fields, name), renamed(validation_rows, fields, name)
     train = build_task(definition, train_rows, rewards, name, template_for)
     validation = build_task(definition, validation_rows, rewards, name, template_for)
     if evaluating:  # what a training run would train on is beside the point
-        notes[0] = f"task {name}: evaluating its {len(validation_rows)} validation rows"
-    else:
+        notes[:1] = [f"task {name}: evaluating its {len(validation_rows)} validation rows"]
+    elif not chosen:  # rows a task chose itself were checked by it
         notes.append(check_prompt_overlap(train, validation, getattr(settings, "allow_validation_overlap", False)))
     if check:
         preflight(rewards, train_rows[0])
@@ -232,13 +246,9 @@ def run_tasks(
     """The run's (training, validation) Tasks for `--task`. Without `template_for` the prompts are bare: the call
     that checks the data and rewards before any model loads; with it, chat tasks are in the model's chat turn.
     `check` preflights the rewards and prints what was chosen; `whole_validation` keeps every validation row
-    (--time-budget's final validation)."""
-    name = settings.task
-    if name == "math":  # its own --prompt template, never the chat turn
-        return math_tasks(settings, whole_validation=whole_validation)
-    if name == "keywords":
-        return keyword_run_tasks(settings, "{question}" if template_for is None else template_for(user_turn()))
-    return compile_definition(task_definition(settings), settings, name, template_for, check, whole_validation)
+    (--time-budget's final validation: a rows function that picks its own reads the budget from the settings, as the
+    math task does)."""
+    return compile_definition(task_definition(settings), settings, settings.task, template_for, check, whole_validation)
 
 
 def task_definition(settings: Any) -> TaskDefinition:
@@ -250,21 +260,17 @@ def task_definition(settings: Any) -> TaskDefinition:
 
 
 def evaluation_task(settings: Any, template_for: Renderer | None = None, check: bool = True) -> Task:
-    """--task's validation rows, whole, as a Task for the evaluation scripts (every task but math, which evaluates
-    --dataset as the course does)."""
+    """--task's validation rows, whole, as a Task for the evaluation scripts (every task but math, which the scripts
+    evaluate on --dataset whole, as the course does: alignment/run/generation.py)."""
     definition = task_definition(settings)
     return compile_definition(definition, settings, settings.task, template_for, check, True, evaluating=True)[1]
 
 
 def task_stop(settings: Any) -> tuple[str, ...]:
-    """The strings that end a completion of --task: the math prompt's, none for keywords, a definition's own."""
-    if settings.task == "math":
-        return stop_strings(settings.prompt)
-    return () if settings.task == "keywords" else tuple(task_definition(settings).stop)
+    """The strings that end a completion of --task (math's: its --prompt's)."""
+    return tuple(task_definition(settings).stop)
 
 
 def needs_chat_template(settings: Any) -> bool:
     """Whether the run's prompts depend on the model's chat template (then built again once its tokenizer loads)."""
-    if settings.task == "math":
-        return False
-    return settings.task == "keywords" or task_definition(settings).chat
+    return task_definition(settings).chat

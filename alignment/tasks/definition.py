@@ -24,8 +24,20 @@ Row = dict[str, Any]
 # numbers whose "reward" is the score and whose other keys are logged beside it (the math grader's format/answer).
 RewardValue = float | int | bool | None | Mapping[str, float]
 # Rows, or what gives them: a file or folder `datasets` reads, a hub id, a list of dicts, or a function of the
-# run's settings returning rows or (training rows, validation rows).
+# run's settings returning rows, (training rows, validation rows) or ChosenRows.
 RowsSource = str | Sequence[Row] | Callable[[Any], Any]
+
+
+@dataclass
+class ChosenRows:
+    """What a rows function returns when it picks the run's rows itself (the built-in math task's --dataset,
+    --validation-dataset, --n-train-examples and --n-eval-examples): its training and validation rows are taken as
+    they are, with no held-out slice, subset or overlap check of the generic ones, and `notes`, the lines saying what
+    it chose, are printed in place of theirs."""
+
+    train: Sequence[Row]
+    validation: Sequence[Row]
+    notes: Sequence[str] = ()
 
 
 @dataclass
@@ -35,13 +47,16 @@ class Reward:
     `fn(completion: str, row: dict)` scores one completion; with `batched=True`, `fn(completions: list[str],
     rows: list[dict])` scores a batch and returns a list. Either may be `async def`. A reward may read any field of
     its row (after the task's field renames) and returns a RewardValue. `name` (default: the function's name) is
-    what the logs call it: `train_reward_<name>`, `eval_reward_<name>`.
+    what the logs call it: `train_reward_<name>`, `eval_reward_<name>`. `log_apart=False` leaves that per-function
+    score out, for a task's one reward whose dict already logs its parts beside the sum (the built-in math grader's
+    format_reward and answer_reward).
     """
 
     fn: Callable[..., Any]
     weight: float = 1.0
     name: str | None = None
     batched: bool = False
+    log_apart: bool = True
 
     @property
     def label(self) -> str:
@@ -62,6 +77,7 @@ class TaskDefinition:
     fields           renames, {name the task uses: name in the data}, so a dataset with other field names serves
                      (`--task-fields` adds to them)
     answer_field     the field logged as a rollout's ground truth (default: the whole row)
+    question_field   the field logged as a rollout's question (default: its prompt)
     category_field   a field evaluations break their reward down by (`eval_reward@<value>`)
     stop             strings that end a completion (included in it)
     """
@@ -76,6 +92,7 @@ class TaskDefinition:
     answer_field: str | None = None
     category_field: str | None = None
     stop: tuple[str, ...] = ()
+    question_field: str | None = None
 
     def reward_list(self) -> list[Reward]:
         return [r if isinstance(r, Reward) else Reward(r) for r in self.rewards]

@@ -60,7 +60,7 @@ class RewardSet:
 
     @property
     def names(self) -> list[str]:
-        return [REWARD_PREFIX + r.label for r in self.rewards]
+        return [REWARD_PREFIX + r.label for r in self.rewards if r.log_apart]
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         if self.reference is None:
@@ -76,7 +76,7 @@ class RewardSet:
 
     def grade_batch(self, responses: Sequence[str], rows: Sequence[Row]) -> list[dict[str, float]]:
         """One score dict per response: `reward` (the weighted sum of the scores that apply), `reward_<name>` per
-        function (NaN where it returned None) and the extra keys of rewards that return dicts."""
+        function logged apart (NaN where it returned None) and the extra keys of rewards that return dicts."""
         if len(responses) != len(rows):
             raise ValueError(f"{len(responses)} responses but {len(rows)} rows")
         scores: list[dict[str, float]] = [{"reward": 0.0} for _ in responses]
@@ -84,7 +84,8 @@ class RewardSet:
             values = self._run(reward, responses, rows)
             for i, (value, row) in enumerate(zip(values, rows)):
                 number, extra = self._number(reward, value, row)
-                scores[i][REWARD_PREFIX + reward.label] = number
+                if reward.log_apart:
+                    scores[i][REWARD_PREFIX + reward.label] = number
                 scores[i] |= extra
                 if not math.isnan(number):
                     scores[i]["reward"] += reward.weight * number
