@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from tests.test_plot import write_run
@@ -27,6 +28,7 @@ def executed(parameters: str, kernel_dir: Path) -> list:
     return [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
 
 
+@pytest.mark.slow  # 5-14 s of a kernel executing the notebook twice; its front end is checked by default below
 def test_notebook_draws_the_same_figures_from_the_root_and_from_notebooks(tmp_path):
     write_run(tmp_path / "runs" / "clip", [0.125, 0.25, 0.5])
     write_run(tmp_path / "runs" / "no_clip", [0.125, 0.25, 0.375])

@@ -86,7 +86,7 @@ def assert_same_steps(
 # recomputing the forward, under -m slow (the skip happens after the forward either way; the forward recomputed runs
 # by default in test_skipping_stays_exact_under_every_objective below)
 CASES = [
-    pytest.param("on", loss, id=f"tape-{loss}", marks=() if loss in ("grpo_clip", "no_baseline") else pytest.mark.slow)
+    pytest.param("on", loss, id=f"tape-{loss}", marks=() if loss == "grpo_clip" else pytest.mark.slow)
     for loss in LOSSES
 ] + [pytest.param("off", loss, id=f"recompute-{loss}", marks=pytest.mark.slow) for loss in LOSSES]
 
