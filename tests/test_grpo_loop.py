@@ -222,6 +222,7 @@ def test_on_policy_grpo_clip_updates_exactly_like_reinforce_with_baseline(tiny_m
         assert torch.allclose(tensor, states["reinforce_with_baseline"][name], atol=1e-6), name
 
 
+@pytest.mark.slow  # 4-10 s of a run; the rollouts file of validations is checked by default
 def test_training_rollouts_are_logged_every_n_steps(tiny_model_dir, tmp_path):
     """--log-train-rollouts-every 2: every rollout of steps 2 and 4, with its question, truth and rewards, beside the
     validations' examples in rollouts.jsonl."""

@@ -28,6 +28,7 @@ def test_where_triton_does_not_run_a_warning_says_why_and_torchs_kernels_serve()
     triton_runs_on.cache_clear()
 
 
+@pytest.mark.slow  # 10-26 s of a pytest under TRITON_INTERPRET=1; the first-use checks and fallbacks run by default
 def test_the_kernels_in_tritons_interpreter():
     """The interpreted checks of the probe and the first-use checks (below: 4), the head's kernels (16) and the sampling
     kernel (6 by default), in one pytest started with TRITON_INTERPRET=1: all of them pass."""

@@ -107,7 +107,9 @@ def test_a_lora_learner_sends_only_its_adapters_and_the_generator_matches_it(tin
     assert learner.digest() == generator.digest()  # the same frozen base, now the same adapters
 
 
-@pytest.mark.parametrize("backend,lora_rank", [("hf", 0), ("transformer_lm", 0), ("hf", 4)])
+@pytest.mark.parametrize(
+    "backend,lora_rank", [("hf", 0), pytest.param("transformer_lm", 0, marks=pytest.mark.slow), ("hf", 4)]
+)  # our own LM's copy under -m slow: its weight loading is tested by default in tests/test_transformer_lm_policy.py
 def test_the_colocated_worker_samples_a_copy_of_its_own_that_each_sync_updates(
     tiny_model_dir, keep_threads, backend, lora_rank
 ):
