@@ -368,6 +368,22 @@ def lost_mid_unit():
     yield
 
 
+def async_env_config(tiny_model_dir, tmp_path, env: str, **overrides) -> RayGRPOConfig:
+    """An async run on one of this module's environments, played in process: 4 tokens a turn, 256 an episode."""
+    config = config_for(
+        tiny_model_dir,
+        tmp_path,
+        strategy="async",
+        env=f"tests.test_ray_async_env:{env}",
+        env_max_tokens=256,
+        sampling_max_tokens=4,
+        sampling_min_tokens=4,
+        **overrides,
+    )
+    validate_ray(config)
+    return config
+
+
 def test_a_generator_lost_mid_unit_keeps_its_delivered_groups_and_leaves_the_others_whole(
     tokenizer, tiny_model_dir, tmp_path, monkeypatch
 ):
@@ -376,19 +392,7 @@ def test_a_generator_lost_mid_unit_keeps_its_delivered_groups_and_leaves_the_oth
     again), only the long one is (the dropped event's groups_reissued), whole, to Generator 1, which plays it from
     its first turn; each ticket is then trained once, in one batch."""
     monkeypatch.setitem(sys.modules, "tests.test_ray_async_env", sys.modules[__name__])
-    config = config_for(
-        tiny_model_dir,
-        tmp_path,
-        strategy="async",
-        env="tests.test_ray_async_env:EndsAtTurn",
-        env_max_tokens=256,
-        sampling_max_tokens=4,
-        sampling_min_tokens=4,
-        n_grpo_steps=1,
-        max_staleness=0,
-        generators=2,
-    )
-    validate_ray(config)
+    config = async_env_config(tiny_model_dir, tmp_path, "EndsAtTurn", n_grpo_steps=1, max_staleness=0, generators=2)
     rows = [dict(row) for row in SHORT_AND_LONG]
     task = Task([r["question"] for r in rows], rows, "{question}", scored_by_episodes)
     generators = {
@@ -448,19 +452,7 @@ def in_process_run(tiny_model_dir, tmp_path, rows, monkeypatch, **overrides):
     way, else the stream of a generator with work."""
     monkeypatch.setitem(sys.modules, "tests.test_ray_async_env", sys.modules[__name__])
     FailsOn.steps.clear()
-    config = config_for(
-        tiny_model_dir,
-        tmp_path,
-        strategy="async",
-        env="tests.test_ray_async_env:FailsOn",
-        env_max_tokens=256,
-        sampling_max_tokens=4,
-        sampling_min_tokens=4,
-        n_grpo_steps=2,
-        max_staleness=0,
-        **overrides,
-    )
-    validate_ray(config)
+    config = async_env_config(tiny_model_dir, tmp_path, "FailsOn", n_grpo_steps=2, max_staleness=0, **overrides)
     task = Task([r["question"] for r in rows], rows, "{question}", scored_by_episodes)
     generator = Generator(config, task, task, "cpu", 1, "Generator 0")
     learner = Learner(config, task, "cpu", 1)
@@ -531,16 +523,7 @@ def test_a_reissued_group_samples_by_its_place_in_the_rollout_batch(
     in the whole batch; on hf's default batching (a batch's rows take their keys in turn from its first prompt's
     seed) numbers of its own. Either way never ticket 0's (which it drew before: the same position in the call)."""
     monkeypatch.setitem(sys.modules, "tests.test_ray_async_env", sys.modules[__name__])
-    config = config_for(
-        tiny_model_dir,
-        tmp_path,
-        strategy="async",
-        env="tests.test_ray_async_env:EndsAtTurn",
-        env_max_tokens=256,
-        sampling_max_tokens=4,
-        sampling_min_tokens=4,
-    )
-    validate_ray(config)
+    config = async_env_config(tiny_model_dir, tmp_path, "EndsAtTurn")
     rows = [dict(SHORT_AND_LONG[1])]
     task = Task([r["question"] for r in rows], rows, "{question}", scored_by_episodes)
     generator = Generator(config, task, task, "cpu", 1)
