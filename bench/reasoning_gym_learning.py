@@ -53,25 +53,14 @@ from alignment.grpo.config import GRPOConfig  # noqa: E402
 from alignment.grpo.sampler import validation_sampling  # noqa: E402
 from alignment.grpo_run import train_grpo  # noqa: E402
 from alignment.models.loading import SMOLLM2, load_tokenizer, resolve_model  # noqa: E402
-from alignment.prompts import chat_template, format_prompt  # noqa: E402
+from alignment.prompts import chat_renderer, format_prompt  # noqa: E402
 from alignment.rollout.hf_engine import HFRolloutEngine  # noqa: E402
-from alignment.tasks.loading import definition_for, reward_set  # noqa: E402
+from alignment.tasks.building import run_tasks  # noqa: E402
 from alignment.tasks.reasoning_gym import SCORE_REWARD  # noqa: E402
 from alignment.tasks.rewards import REWARD_PREFIX  # noqa: E402
 from bench.curves import first_reaching, our_curve  # noqa: E402
 
 CURVE_KEY = "eval_" + REWARD_PREFIX + SCORE_REWARD  # the held-out mean of score_answer alone
-
-
-def tasks_of(source: str, settings: SimpleNamespace, template: str) -> tuple[Task, Task]:
-    """Training and validation Tasks of a reasoning_gym source: rows' prompts in the model's chat turn."""
-    definition = definition_for(source, settings)
-    rewards = reward_set(source, definition, settings)
-    train, validation = definition.rows(settings)
-    return tuple(  # type: ignore[return-value]
-        Task([r["prompt"] for r in rows], rows, template, rewards, [r["task"] for r in rows], source)
-        for rows in (train, validation)
-    )
 
 
 def accuracy(
@@ -231,7 +220,7 @@ def measure(bench: Bench, scratch: Path) -> dict[str, Any]:
         n_train_examples=bench.n_train,
         n_eval_examples=bench.n_eval,
     )
-    train, validation = tasks_of(source, data, chat_template(tokenizer))
+    train, validation = run_tasks(data, chat_renderer(tokenizer), check=False)  # in the model's chat turn
     batch = bench.prompts_per_step * bench.group_size
     base = GRPOConfig(
         model=model_dir,
