@@ -117,7 +117,7 @@ def _train(
         if config.env is not None:
             task, validation = environment_tasks(config.env, config)
         else:
-            task, validation = run_tasks(config, whole_validation=config.time_budget is not None)
+            task, validation = run_tasks(config)
             chat_pending = needs_chat_template(config)
     check_model_source(config.model)  # a model folder not there, or one the hub cannot give: before the run folder
     if group is not None:
@@ -133,7 +133,7 @@ def _train(
     use_torch_threads(config.torch_threads, main)
     policy, tokenizer = load_policy(config, policy_device, model_dtype(config, policy_device), shard=group is not None)
     if chat_pending:
-        task, validation = run_tasks(config, chat_renderer(tokenizer), False, config.time_budget is not None)
+        task, validation = run_tasks(config, chat_renderer(tokenizer), False)
     periodic, final = budget_validations(validation, config.n_eval_examples, config.time_budget is not None)
     engine = build_engine(config, policy, tokenizer, rollout_device, policy_device, vllm_share, group)
     grader = make_grader(task, config.grader_workers, group)

@@ -39,9 +39,7 @@ def teacher_accuracy(config: GRPOConfig) -> dict[str, float]:
     """The held-out summary (eval_reward, eval_format_reward, eval_answer_reward) of config.model on the questions a
     run's periodic validations take, sampled and graded as they are."""
     budgeted = config.time_budget is not None
-    validation, _ = budget_validations(
-        run_tasks(config, whole_validation=budgeted)[1], config.n_eval_examples, budgeted
-    )
+    validation, _ = budget_validations(run_tasks(config)[1], config.n_eval_examples, budgeted)
     policy, tokenizer = load_model_and_tokenizer(config.model)
     engine = build_engine(config, policy.eval(), tokenizer, "cpu", "cpu")
     grader = make_grader(validation, config.grader_workers)

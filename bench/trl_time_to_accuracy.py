@@ -158,7 +158,7 @@ def train_trl(
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     torch.manual_seed(config.seed)
-    task, validation = run_tasks(config, whole_validation=config.time_budget is not None)
+    task, validation = run_tasks(config)
     with ParallelGrader(validation.reward_fn, config.grader_workers) as grader:
         callback = Validate(config, validation, grader, budget_s, every)
         with tempfile.TemporaryDirectory() as scratch:  # TRL's output_dir: nothing is saved there

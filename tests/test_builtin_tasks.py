@@ -30,11 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_MATH = str(REPO / "data" / "sample_math.jsonl")
 
 
-def built(config: GRPOConfig, template_for=None, whole_validation: bool = False) -> tuple[Task, Task, list[str]]:
+def built(config: GRPOConfig, template_for=None) -> tuple[Task, Task, list[str]]:
     """run_tasks's (training, validation) Tasks and the lines it printed."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        train, validation = run_tasks(config, template_for, whole_validation=whole_validation)
+        train, validation = run_tasks(config, template_for)
     return train, validation, printed.getvalue().splitlines()
 
 
@@ -95,7 +95,7 @@ def test_math_through_the_contract_is_the_courses_math(settings):
 
 def test_math_validates_on_the_whole_validation_set_under_a_time_budget():
     config = GRPOConfig(task="math", dataset="gsm8k", n_train_examples=8, n_eval_examples=6, time_budget="10m")
-    _, validation, printed = built(config, whole_validation=True)
+    _, validation, printed = built(config)
     whole = run_data("gsm8k", "train", None, None, n_train=8)
     questions = [validation.logged_question(i) for i in range(len(validation.questions))]
     assert printed == whole.notes and questions == [e.question for e in whole.validation]
@@ -185,7 +185,7 @@ def test_keywords_from_a_built_dataset_folder(tmp_path):
     config = GRPOConfig(task="keywords", keywords_dataset=tmp_path, n_eval_examples=3, time_budget="10m")
     old_train, old_validation = load_keyword_dataset(tmp_path, chat(user_turn()), KEYWORD_REWARD_FNS["substring"])
     # the first --n-eval-examples of validation.jsonl, under a time budget too (the whole set is those)
-    train, validation, printed = built(config, chat, whole_validation=True)
+    train, validation, printed = built(config, chat)
     assert printed == [] and prompts(train) == prompts(old_train)
     assert prompts(validation) == prompts(old_validation)[:3]
     assert [validation.logged_truth(t) for t in validation.truths] == old_validation.truths[:3]

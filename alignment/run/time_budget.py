@@ -27,6 +27,12 @@ DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)")
 RECENT_STEPS = 5  # the next step is expected to last as long as the longest of these (responses grow in RL)
 
 
+def validates_whole(settings: object) -> bool:
+    """Whether a run's validation Task holds its whole validation set: under --time-budget, whose final validation
+    takes every row (the periodic ones --n-eval-examples of them: budget_validations)."""
+    return getattr(settings, "time_budget", None) is not None
+
+
 def parse_duration(text: str | float, flag: str = "--time-budget") -> float:
     """Seconds in `text`: seconds (5400), or a number with unit s, m or h (90m, 1.5h, 4h); a ValueError naming
     `flag` otherwise, or when it is not > 0."""

@@ -19,6 +19,7 @@ from alignment.data.math_datasets import spread_subset
 from alignment.data.splits import EVALUATION_SPLITS, HOLDOUT_SHARE, MAX_OVERLAP, TRAINING_SPLIT, holdout, overlap
 from alignment.data.task import Task
 from alignment.prompts import user_turn
+from alignment.run.time_budget import validates_whole
 from alignment.tasks.definition import ChosenRows, Row, TaskDefinition
 from alignment.tasks.loading import definition_for, reward_set
 from alignment.tasks.rewards import RewardSet
@@ -240,15 +241,13 @@ def compile_definition(
     return train, validation
 
 
-def run_tasks(
-    settings: Any, template_for: Renderer | None = None, check: bool = True, whole_validation: bool = False
-) -> tuple[Task, Task]:
+def run_tasks(settings: Any, template_for: Renderer | None = None, check: bool = True) -> tuple[Task, Task]:
     """The run's (training, validation) Tasks for `--task`. Without `template_for` the prompts are bare: the call
     that checks the data and rewards before any model loads; with it, chat tasks are in the model's chat turn.
-    `check` preflights the rewards and prints what was chosen; `whole_validation` keeps every validation row
-    (--time-budget's final validation: a rows function that picks its own reads the budget from the settings, as the
-    math task does)."""
-    return compile_definition(task_definition(settings), settings, settings.task, template_for, check, whole_validation)
+    `check` preflights the rewards and prints what was chosen. Under --time-budget the validation Task keeps every
+    validation row (alignment/run/time_budget.py validates_whole; a rows function that picks its own asks the same)."""
+    definition = task_definition(settings)
+    return compile_definition(definition, settings, settings.task, template_for, check, validates_whole(settings))
 
 
 def task_definition(settings: Any) -> TaskDefinition:

@@ -16,6 +16,7 @@ from alignment.data.math_datasets import MathExample
 from alignment.data.splits import run_data
 from alignment.grader import r1_zero_reward_fn, reward_fn_for
 from alignment.prompts import check_prompt, format_prompt, load_prompt, prompt_kind, stop_strings
+from alignment.run.time_budget import validates_whole
 from alignment.tasks.definition import ChosenRows, Reward, Row, TaskDefinition
 
 # GRPO's keyword settings and their defaults, for a run whose settings lack them (an evaluation script's)
@@ -60,7 +61,7 @@ def math(settings: Any) -> TaskDefinition:
         return grade(completion, row["answer"])
 
     return TaskDefinition(
-        rows=lambda s: math_rows(s, whole_validation=getattr(s, "time_budget", None) is not None),
+        rows=lambda s: math_rows(s, whole_validation=validates_whole(s)),
         rewards=[Reward(graded, name="math", log_apart=False)],
         chat=False,
         answer_field="answer",
