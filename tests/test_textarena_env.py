@@ -272,3 +272,28 @@ def test_a_turn_limit_set_by_the_run_is_the_game_s_and_the_game_scores_it():
     steps = [env.step(f"[{g}]") for g in guesses]
     assert [s.done for s in steps] == [False, False, True]  # the game ended itself at its (the run's) limit
     assert steps[-1].reward == pytest.approx(1 - abs(guesses[-1] - secret) / 19) and steps[-1].reward > 0
+
+
+def test_the_textarena_benchmark_merges_seeds_run_side_by_side():
+    import typer
+
+    from bench.textarena_learning import merged
+
+    def part(seeds: list[int], minutes: float = 20.0) -> dict:
+        runs = [
+            {"seed": s, "success_start": 0.0, "success_end": 0.1 * (s + 1), "reward_start": 0.05, "reward_end": 0.5}
+            for s in seeds
+        ]
+        return {"game": "GuessTheNumber-v0", "max_turns": 6, "minutes_per_seed": minutes, "tiny": False} | {
+            "parts": [{"seeds": seeds, "load_average": [1.0, 1.0, 1.0]}],
+            "runs": runs,
+        }
+
+    result = merged([part([2, 3]), part([0, 1])])
+    assert [r["seed"] for r in result["runs"]] == [0, 1, 2, 3] and len(result["parts"]) == 2
+    success = result["summary"]["success_end"]
+    assert success["n"] == 4 and success["mean"] == pytest.approx(0.25) and success["half_width_95"] > 0
+    with pytest.raises(typer.BadParameter, match="differ in minutes_per_seed"):
+        merged([part([0]), part([1], minutes=10.0)])
+    with pytest.raises(typer.BadParameter, match="a seed is in more than one part"):
+        merged([part([0, 1]), part([1])])
