@@ -52,6 +52,7 @@ def probe(mode: str, env: dict[str, str] | None = None) -> tuple[str, float, flo
     return out[0], float(out[1]), float(out[2])
 
 
+@pytest.mark.slow  # the settings at start-up, the path actors take, run by default below
 def test_freed_tensor_memory_is_kept_and_reused() -> None:
     applied, returned, regrown = probe("retain")
     assert applied == "True"
@@ -59,6 +60,7 @@ def test_freed_tensor_memory_is_kept_and_reused() -> None:
     assert regrown < 4  # and the next tensor that fits takes it without growing the process
 
 
+@pytest.mark.slow
 def test_glibc_default_returns_freed_tensor_memory() -> None:
     applied, returned, regrown = probe("default")
     assert applied == "None"

@@ -181,6 +181,7 @@ def test_the_exit_status_fails_for_a_goal_alone_and_names_an_out_of_memory_kill(
     assert rc == (1 if faults else 0)
 
 
+@pytest.mark.slow  # 12 s of the script's budget on purpose; the budget's other path runs by default
 def test_a_step_cut_short_by_the_checks_time_stops_with_sigint_and_pytest_keeps_its_report(tmp_path):
     slow = tmp_path / "test_slow.py"
     slow.write_text(

@@ -33,6 +33,7 @@ def sent(segment) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith("_")} for row in segment.history]
 
 
+@pytest.mark.slow  # a run, its resume and wandb's offline sync; the diverged run below keeps wandb by default
 def test_an_off_policy_run_and_its_resume_are_one_wandb_run_with_every_row(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "grpo_off_policy" / "epochs_2"  # <output root>/<preset>/<arm>, as scripts/sweep.py lays out
     config = tiny_config(

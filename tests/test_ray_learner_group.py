@@ -118,6 +118,7 @@ def test_a_dead_learner_rank_stops_the_run_and_it_resumes(cluster, tiny_model_di
     check_rows(rows, max_lag=1)
 
 
+@pytest.mark.slow  # its own Ray cluster's start-up is most of its 26 s on 2 quiet cores
 def test_a_cpu_actor_starts_with_the_allocator_settings_so_never_calls_mallopt(cluster):
     """glibc's mallopt is MT-Unsafe, and an actor's process runs Ray's and gloo's threads before any policy loads:
     an actor holding no GPU (a learner rank on the CPU) has the settings from its start-up environment instead."""

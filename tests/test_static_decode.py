@@ -88,7 +88,10 @@ def step_rows(decoder: StaticDecoder, span_multiple: int = 8) -> tuple[list[int]
     return rows, spans
 
 
-# every setting on the Llama; on the Qwen2 the tempered one by default, the other three under -m slow
+# by default the sampled and stop-string settings on the Llama and the tempered one on the Qwen2; the rest under -m slow
+DEFAULT_SETTINGS = ("sampled", "stop strings")
+
+
 @pytest.mark.parametrize(
     "tiny_model,setting",
     [
@@ -96,7 +99,10 @@ def step_rows(decoder: StaticDecoder, span_multiple: int = 8) -> tuple[list[int]
             architecture,
             setting,
             id=f"{architecture}-{setting}",
-            marks=() if architecture == "llama" or setting == "tempered" else pytest.mark.slow,
+            marks=()
+            if (architecture, setting) == ("qwen2", "tempered")
+            or (architecture == "llama" and setting in DEFAULT_SETTINGS)
+            else pytest.mark.slow,
         )
         for architecture in ("llama", "qwen2")
         for setting in SETTINGS
@@ -118,7 +124,9 @@ def test_hf_static_path_samples_what_the_eager_loop_samples(tiny_model, tokenize
         assert len(set(buckets)) > 1, buckets  # the rows still running moved to fewer slots
 
 
-@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize(
+    "setting", [pytest.param(s, marks=() if s in DEFAULT_SETTINGS else pytest.mark.slow) for s in SETTINGS]
+)
 def test_transformer_lm_static_path_samples_what_the_eager_loop_samples(lm, setting):
     sampling = SETTINGS[setting]
     eager = lm_engine(lm, "eager").generate(PROMPTS, 3, sampling)

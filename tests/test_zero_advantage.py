@@ -106,6 +106,7 @@ def test_rows_of_zero_weight_change_nothing_but_the_work(tiny_model_dir, tmp_pat
     assert [r["rows_without_backward"] for r in rows] == [3 / 8, 4 / 8]
 
 
+@pytest.mark.slow  # two runs side by side; rows of zero weight run by default above
 def test_a_step_with_nothing_to_learn_still_counts_for_adam(tiny_model_dir, tmp_path):
     """All weights 0: one row keeps its backward (the other microbatch has nothing to learn), so every parameter
     gets its zero gradient and AdamW steps (its bias correction counts the step); the next step's update shows it."""
