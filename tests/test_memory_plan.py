@@ -560,8 +560,8 @@ SMALL = dict(
 )
 
 
-# By default fp32 with checkpointing, bf16 and bf16-mixed without: each precision the CPU runs fast and checkpointing
-# both ways (each case takes seconds); the other cases under -m slow, fp16-mixed among them (float16 matmuls are slow
+# By default fp32 with checkpointing and bf16-mixed without: both ways of checkpointing, and bf16 weights inside the
+# mixed case (each case takes seconds); the other cases under -m slow, fp16-mixed among them (float16 matmuls are slow
 # on a CPU, 20 s a case here; fp16-mixed plans what bf16-mixed does)
 MEASURED_BY_DEFAULT = {("fp32", True), ("bf16-mixed", False)}
 
