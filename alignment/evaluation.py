@@ -28,10 +28,14 @@ class GradedRollout:
     mean_logprob: float
     finish_reason: str
     scores: dict[str, float] = field(default_factory=dict)  # a task's per-function rewards: reward_<name>
+    # whether the rewards graded a format and an answer (returned the course graders' format_reward and
+    # answer_reward), so that the handouts' categories apply; else both are 0
+    answer_graded: bool = False
 
     def to_json(self) -> dict:
         record = asdict(self)
         scores = record.pop("scores")
+        del record["answer_graded"]
         return record | {k: None if math.isnan(v) else v for k, v in scores.items()}  # a reward's None: null
 
 
@@ -71,6 +75,7 @@ def generate_and_grade(
             mean_logprob=sum(r.logprobs) / max(1, len(r.logprobs)),
             finish_reason=r.finish_reason,
             scores={k: v for k, v in s.items() if k.startswith(REWARD_PREFIX)},
+            answer_graded="format_reward" in s and "answer_reward" in s,
         )
         for r, truth, s in zip(rollouts, truths, scores)
     ]

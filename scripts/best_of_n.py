@@ -1,4 +1,4 @@
-"""pass@N and Best@N from one generation of N_max samples per problem.
+"""pass@N and Best@N from one generation of N_max samples per problem, on any --task (math by default).
 
     uv run scripts/best_of_n.py --dataset data/gsm8k/test.jsonl --model smollm2-135m --limit 8 --n-max 4 --ns
     1 --ns 2 --ns 4
@@ -6,11 +6,14 @@
 pass@N: the unbiased estimator 1 - C(n-c, N)/C(n, N). Best@N: a verifier-free pick, the sample with the
 highest mean token log-prob among N, graded; reported as its exact expectation over the N-subsets of the
 n samples (see alignment.pass_at_k.best_at_k), so Best@1 = pass@1 on the same samples.
-With --zero-shot-generations (eval_zero_shot's generations.jsonl on the same questions), N=1 is that run's
-accuracy instead, as PKU's handout asks ("use the generations from your zero-shot script for N=1"); its responses
-are graded again here, with this run's --grader.
-With a --task other than math, a sample is a success when its reward reaches --success-reward, and the summary adds
-the task's mean reward per reward function (reward_<name>) and per category (reward@<category>) over every sample.
+The problems are the task's evaluation rows, as scripts/eval_zero_shot.py takes them (alignment/tasks/evaluating.py:
+math's --dataset split in the --prompt template, a task of your own its evaluation_rows, else its validation rows).
+A sample is solved when it has a correct answer where the task's rewards grade one (math: answer_reward > 0), else
+when its reward reaches --success-reward; a task other than math adds its mean reward per reward function
+(reward_<name>) and per category (reward@<category>) over every sample (`samples`).
+With --zero-shot-generations (eval_zero_shot's generations.jsonl on the same problems), N=1 is that run's
+success rate instead, as PKU's handout asks ("use the generations from your zero-shot script for N=1"); its
+responses are graded again here, by this run's rewards (math: its --grader) against the task's rows.
 Writes generations.jsonl (every sample), summary.json and best_of_n.png in --output-dir.
 """
 
@@ -27,11 +30,11 @@ import typer  # noqa: E402
 
 from alignment.config import cli  # noqa: E402
 from alignment.config.settings import override, setting, to_json  # noqa: E402
-from alignment.evaluation import GradedRollout, generate_and_grade, task_summary  # noqa: E402
+from alignment.data.task import Task  # noqa: E402
+from alignment.evaluation import GradedRollout, task_summary  # noqa: E402
 from alignment.grading.parallel import ParallelGrader  # noqa: E402
 from alignment.pass_at_k import best_at_k, pass_at_k  # noqa: E402
 from alignment.prompts import format_prompt  # noqa: E402
-from alignment.rollout.backends import resolve_backend  # noqa: E402
 from alignment.run import generation  # noqa: E402
 from alignment.tasks.evaluating import task_records  # noqa: E402
 from alignment.tasks.settings import TaskSettings  # noqa: E402
@@ -45,30 +48,36 @@ class BestOfNConfig(generation.GenerationConfig, TaskSettings):
     ns: list[int] = setting([1, 4, 8, 16], "N values to report (repeatable); each must be <= --n-max.")
     zero_shot_generations: Path | None = setting(
         None,
-        "generations.jsonl of scripts/eval_zero_shot.py on the same --dataset, --limit and --prompt: N=1 of both "
-        "curves is its accuracy (regraded here) instead of an estimate from the --n-max samples.",
+        "generations.jsonl of scripts/eval_zero_shot.py on the same problems (--task, --dataset, --limit, --prompt): "
+        "N=1 of both curves is its success rate (regraded here) instead of an estimate from the --n-max samples.",
     )
     success_reward: float = setting(
-        1.0, "A --task other than math: a sample counts as solved when its reward is at least this."
+        1.0,
+        "A sample counts as solved when its reward is at least this, for a task whose rewards grade no answer (math's "
+        "do: a sample with a correct answer is solved).",
     )
 
 
-def solved_answer(record: GradedRollout) -> bool:
-    return record.answer_reward > 0
+Solved = Callable[[float, float], bool]  # (reward, answer_reward) -> whether a sample solved its problem
 
 
-def curves(
-    records: list[GradedRollout], n_max: int, ns: list[int], solved: Callable[[GradedRollout], bool] = solved_answer
-) -> dict[str, dict[int, float]]:
+def solved_rule(answer_graded: bool, success_reward: float) -> Solved:
+    """A correct answer where the task's rewards grade one (math), else a reward of at least `success_reward`."""
+    if answer_graded:
+        return lambda reward, answer_reward: answer_reward > 0
+    return lambda reward, answer_reward: reward >= success_reward
+
+
+def curves(records: list[GradedRollout], n_max: int, ns: list[int], solved: Solved) -> dict[str, dict[int, float]]:
     """Mean over problems of pass@N and Best@N; records are problem-major, n_max per problem; `solved` says which
-    samples count (math: a correct answer)."""
+    samples count."""
     groups = [records[i : i + n_max] for i in range(0, len(records), n_max)]
+    hits = [[solved(r.reward, r.answer_reward) for r in g] for g in groups]
     result: dict[str, dict[int, float]] = {"pass_at": {}, "best_at": {}}
     for n in ns:
-        result["pass_at"][n] = sum(pass_at_k(n_max, sum(map(solved, g)), n) for g in groups) / len(groups)
-        result["best_at"][n] = sum(
-            best_at_k([solved(r) for r in g], [r.mean_logprob for r in g], n) for g in groups
-        ) / len(groups)
+        best = [best_at_k(h, [r.mean_logprob for r in g], n) for h, g in zip(hits, groups)]
+        result["pass_at"][n] = sum(pass_at_k(n_max, sum(h), n) for h in hits) / len(groups)
+        result["best_at"][n] = sum(best) / len(groups)
     return result
 
 
@@ -80,16 +89,18 @@ def zero_shot_rows(path: Path, prompts: list[str]) -> list[dict]:
     if [row.get("prompt") for row in rows] != prompts:
         raise cli.bad_flag(
             "--zero-shot-generations",
-            f"{path} holds {len(rows)} responses to other prompts than these {len(prompts)} (same --dataset, "
+            f"{path} holds {len(rows)} responses to other prompts than these {len(prompts)} (same --task, --dataset, "
             "--limit and --prompt as the zero-shot run?)",
         )
     return rows
 
 
-def accuracy(rows: list[dict], reward_fn, workers: int | None) -> float:
-    with ParallelGrader(reward_fn, workers) as grader:
-        scores = grader([row["response"] for row in rows], [row["ground_truth"] for row in rows])
-    return sum(s["answer_reward"] for s in scores) / len(scores)
+def success_rate(rows: list[dict], task: Task, solved: Solved, workers: int | None) -> float:
+    """The share of a zero-shot run's responses (one per question of `task`, in order) that solve their question,
+    graded again by the task's rewards against its rows."""
+    with ParallelGrader(task.reward_fn, workers) as grader:
+        scores = grader([row["response"] for row in rows], task.truths)
+    return sum(solved(s["reward"], s.get("answer_reward", 0.0)) for s in scores) / len(scores)
 
 
 def plot(result: dict[str, dict[int, float]], path: Path, title: str) -> None:
@@ -115,70 +126,41 @@ def run(config: BestOfNConfig) -> dict:
     too_big = [n for n in config.ns if not 1 <= n <= config.n_max]
     if too_big:
         raise cli.bad_flag("--ns", f"every N must be in [1, --n-max={config.n_max}]; got {too_big}")
-    if config.task != "math":
-        return run_task(config)
-    zero_shot = None
-    if config.zero_shot_generations is not None:  # checked before any model loads
-        examples, template, _ = generation.load_task(config.dataset, config.prompt, config.limit, config.grader)
-        prompts = [format_prompt(template, e.question) for e in examples]
-        zero_shot = zero_shot_rows(config.zero_shot_generations, prompts)
-    setup = generation.set_up(config)
-    with ParallelGrader(setup.reward_fn, config.grader_workers) as grader:
-        records, timings = generate_and_grade(
-            setup.engine,
-            [e.question for e in setup.examples],
-            [e.answer for e in setup.examples],
-            setup.template,
-            grader,
-            setup.sampling,
-            n=config.n_max,
-        )
-    result = curves(records, config.n_max, sorted(set(config.ns)))
-    if zero_shot is not None and 1 in result["pass_at"]:
-        result["pass_at"][1] = result["best_at"][1] = accuracy(zero_shot, setup.reward_fn, config.grader_workers)
-    tokens = sum(r.num_tokens for r in records)
-    summary = {
-        "num_problems": len(setup.examples),
-        "n_max": config.n_max,
-        "pass_at": result["pass_at"],
-        "best_at": result["best_at"],
-        "n1_from": str(config.zero_shot_generations or f"the {config.n_max} samples"),
-        "generated_tokens": tokens,
-        "generated_tokens_per_s": tokens / timings["generation_s"] if timings["generation_s"] > 0 else None,
-        "timings_s": timings,
-        "backend": setup.backend,
-        "config": to_json(config),
-    }
-    rows = [r.to_json() | {"problem": i // config.n_max, "sample": i % config.n_max} for i, r in enumerate(records)]
-    atomic_write_jsonl(setup.output_dir / "generations.jsonl", rows)
-    title = f"{config.model} on {Path(config.dataset).name}, {len(setup.examples)} problems"
-    plot(result, setup.output_dir / "best_of_n.png", title)
-    atomic_write_json(setup.output_dir / "summary.json", summary)  # last: its presence means the run finished
-    shown = ("num_problems", "n_max", "pass_at", "best_at", "generated_tokens_per_s", "timings_s")
-    typer.echo(json.dumps({k: summary[k] for k in shown}, indent=2))
-    return summary
+    zero_shot: list[dict] = []
 
+    def read_zero_shot(task: Task) -> None:  # as soon as the prompts are known: for math, before any model loads
+        if config.zero_shot_generations is not None:
+            prompts = [format_prompt(task.template, q) for q in task.questions]
+            zero_shot.extend(zero_shot_rows(config.zero_shot_generations, prompts))
 
-def run_task(config: BestOfNConfig) -> dict:
-    """pass@N and Best@N on --task's validation rows, a sample solved when its reward reaches --success-reward."""
-    if config.zero_shot_generations is not None:
-        raise cli.bad_flag("--zero-shot-generations", "is for --task math (an eval_zero_shot run on --dataset)")
-    task, records, timings, output_dir = task_records(config, config.n_max)
-    result = curves(records, config.n_max, sorted(set(config.ns)), lambda r: r.reward >= config.success_reward)
+    evaluation = task_records(config, config.n_max, read_zero_shot)
+    task, records = evaluation.task, evaluation.records
+    solved = solved_rule(evaluation.answer_graded, config.success_reward)
+    result = curves(records, config.n_max, sorted(set(config.ns)), solved)
+    if config.zero_shot_generations is not None and 1 in result["pass_at"]:
+        result["pass_at"][1] = result["best_at"][1] = success_rate(zero_shot, task, solved, config.grader_workers)
+    tokens, generation_s = sum(r.num_tokens for r in records), evaluation.timings["generation_s"]
     summary = {
         "num_problems": len(task.questions),
         "n_max": config.n_max,
         "pass_at": result["pass_at"],
         "best_at": result["best_at"],
-        "samples": task_summary(records, timings, task.categories),
-        "backend": resolve_backend(config.backend),
+        "n1_from": str(config.zero_shot_generations or f"the {config.n_max} samples"),
+        "generated_tokens": tokens,
+        "generated_tokens_per_s": tokens / generation_s if generation_s > 0 else None,
+        "timings_s": evaluation.timings,
+        "samples": task_summary(records, evaluation.timings, task.categories),
+        "backend": evaluation.backend,
         "config": to_json(config),
     }
     rows = [r.to_json() | {"problem": i // config.n_max, "sample": i % config.n_max} for i, r in enumerate(records)]
+    output_dir = evaluation.output_dir
     atomic_write_jsonl(output_dir / "generations.jsonl", rows)
-    plot(result, output_dir / "best_of_n.png", f"{config.model} on {task.name}, {len(task.questions)} problems")
+    source = Path(config.dataset).name if config.task == "math" else task.name  # math's rows are --dataset's
+    plot(result, output_dir / "best_of_n.png", f"{config.model} on {source}, {len(task.questions)} problems")
     atomic_write_json(output_dir / "summary.json", summary)  # last: its presence means the run finished
-    typer.echo(json.dumps({k: summary[k] for k in ("num_problems", "n_max", "pass_at", "best_at")}, indent=2))
+    shown = ("num_problems", "n_max", "pass_at", "best_at", "generated_tokens_per_s", "timings_s")
+    typer.echo(json.dumps({k: summary[k] for k in shown}, indent=2))
     return summary
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from alignment.data.keyword_dataset import load_keyword_dataset
 from alignment.data.keywords import DEFAULT_KEYWORDS, KEYWORD_REWARD_FNS, UW_KEYWORDS, keyword_tasks, load_keywords
-from alignment.data.splits import run_data
+from alignment.data.splits import evaluation_examples, run_data
 from alignment.data.task import Task
 from alignment.evaluation import evaluate_task
 from alignment.grader import reward_fn_for
@@ -24,7 +24,8 @@ from alignment.grpo.sampler import Drawn, rollout_stats
 from alignment.grpo_run import train_examples
 from alignment.prompts import format_prompt, load_prompt, prompt_kind, stop_strings, user_turn
 from alignment.rollout.interface import Rollout, SamplingConfig
-from alignment.tasks.building import needs_chat_template, run_tasks, task_stop
+from alignment.tasks.building import evaluation_task, needs_chat_template, run_tasks, task_stop
+from scripts.eval_zero_shot import EvalConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_MATH = str(REPO / "data" / "sample_math.jsonl")
@@ -101,6 +102,33 @@ def test_math_validates_on_the_whole_validation_set_under_a_time_budget():
     assert printed == whole.notes and questions == [e.question for e in whole.validation]
     _, periodic, _ = built(replace(config, time_budget=None))
     assert len(periodic.questions) == 6
+
+
+MATH_EVALUATIONS = {
+    "gsm8k, r1_zero": dict(dataset="gsm8k"),
+    "a file, question_only, lenient": dict(dataset=SAMPLE_MATH, prompt="question_only", grader="lenient"),
+}
+
+
+@pytest.mark.parametrize("settings", MATH_EVALUATIONS.values(), ids=MATH_EVALUATIONS)
+def test_math_evaluates_the_datasets_evaluation_split_whole_through_the_contract(settings):
+    """eval_zero_shot and best_of_n evaluate --task math as a user's task (evaluation_task): its evaluation_rows are
+    --dataset's evaluation examples, whole, in the --prompt template, graded by the --prompt's grader in --grader mode,
+    from an evaluation's settings, which hold no training setting (no --dataset-split, --n-train-examples)."""
+    config = EvalConfig(task="math", **settings)
+    assert not hasattr(config, "dataset_split") and not hasattr(config, "n_train_examples")
+    examples, note = evaluation_examples(config.dataset)
+    template, grade = load_prompt(config.prompt), reward_fn_for(prompt_kind(config.prompt), config.grader)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        task = evaluation_task(config)
+    assert printed.getvalue().splitlines() == ([note] if note else [])
+    assert prompts(task) == [format_prompt(template, e.question) for e in examples]  # all of them, in order
+    assert [task.logged_truth(t) for t in task.truths] == [e.answer for e in examples]
+    for row, example in list(zip(task.truths, examples))[:4]:
+        for response in math_responses(example.answer):
+            assert task.reward_fn(response, row) == grade(response, example.answer)  # the grader's dict as it is
+    assert task_stop(config) == stop_strings(config.prompt) and not needs_chat_template(config)
 
 
 def test_math_rollouts_and_metrics_keep_their_names():

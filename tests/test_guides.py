@@ -215,9 +215,10 @@ def check_script(script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, 
     elif script in ("train_sft", "expert_iteration"):  # their run functions validate first, then load
         source = importlib.import_module("alignment.sft_run" if script == "train_sft" else "alignment.expert_iteration")
         monkeypatch.setattr(source, "validate", stop_after(source.validate))
-    elif script in ("eval_zero_shot", "best_of_n"):  # best_of_n checks its --ns before this
-        monkeypatch.setattr(module.generation, "set_up", stop)
-        monkeypatch.setattr(module.generation, "load_task", stop)
+    elif script in ("eval_zero_shot", "best_of_n"):  # best_of_n checks its --ns before this; --task loads, no rows
+        from alignment.tasks.building import task_definition
+
+        monkeypatch.setattr(module, "task_records", stop_after(task_definition))
     elif script == "discover_kissing":
         monkeypatch.setattr(module, "check", stop_after(lambda config, real=module.check: real(config, False)))
     elif script == "import_a1_model":

@@ -142,13 +142,17 @@ def test_uw_v1_baseline_evaluates_the_questions_the_grpo_curves_validate_on(hub_
     """Problem 1's command in the guide (eval_zero_shot.py --dataset competition_math --limit 1024) picks the same
     questions a v1 GRPO run validates on, and none it trains on."""
     from alignment.data.splits import run_data
-    from alignment.run.generation import load_task
+    from alignment.tasks.building import evaluation_task
+    from alignment.tasks.evaluating import limited
+    from scripts.eval_zero_shot import EvalConfig
 
     page = (CONFIGS.parent / "docs" / "guides" / "uw_a3_v1.md").read_text()
     [command] = [line for line in page.splitlines() if line.startswith("uv run") and "eval_zero_shot.py" in line]
     assert f"--dataset competition_math --limit {UW_V1_VALIDATION}" in command, command
     for n in (4, UW_V1_VALIDATION):  # the mirror holds 105 problems: 4 is a true subset of its held-out tenth
-        baseline, _, _ = load_task("competition_math", "r1_zero", n)
+        config = EvalConfig(dataset="competition_math", prompt="r1_zero", limit=n)
+        task = limited(evaluation_task(config), config.limit)  # what the script samples
+        baseline = [row["question"] for row in task.truths]
         data = run_data("competition_math", "train", None, n)
-        assert [e.question for e in baseline] == [e.question for e in data.validation]
-        assert not {e.question for e in baseline} & {e.question for e in data.train}
+        assert baseline == [e.question for e in data.validation]
+        assert not set(baseline) & {e.question for e in data.train}

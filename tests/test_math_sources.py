@@ -20,7 +20,8 @@ from alignment.data.sft_examples import sft_rows
 from alignment.data.splits import evaluation_examples, run_data
 from alignment.grpo_run import train_grpo
 from alignment.prompts import load_prompt
-from alignment.run.generation import load_task
+from alignment.tasks.building import evaluation_task
+from scripts.eval_zero_shot import EvalConfig
 from tests.conftest import GSM8K
 from tests.hub_copies import (
     MATH500_IDS,
@@ -187,8 +188,8 @@ def test_an_evaluation_set_is_evaluated_whole_in_every_layout(hub_mirror, tmp_pa
         assert [e.question for e in examples] == [e.question for e in run_data(source, "train", None, 10**6).validation]
     else:  # MATH-500 is all of its problems, MATH's test split all of its
         assert sorted(e.answer for e in examples) == sorted(answers(ids)) and note is None
-    # the zero-shot script's own loading says the same
-    loaded = load_task(source, "r1_zero", None)[0]
+    # the evaluation scripts' math task says the same
+    loaded = evaluation_task(EvalConfig(dataset=source, prompt="r1_zero")).truths
     assert len(loaded) == len(examples) and ("holds out" in capsys.readouterr().out) == held_out
 
 

@@ -17,9 +17,9 @@ from alignment.grader import (
 )
 from alignment.grpo.config import GRPOConfig, validate
 from alignment.prompts import PROMPTS_DIR, prompt_kind, stop_strings
-from alignment.run.generation import GenerationConfig, load_task
+from alignment.run.generation import GenerationConfig
 from alignment.run.training_settings import TrainingSettings
-from alignment.tasks.building import run_tasks
+from alignment.tasks.building import evaluation_task, run_tasks, task_stop
 from scripts import eval_zero_shot
 
 runner = CliRunner()
@@ -46,7 +46,8 @@ def test_a_template_file_is_graded_and_stopped_as_its_kind(pku_prompt_files, tmp
     assert prompt_kind(str(own)) == "r1_zero"
     assert GRPOConfig(prompt=str(question_file)).stop == ()
     assert GRPOConfig(prompt=str(r1_file)).stop == ("</answer>",)
-    # a run's math task grades as the prompt's kind and --grader say: responses on which the four graders differ
+    # a run's math task, and an evaluation's, grades as the prompt's kind and --grader say: responses on which the four
+    # graders differ
     graders = [
         (str(r1_file), "course", r1_zero_reward_fn),
         (str(question_file), "lenient", lenient_question_only_reward_fn),
@@ -55,12 +56,13 @@ def test_a_template_file_is_graded_and_stopped_as_its_kind(pku_prompt_files, tmp
     ]
     data = str(Path(__file__).parents[1] / "data" / "sample_math.jsonl")
     for prompt, grader, reward_fn in graders:
-        task, _ = run_tasks(GRPOConfig(task="math", dataset=data, n_eval_examples=2, prompt=prompt, grader=grader))
-        row = task.truths[0]
-        answer = row["answer"]
-        responses = [f"x </think> <answer>{answer}</answer> so", f"\\fbox{{{answer}}}", f"\\boxed{{{answer}}}"]
-        assert [task.reward_fn(r, row) for r in responses] == [reward_fn(r, answer) for r in responses]
-    assert load_task("data/sample_math.jsonl", str(question_file), 2)[2] is question_only_reward_fn
+        trained, _ = run_tasks(GRPOConfig(task="math", dataset=data, n_eval_examples=2, prompt=prompt, grader=grader))
+        evaluated = evaluation_task(eval_zero_shot.EvalConfig(dataset=data, prompt=prompt, grader=grader))
+        for task in (trained, evaluated):
+            row = task.truths[0]
+            answer = row["answer"]
+            responses = [f"x </think> <answer>{answer}</answer> so", f"\\fbox{{{answer}}}", f"\\boxed{{{answer}}}"]
+            assert [task.reward_fn(r, row) for r in responses] == [reward_fn(r, answer) for r in responses]
 
 
 def test_a_bad_prompt_is_refused_naming_the_flag(tmp_path):
@@ -82,11 +84,11 @@ def test_eval_stops_where_its_prompt_does(tiny_model_dir, pku_prompt_files, tmp_
         ("r1_zero", ("</answer>",)),
         (str(pku_prompt_files / "r1_zero.prompt"), ("</answer>",)),
     ):
-        config = GenerationConfig(
+        config = eval_zero_shot.EvalConfig(
             dataset=data, prompt=prompt, model=str(tiny_model_dir), backend="hf", output_dir=tmp_path / "setup"
         )
-        assert generation.set_up(config).sampling.stop == stop, prompt
-    explicit = GenerationConfig(
+        assert generation.set_up(config, task_stop(config)).sampling.stop == stop, prompt
+    explicit = eval_zero_shot.EvalConfig(
         dataset=data,
         prompt="question_only",
         stop=["\n\n"],
@@ -94,7 +96,7 @@ def test_eval_stops_where_its_prompt_does(tiny_model_dir, pku_prompt_files, tmp_
         backend="hf",
         output_dir=tmp_path,
     )
-    assert generation.set_up(explicit).sampling.stop == ("\n\n",)
+    assert generation.set_up(explicit, task_stop(explicit)).sampling.stop == ("\n\n",)
     out = tmp_path / "eval"  # and a whole run with PKU's file
     flags = ["--dataset", data, "--model", tiny_model_dir, "--limit", 2, "--backend", "hf", "--grader-workers", 1]
     flags += ["--prompt", pku_prompt_files / "question_only.prompt", "--max-tokens", 6, "--output-dir", out]
@@ -122,8 +124,8 @@ def test_competition_math_evaluates_the_tenth_a_training_run_holds_out(hub_mirro
     assert "evaluating the" in note and "a training run holds out" in note
     whole, none = evaluation_examples("math")
     assert none is None and len(whole) > len(examples)  # a source with a test split: that split, no note
-    loaded, _, _ = load_task("competition_math", "r1_zero", None)
-    assert len(loaded) == len(examples) and "a training run holds out" in capsys.readouterr().out
+    loaded = evaluation_task(eval_zero_shot.EvalConfig(dataset="competition_math", prompt="r1_zero"))
+    assert len(loaded.questions) == len(examples) and "a training run holds out" in capsys.readouterr().out
 
 
 def test_runs_saved_before_the_grader_setting_resume_lenient(tmp_path):

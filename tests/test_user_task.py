@@ -296,6 +296,63 @@ def test_eval_zero_shot_and_best_of_n_report_each_reward_and_category(tiny_model
     assert "reward_contains" in summary["samples"]
 
 
+EVALUATED_TASK = """
+from alignment.tasks import TaskDefinition
+
+def contains(completion, row):
+    return float(str(row["answer"]) in completion)
+
+def training_rows(settings):
+    raise AssertionError("an evaluation reads no training row")
+
+task = TaskDefinition(
+    rows=training_rows,
+    evaluation_rows={rows!r},
+    prompt="Solve: {{question}}",
+    rewards=[contains],
+    fields={{"question": "problem", "answer": "solution"}},
+    chat={chat},
+)
+"""
+
+
+def test_a_task_is_evaluated_on_its_evaluation_rows_whole(tiny_model_dir, tmp_path):
+    """A TaskDefinition's evaluation_rows are what eval_zero_shot evaluates (the test split of a folder, whole), its
+    training rows never read; best_of_n's N=1 reads that run's generations, graded again against the task's rows."""
+    from typer.testing import CliRunner
+
+    from scripts import best_of_n, eval_zero_shot
+
+    task = write_task(tmp_path, str(write_rows(tmp_path / "data", "folder-parquet")), body=EVALUATED_TASK)
+    common = ["--task", task, "--model", tiny_model_dir, "--max-tokens", 4, "--backend", "hf", "--grader-workers", 1]
+    zero = tmp_path / "eval"
+    result = CliRunner().invoke(eval_zero_shot.app, [str(a) for a in [*common, "--output-dir", zero]])
+    assert result.exit_code == 0, result.output
+    assert "evaluating the 4 rows of" in result.output and "[test]" in result.output
+    summary = json.loads((zero / "summary.json").read_text())
+    lines = [json.loads(line) for line in (zero / "generations.jsonl").read_text().splitlines()]
+    assert [line["prompt"] for line in lines] == [f"Solve: {row['problem']}" for row in ROWS[20:]]
+    assert [line["ground_truth"]["solution"] for line in lines] == [row["solution"] for row in ROWS[20:]]
+    assert summary["num_examples"] == 4 and "counts" not in summary  # no format or answer graded: no categories
+    for line, row in zip(lines[:3], ROWS[20:]):  # three of the four answered right, to be found again at N=1
+        line["response"] = f"it is {row['solution']}"
+    (zero / "generations.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    best = tmp_path / "best"
+    flags = [*common, "--n-max", 2, "--ns", 1, "--ns", 2, "--zero-shot-generations", zero / "generations.jsonl"]
+    result = CliRunner().invoke(best_of_n.app, [str(a) for a in [*flags, "--output-dir", best]])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((best / "summary.json").read_text())
+    assert summary["num_problems"] == 4 and summary["pass_at"]["1"] == summary["best_at"]["1"] == 0.75
+    # --task-validation-data takes the evaluation rows' place
+    validation = tmp_path / "validation.jsonl"
+    validation.write_text("".join(json.dumps(row) + "\n" for row in ROWS[:2]))
+    flags = [*common, "--task-validation-data", validation, "--output-dir", tmp_path / "other"]
+    result = CliRunner().invoke(eval_zero_shot.app, [str(a) for a in flags])
+    assert result.exit_code == 0, result.output
+    lines = (tmp_path / "other" / "generations.jsonl").read_text().splitlines()
+    assert [json.loads(line)["prompt"] for line in lines] == [f"Solve: {row['problem']}" for row in ROWS[:2]]
+
+
 def test_expert_iteration_keeps_rollouts_reaching_the_threshold_on_a_user_task(tiny_model_dir, tmp_path):
     from typer.testing import CliRunner
 

@@ -9,12 +9,10 @@ import typer
 
 from alignment.config.cli import bad_flag
 from alignment.config.settings import OutputSettings, override, setting
-from alignment.data.math_datasets import MathExample, spread_subset
-from alignment.data.splits import evaluation_examples
-from alignment.grader import GraderMode, RewardFn, reward_fn_for
+from alignment.grader import GraderMode
 from alignment.kernels.support import KernelSettings, use_kernels
 from alignment.models.loading import check_model_source
-from alignment.prompts import PROMPT_HELP, Prompt, check_prompt, load_prompt, prompt_kind, stop_strings
+from alignment.prompts import PROMPT_HELP, Prompt
 from alignment.rollout.backends import make_rollout_engine, resolve_backend
 from alignment.rollout.decode_choice import DecodeSettings
 from alignment.rollout.interface import Backend, RolloutEngine, SamplingConfig
@@ -67,33 +65,10 @@ class GenerationConfig(OutputSettings, DecodeSettings, KernelSettings):
 
 @dataclass
 class RunSetup:
-    examples: list[MathExample]
-    template: str
-    reward_fn: RewardFn | None  # None: a --task other than math grades with its own rewards
     sampling: SamplingConfig
     backend: str
     output_dir: Path
     engine: RolloutEngine
-
-
-def load_task(
-    dataset: str, prompt: str, limit: int | None, grader: GraderMode = "course"
-) -> tuple[list[MathExample], str, RewardFn]:
-    """Examples, prompt template and the prompt's reward function; bad values raise naming the flag."""
-    if limit is not None and limit < 1:
-        raise bad_flag("--limit", f"must be >= 1, got {limit}")
-    try:
-        check_prompt(prompt)
-    except ValueError as err:
-        raise bad_flag("--prompt", str(err).removeprefix("--prompt: ")) from None
-    try:
-        examples, note = evaluation_examples(dataset)
-    except (FileNotFoundError, ValueError) as err:
-        raise bad_flag("--dataset", str(err)) from None
-    if note:
-        typer.echo(note)
-    examples = spread_subset(examples, limit)  # N spread over the source, not its first N
-    return examples, load_prompt(prompt), reward_fn_for(prompt_kind(prompt), grader)
 
 
 def prepare_output_dir(output_dir: Path, overwrite: bool) -> Path:
@@ -107,21 +82,17 @@ def prepare_output_dir(output_dir: Path, overwrite: bool) -> Path:
     return output_dir
 
 
-def set_up(config: GenerationConfig, task_stop: Sequence[str] | None = None) -> RunSetup:
-    """Check every flag, then create the output folder, then load the model: cheap failures come first. With
-    `task_stop` (the stop strings of a --task other than math, checked by the caller) no --dataset is read."""
-    if task_stop is None:
-        examples, template, reward_fn = load_task(config.dataset, config.prompt, config.limit, config.grader)
-        stop = stop_strings(config.prompt)
-    else:
-        examples, template, reward_fn, stop = [], "{question}", None, task_stop
+def set_up(config: GenerationConfig, task_stop: Sequence[str]) -> RunSetup:
+    """Check the sampling flags, then create the output folder, then load the model: cheap failures come first (the
+    caller, alignment/tasks/evaluating.py, checked the task's flags before). `task_stop`: the strings that end a
+    completion of the task (math's: its --prompt's), unless --stop."""
     try:
         sampling = SamplingConfig(
             temperature=config.temperature,
             top_p=config.top_p,
             max_tokens=config.max_tokens,
             min_tokens=config.min_tokens,
-            stop=tuple(stop if config.stop is None else config.stop),
+            stop=tuple(task_stop if config.stop is None else config.stop),
             seed=config.seed,
         )
         backend = resolve_backend(config.backend)  # type: ignore[arg-type]
@@ -141,4 +112,4 @@ def set_up(config: GenerationConfig, task_stop: Sequence[str] | None = None) -> 
         decode=config.decode,
         sync_every=config.decode_sync_every,
     )
-    return RunSetup(examples, template, reward_fn, sampling, backend, output_dir, engine)
+    return RunSetup(sampling, backend, output_dir, engine)

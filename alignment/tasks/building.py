@@ -3,13 +3,15 @@ task, the built-in ones (alignment/tasks/builtin.py) as a user's.
 
     train, validation = run_tasks(config)                               # before any model loads: data and rewards
     train, validation = run_tasks(config, chat_renderer(tokenizer))     # again, in the model's chat turn
+    task = evaluation_task(config)                                      # what the evaluation scripts evaluate
 
 A TaskDefinition's rows (or --task-data's) are read, renamed (fields, --task-fields), split (the source's
 validation or test split, else a held-out tenth, seed 0, as alignment/data/splits.py splits math), cut to
 --n-train-examples and --n-eval-examples, checked for overlap, and turned into prompts; a rows function that picks
 them itself (ChosenRows: the built-in math and keyword tasks) gives them split and cut, with its own notes. The
 definition's rewards become one RewardSet (weights from --reward-weights), each called through it once, on an empty
-completion of the first training row, before any model loads.
+completion of the first training row, before any model loads. The evaluation scripts evaluate a definition's
+evaluation_rows, whole, where it names them (math's: --dataset's test or validation split), else its validation rows.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -213,6 +215,11 @@ def check_prompt_overlap(train: Task, validation: Task, allow: bool) -> str:
     return f"overlap: {count} of {total} validation prompts also appear in the training data"
 
 
+def task_fields(definition: TaskDefinition, settings: Any) -> dict[str, str]:
+    """The definition's field renames with --task-fields' added."""
+    return dict(definition.fields) | parse_pairs(getattr(settings, "task_fields", None), "--task-fields")
+
+
 def compile_definition(
     definition: TaskDefinition,
     settings: Any,
@@ -224,7 +231,7 @@ def compile_definition(
 ) -> tuple[Task, Task]:
     """A TaskDefinition as (training Task, validation Task); with `check`, the rewards are preflighted and what was
     chosen is printed. `evaluating` (an evaluation of the validation rows alone) skips the overlap check."""
-    fields = dict(definition.fields) | parse_pairs(getattr(settings, "task_fields", None), "--task-fields")
+    fields = task_fields(definition, settings)
     rewards = reward_set(name, definition, settings)
     train_rows, validation_rows, notes, chosen = definition_rows(definition, settings, name, whole_validation)
     train_rows, validation_rows = renamed(train_rows, fields, name), renamed(validation_rows, fields, name)
@@ -258,11 +265,45 @@ def task_definition(settings: Any) -> TaskDefinition:
         raise ValueError(str(error)) from None
 
 
+def evaluation_rows(definition: TaskDefinition, settings: Any, name: str) -> tuple[list[Row], list[str]] | None:
+    """(rows, notes) the evaluation scripts evaluate where the definition names evaluation_rows (--task-validation-data
+    in their place): the source's validation or test split, whole, or what its function returns; None where it names
+    none or --task-data replaces its rows (then its validation rows are evaluated). No training row is read."""
+    if definition.evaluation_rows is None or getattr(settings, "task_data", None):
+        return None
+    validation_data = getattr(settings, "task_validation_data", None)
+    what = "--task-validation-data" if validation_data else f"task {name}: evaluation_rows"
+    source = validation_data or definition.evaluation_rows
+    splits = _splits(source, settings, what)
+    if isinstance(splits, ChosenRows):
+        rows, notes = list(splits.validation), list(splits.notes)
+    else:
+        split = _evaluation_split(splits) or _training_split(splits, what)
+        rows = splits[split]
+        where = f"{source} [{split}]" if isinstance(source, str) else "its evaluation_rows"
+        notes = [f"task {name}: evaluating the {len(rows)} rows of {where}"]
+    if not rows:
+        raise ValueError(f"{what}: no rows")
+    return rows, notes
+
+
 def evaluation_task(settings: Any, template_for: Renderer | None = None, check: bool = True) -> Task:
-    """--task's validation rows, whole, as a Task for the evaluation scripts (every task but math, which the scripts
-    evaluate on --dataset whole, as the course does: alignment/run/generation.py)."""
+    """--task's rows for the evaluation scripts (scripts/eval_zero_shot.py, best_of_n.py), whole, as a Task: its
+    evaluation_rows where the definition names them (math: --dataset's test or validation split, as the course
+    evaluates), else its validation rows. With `check` the rewards are preflighted on the first row and what was
+    chosen is printed."""
     definition = task_definition(settings)
-    return compile_definition(definition, settings, settings.task, template_for, check, True, evaluating=True)[1]
+    chosen = evaluation_rows(definition, settings, settings.task)
+    if chosen is None:
+        return compile_definition(definition, settings, settings.task, template_for, check, True, evaluating=True)[1]
+    rewards = reward_set(settings.task, definition, settings)
+    rows = renamed(chosen[0], task_fields(definition, settings), settings.task)
+    task = build_task(definition, rows, rewards, settings.task, template_for)
+    if check:
+        preflight(rewards, rows[0])
+        for note in chosen[1]:
+            print(note)
+    return task
 
 
 def task_stop(settings: Any) -> tuple[str, ...]:

@@ -2,8 +2,9 @@
 
 Every entry point builds them as it builds a user's (alignment/tasks/building.py run_tasks). Math and keywords pick
 their own rows (ChosenRows), so that their questions, order, splits and printed notes stay the course's: math's
-are alignment/data/splits.py `run_data`'s, keywords' are generated from --keywords-file or read from a
---keywords-dataset folder. Their one reward returns the course graders' dict (format_reward, answer_reward,
+are alignment/data/splits.py `run_data`'s (and, for the evaluation scripts, `evaluation_examples`': --dataset's
+test or validation split, whole), keywords' are generated from --keywords-file or read from a --keywords-dataset
+folder. Their one reward returns the course graders' dict (format_reward, answer_reward,
 reward), logged as it is (no `reward_<name>` beside it).
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 from alignment.data import arithmetic as arithmetic_data
 from alignment.data.keywords import DEFAULT_KEYWORDS, KEYWORD_REWARD_FNS, keyword_tasks, load_keywords
 from alignment.data.math_datasets import MathExample
-from alignment.data.splits import run_data
+from alignment.data.splits import evaluation_examples, run_data
 from alignment.grader import r1_zero_reward_fn, reward_fn_for
 from alignment.prompts import check_prompt, format_prompt, load_prompt, prompt_kind, stop_strings
 from alignment.run.time_budget import validates_whole
@@ -48,11 +49,24 @@ def math_rows(settings: Any, whole_validation: bool = False) -> ChosenRows:
     )
 
 
+def math_evaluation_rows(settings: Any) -> ChosenRows:
+    """What evaluating --dataset means, as the course evaluates (alignment/data/splits.py evaluation_examples: its
+    test or validation split, whole), as math rows in the --prompt template, with its note (a source with only a
+    training split gives the tenth a training run holds out)."""
+    try:
+        examples, note = evaluation_examples(settings.dataset)
+    except (FileNotFoundError, ValueError) as err:
+        raise ValueError(f"--dataset: {err}") from None
+    template = load_prompt(settings.prompt)
+    return ChosenRows([], [math_row(e, template) for e in examples], [note] if note else [])
+
+
 def math(settings: Any) -> TaskDefinition:
     """Graded answers to --dataset in the --prompt template, scored by --prompt's kind of grader in --grader mode;
-    the reward's dict is the grader's (format_reward, answer_reward, reward). Under --time-budget the validation
-    rows are all of the validation set (the budget's last validation takes every one, the others --n-eval-examples
-    of them: alignment/run/time_budget.py)."""
+    the reward's dict is the grader's (format_reward, answer_reward, reward). Training validates on the rows
+    run_data picks; under --time-budget they are all of the validation set (the budget's last validation takes every
+    one, the others --n-eval-examples of them: alignment/run/time_budget.py). The evaluation scripts evaluate
+    --dataset's test or validation split whole (math_evaluation_rows), reading no training row."""
     prompt = getattr(settings, "prompt", "r1_zero")
     check_prompt(prompt)
     grade = reward_fn_for(prompt_kind(prompt), getattr(settings, "grader", "course"))
@@ -62,6 +76,7 @@ def math(settings: Any) -> TaskDefinition:
 
     return TaskDefinition(
         rows=lambda s: math_rows(s, whole_validation=validates_whole(s)),
+        evaluation_rows=math_evaluation_rows,
         rewards=[Reward(graded, name="math", log_apart=False)],
         chat=False,
         answer_field="answer",

@@ -33,7 +33,8 @@ class ChosenRows:
     """What a rows function returns when it picks the run's rows itself (the built-in math task's --dataset,
     --validation-dataset, --n-train-examples and --n-eval-examples): its training and validation rows are taken as
     they are, with no held-out slice, subset or overlap check of the generic ones, and `notes`, the lines saying what
-    it chose, are printed in place of theirs."""
+    it chose, are printed in place of theirs. An evaluation_rows function may return one for its notes: its
+    `validation` rows are the ones evaluated (its `train` rows, empty, are not read)."""
 
     train: Sequence[Row]
     validation: Sequence[Row]
@@ -69,6 +70,10 @@ class TaskDefinition:
 
     rows             where the rows come from (see RowsSource); `validation_rows` the held-out ones (default: the
                      source's validation or test split, else a held-out slice of the rows)
+    evaluation_rows  the rows scripts/eval_zero_shot.py and best_of_n.py evaluate, whole (default: the validation
+                     rows): a source's validation or test split, or what a function returns (ChosenRows: its
+                     validation rows, its notes printed). The training rows are then not read: an evaluation
+                     script's settings have no training settings (the math task's --dataset-split)
     prompt           the prompt as a template over the row's fields (`"Solve: {question}"`); None: the row's
                      `prompt` field, a string or a list of chat messages (TRL's conversational rows)
     system_prompt    a system message before the prompt (chat only)
@@ -93,6 +98,7 @@ class TaskDefinition:
     category_field: str | None = None
     stop: tuple[str, ...] = ()
     question_field: str | None = None
+    evaluation_rows: RowsSource | None = None
 
     def reward_list(self) -> list[Reward]:
         return [r if isinstance(r, Reward) else Reward(r) for r in self.rewards]
