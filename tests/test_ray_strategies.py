@@ -51,7 +51,7 @@ def config_for(model_dir, tmp_path, **overrides) -> RayGRPOConfig:
         backend="hf",
         output_dir=tmp_path / "run",
         prompt="question_only",
-        ray_timeout_s=120.0,
+        ray_timeout_s=300.0,  # the actors must start within it, on a loaded 2-core machine too
     )
     return replace(base, **overrides)
 
