@@ -18,8 +18,11 @@ import dataclasses
 import difflib
 import json
 import math
+import os
 import random
 import re
+import subprocess
+import sys
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +40,23 @@ ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|\Z)", re.DOTALL)
 CLOSED_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 VALIDATION_SEED_OFFSET = 1_000_000_007  # far from any training row's seed (reasoning-gym seeds row i with seed + i)
 LEVEL_SEED_STRIDE = 10_000_019  # a curriculum level's training rows: their own seeds
+# Tasks whose rows follow Python's string hash order (they iterate over sets of strings), which differs from one
+# process to the next: they are drawn in an interpreter with PYTHONHASHSEED=0, so that a resumed run, a Ray actor or
+# another seed's process draws the same rows (tests/test_reasoning_gym.py checks the list against the installed
+# reasoning-gym under -m slow)
+HASH_ORDERED = frozenset(
+    {"isomorphic_strings", "knight_swap", "list_functions", "polynomial_multiplication", "ransom_note", "word_ladder"}
+)
+FIXED_HASHING_CHILD = """
+import json, sys
+from alignment.tasks.reasoning_gym import Mix
+request = json.load(sys.stdin)
+name, config, seed, count, exclude = request["args"]
+try:
+    print(json.dumps({"rows": Mix(**request["mix"]).generate(name, config, seed, count, frozenset(exclude))}))
+except ValueError as error:
+    print(json.dumps({"error": str(error)}))
+"""
 
 
 def extract_answer(completion: str) -> str | None:
@@ -191,7 +211,9 @@ class Mix:
         self, name: str, config: dict[str, Any], seed: int, count: int, exclude: frozenset[str] = frozenset()
     ) -> list[Row]:
         """`count` rows of task `name` with `config`, the dataset seeded from `seed`, skipping questions in
-        `exclude` (a ValueError when too few are left)."""
+        `exclude` (a ValueError when too few are left); a HASH_ORDERED task's drawn where string hashing is fixed."""
+        if name in HASH_ORDERED and sys.flags.hash_randomization:
+            return self.generate_with_fixed_hashing(name, config, seed, count, exclude)
         limit = 20 * count + 100
         dataset = self.dataset(name, config, seed + zlib.crc32(name.encode()), limit)
         rows: list[Row] = []
@@ -209,6 +231,25 @@ class Mix:
                 "(--n-train-examples, --n-eval-examples) or widen it with --task-config"
             )
         return rows
+
+    def generate_with_fixed_hashing(
+        self, name: str, config: dict[str, Any], seed: int, count: int, exclude: frozenset[str]
+    ) -> list[Row]:
+        """`generate` in a child interpreter started with PYTHONHASHSEED=0: the rows every process draws."""
+        request = {"mix": dataclasses.asdict(self), "args": [name, config, seed, count, sorted(exclude)]}
+        done = subprocess.run(
+            [sys.executable, "-c", FIXED_HASHING_CHILD],
+            input=json.dumps(request),
+            env=os.environ | {"PYTHONHASHSEED": "0"},
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"--task {self.source}: generating {name}'s rows failed: {done.stderr[-2000:]}")
+        reply = json.loads(done.stdout)
+        if "error" in reply:
+            raise ValueError(reply["error"])
+        return reply["rows"]
 
     def counts(self, total: int) -> dict[str, int]:
         return dict(zip(self.names, apportion(list(self.weights.values()), total)))
