@@ -63,6 +63,7 @@ from alignment.tasks.rewards import REWARD_PREFIX  # noqa: E402
 from bench.curves import first_reaching, our_curve  # noqa: E402
 
 CURVE_KEY = "eval_" + REWARD_PREFIX + SCORE_REWARD  # the held-out mean of score_answer alone
+TRL_ONLY = ("trl_minutes", "trl_eval_every")  # settings of TRL's arm alone
 
 
 def accuracy(
@@ -294,16 +295,23 @@ def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Several invocations' results as one: the same settings on other seeds (seeds run side by side, one
     process each), their seeds together and summarised again; date, machine and load average per part."""
     ignored = ("seeds", "trl_seeds")
-    first = {k: v for k, v in parts[0]["settings"].items() if k not in ignored}
+
+    def compared(settings: dict[str, Any]) -> dict[str, Any]:  # TRL's own settings matter where TRL ran
+        return {k: v for k, v in settings.items() if k not in ignored and (settings["trl_seeds"] or k not in TRL_ONLY)}
+
+    first = compared(parts[0]["settings"])
     for part in parts[1:]:
-        other = {k: v for k, v in part["settings"].items() if k not in ignored}
-        differing = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+        other = compared(part["settings"])
+        differing = sorted(k for k in first.keys() & other.keys() if first[k] != other[k])
         if differing:
             raise typer.BadParameter(f"--merge: the parts' settings differ in {', '.join(differing)}")
     per_seed = {seed: run for part in parts for seed, run in part["seeds"].items()}
     if len(per_seed) < sum(len(part["seeds"]) for part in parts):
         raise typer.BadParameter("--merge: a seed is in more than one part")
-    settings = first | {k: sorted({s for part in parts for s in part["settings"][k]}) for k in ignored}
+    with_trl = [compared(part["settings"]) for part in parts if part["settings"]["trl_seeds"]]
+    settings = (with_trl[0] if with_trl else first) | {
+        k: sorted({s for part in parts for s in part["settings"][k]}) for k in ignored
+    }
     runs = [{k: part[k] for k in ("date", "machine", "load_average")} for part in parts]
     return {"parts": runs, "settings": settings, "seeds": per_seed, "summary": summaries(per_seed)}
 

@@ -334,8 +334,8 @@ def test_the_learning_bench_merges_seeds_run_side_by_side():
         stamp = {"date": f"2026-11-29T1{seed}:00:00+00:00", "machine": "x86_64", "load_average": [1.0, 1.0, 1.0]}
         return stamp | {"settings": settings | {"seeds": [seed]}, "seeds": {str(seed): {"start": start, "ours": ours}}}
 
-    settings = {"tasks": "chain_sum", "steps": 64, "trl_seeds": []}
-    parts = [part(0, 0.3, settings), part(1, 0.5, settings)]
+    settings = {"tasks": "chain_sum", "steps": 64, "trl_seeds": [], "trl_minutes": 15.0, "trl_eval_every": 2}
+    parts = [part(0, 0.3, settings), part(1, 0.5, settings | {"trl_eval_every": 1})]  # TRL's settings: no TRL run
     result = merged(parts)
     assert sorted(result["seeds"]) == ["0", "1"] and result["settings"]["seeds"] == [0, 1]
     assert [p["date"] for p in result["parts"]] == [p["date"] for p in parts]
@@ -346,6 +346,9 @@ def test_the_learning_bench_merges_seeds_run_side_by_side():
         merged([parts[0], part(1, 0.5, settings | {"steps": 32})])
     with pytest.raises(typer.BadParameter, match="a seed is in more than one part"):
         merged([parts[0], part(0, 0.5, settings)])
+    trl = [part(s, 0.4, settings | {"trl_seeds": [s], "trl_eval_every": s + 1}) for s in (2, 3)]
+    with pytest.raises(typer.BadParameter, match="settings differ in trl_eval_every"):
+        merged(trl)
 
 
 HASH_PROBE = """
