@@ -149,7 +149,8 @@ def main(
         result = measure(game, max_turns, [int(s) for s in seeds.split(",")], minutes, torch_threads, output_dir, tiny)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "bench.json").write_text(json.dumps(result, indent=1))
-    print(f"{game}, {len(result['runs'])} seed(s): held-out success and reward, mean +- 95% half-width [min, max]")
+    seeds_run = f"{result['game']}, {len(result['runs'])} seed(s)"
+    print(f"{seeds_run}: held-out success and reward, mean +- 95% half-width [min, max]")
     for key, s in result["summary"].items():
         print(f"  {key:14s} {s['mean']:.3f} +- {s['half_width_95']:.3f} [{s['min']:.3f}, {s['max']:.3f}]")
 
