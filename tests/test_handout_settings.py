@@ -143,7 +143,6 @@ def test_uw_v1_baseline_evaluates_the_questions_the_grpo_curves_validate_on(hub_
     questions a v1 GRPO run validates on, and none it trains on."""
     from alignment.data.splits import run_data
     from alignment.tasks.building import evaluation_task
-    from alignment.tasks.evaluating import limited
     from scripts.eval_zero_shot import EvalConfig
 
     page = (CONFIGS.parent / "docs" / "guides" / "uw_a3_v1.md").read_text()
@@ -151,7 +150,7 @@ def test_uw_v1_baseline_evaluates_the_questions_the_grpo_curves_validate_on(hub_
     assert f"--dataset competition_math --limit {UW_V1_VALIDATION}" in command, command
     for n in (4, UW_V1_VALIDATION):  # the mirror holds 105 problems: 4 is a true subset of its held-out tenth
         config = EvalConfig(dataset="competition_math", prompt="r1_zero", limit=n)
-        task = limited(evaluation_task(config), config.limit)  # what the script samples
+        task = evaluation_task(config).subset(config.limit)  # what the script samples
         baseline = [row["question"] for row in task.truths]
         data = run_data("competition_math", "train", None, n)
         assert baseline == [e.question for e in data.validation]

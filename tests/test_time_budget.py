@@ -81,6 +81,9 @@ def test_periodic_validations_sample_the_set_the_final_one_covers():
         VALIDATION.truths[VALIDATION.questions.index(q)] == t for q, t in zip(periodic.questions, periodic.truths)
     )
     assert budget_validations(VALIDATION, 2, budgeted=False) == (VALIDATION, VALIDATION)
+    named = replace(VALIDATION, categories=[f"c{i}" for i in range(len(VALIDATION.questions))])
+    sample, _ = budget_validations(named, 2, budgeted=True)  # each sampled question keeps its own category
+    assert sample.categories == [f"c{VALIDATION.questions.index(q)}" for q in sample.questions]
 
 
 def evaluations(run: Path) -> list[tuple[int, int]]:

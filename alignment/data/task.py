@@ -2,8 +2,10 @@
 function. A user's task (alignment/tasks/definition.py) becomes one: its rows are the ground truths."""
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from alignment.data.math_datasets import spread_subset
 
 
 @dataclass
@@ -16,6 +18,17 @@ class Task:
     name: str = ""  # the --task or --env that gave it, for messages
     answer_field: str | None = None  # the field of a row truth that logs show as its ground truth (None: the truth)
     question_field: str | None = None  # the field of a row truth that logs show as its question (None: the question)
+
+    def subset(self, n: int | None) -> "Task":
+        """`n` of its questions (None: all) with their truths and categories, spread over them by spread_subset's
+        fixed seed, in their order."""
+        keep = spread_subset(list(range(len(self.questions))), n)
+        return replace(
+            self,
+            questions=[self.questions[i] for i in keep],
+            truths=[self.truths[i] for i in keep],
+            categories=None if self.categories is None else [self.categories[i] for i in keep],
+        )
 
     def truths_for(self, questions: Sequence[int], prompt_indices: Sequence[int]) -> list[Any]:
         """Ground truths of responses to prompt_indices, where prompt i asked question questions[i]."""

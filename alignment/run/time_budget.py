@@ -17,9 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import contextmanager
-from dataclasses import replace
 
-from alignment.data.math_datasets import spread_subset
 from alignment.data.task import Task
 
 UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -95,9 +93,4 @@ def budget_validations(validation: Task, n_questions: int, budgeted: bool) -> tu
         return validation, validation
     total = len(validation.questions)
     print(f"time budget: validations on {min(n_questions, total)} of the {total} validation questions, the last on all")
-    sample = replace(
-        validation,
-        questions=spread_subset(validation.questions, n_questions),
-        truths=spread_subset(validation.truths, n_questions),
-    )
-    return sample, validation
+    return validation.subset(n_questions), validation

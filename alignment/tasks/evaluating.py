@@ -9,7 +9,6 @@ from typing import Any
 
 import typer
 
-from alignment.data.math_datasets import spread_subset
 from alignment.data.task import Task
 from alignment.evaluation import GradedRollout, generate_and_grade
 from alignment.grading.parallel import ParallelGrader
@@ -29,17 +28,6 @@ class TaskEvaluation:
     answer_graded: bool  # the rewards graded a format and an answer (the course's graders): its categories apply
 
 
-def limited(task: Task, limit: int | None) -> Task:
-    """`limit` of the task's questions (None: all), spread over them by a fixed seed, in their order."""
-    keep = spread_subset(list(range(len(task.questions))), limit)
-    return replace(
-        task,
-        questions=[task.questions[i] for i in keep],
-        truths=[task.truths[i] for i in keep],
-        categories=None if task.categories is None else [task.categories[i] for i in keep],
-    )
-
-
 def task_records(config: Any, n: int = 1, before_sampling: Callable[[Task], None] | None = None) -> TaskEvaluation:
     """--task's evaluation rows (--limit of them, spread by a fixed seed) checked before any model loads, then sampled
     `n` times each and graded by the task's rewards. `before_sampling(task)` sees the Task about to be sampled as soon
@@ -51,7 +39,7 @@ def task_records(config: Any, n: int = 1, before_sampling: Callable[[Task], None
     try:
         if config.limit is not None and config.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {config.limit}")
-        task = limited(evaluation_task(config), config.limit)  # rows, prompts, rewards checked: each error one line
+        task = evaluation_task(config).subset(config.limit)  # rows, prompts, rewards checked: each error one line
         stop, chat = task_stop(config), needs_chat_template(config)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
@@ -59,7 +47,7 @@ def task_records(config: Any, n: int = 1, before_sampling: Callable[[Task], None
         check(task)
     setup = generation.set_up(config, stop)
     if chat:
-        task = limited(evaluation_task(config, chat_renderer(load_tokenizer(config.model)), check=False), config.limit)
+        task = evaluation_task(config, chat_renderer(load_tokenizer(config.model)), check=False).subset(config.limit)
         check(task)
     with ParallelGrader(task.reward_fn, config.grader_workers) as grader:
         records, timings = generate_and_grade(
