@@ -377,6 +377,26 @@ def test_rows_of_a_task_in_string_hash_order_are_the_same_in_every_process():
     assert rows_digest("ransom_note,chain_sum", "1") == rows_digest("ransom_note,chain_sum", "2")
 
 
+@pytest.mark.slow  # two interpreters importing reasoning-gym: 8 s on 2 quiet cores
+@pytest.mark.skipif(not sys.flags.hash_randomization, reason="string hashing is fixed here: rows are drawn in-process")
+def test_rows_in_string_hash_order_come_from_one_child_per_request(monkeypatch):
+    """A run asks for the same rows more than once (bare prompts and chat prompts): the child that draws them with
+    fixed hashing runs once per request, and each caller gets its own copy."""
+    import alignment.tasks.reasoning_gym as module
+
+    children = []
+    real_run = subprocess.run
+    monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: children.append(a) or real_run(*a, **k))
+    monkeypatch.setattr(module, "_FIXED_HASHING_REPLIES", {})
+    mix = Mix.from_settings("ransom_note", settings("ransom_note"))
+    first = mix.generate("ransom_note", {}, 5, 3)
+    first[0]["question"] = "changed by its caller"
+    again = mix.generate("ransom_note", {}, 5, 3)
+    other = mix.generate("ransom_note", {}, 6, 3)
+    assert len(children) == 2
+    assert again[0]["question"] != "changed by its caller" and again[1:] == first[1:] and other != again
+
+
 SURVEY = """
 import hashlib, json
 import reasoning_gym, reasoning_gym.factory

@@ -57,6 +57,7 @@ try:
 except ValueError as error:
     print(json.dumps({"error": str(error)}))
 """
+_FIXED_HASHING_REPLIES: dict[str, str] = {}  # a request's JSON: the child's reply
 
 
 def extract_answer(completion: str) -> str | None:
@@ -235,18 +236,22 @@ class Mix:
     def generate_with_fixed_hashing(
         self, name: str, config: dict[str, Any], seed: int, count: int, exclude: frozenset[str]
     ) -> list[Row]:
-        """`generate` in a child interpreter started with PYTHONHASHSEED=0: the rows every process draws."""
-        request = {"mix": dataclasses.asdict(self), "args": [name, config, seed, count, sorted(exclude)]}
-        done = subprocess.run(
-            [sys.executable, "-c", FIXED_HASHING_CHILD],
-            input=json.dumps(request),
-            env=os.environ | {"PYTHONHASHSEED": "0"},
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"--task {self.source}: generating {name}'s rows failed: {done.stderr[-2000:]}")
-        reply = json.loads(done.stdout)
+        """`generate` in a child interpreter started with PYTHONHASHSEED=0: the rows every process draws. A child
+        takes seconds (it imports reasoning-gym) and a run asks for the same rows more than once (its prompts are
+        built bare and in the chat turn): each request's reply is kept for the life of the process."""
+        request = json.dumps({"mix": dataclasses.asdict(self), "args": [name, config, seed, count, sorted(exclude)]})
+        if request not in _FIXED_HASHING_REPLIES:
+            done = subprocess.run(
+                [sys.executable, "-c", FIXED_HASHING_CHILD],
+                input=request,
+                env=os.environ | {"PYTHONHASHSEED": "0"},
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"--task {self.source}: generating {name}'s rows failed: {done.stderr[-2000:]}")
+            _FIXED_HASHING_REPLIES[request] = done.stdout
+        reply = json.loads(_FIXED_HASHING_REPLIES[request])  # parsed again each time: the caller owns its rows
         if "error" in reply:
             raise ValueError(reply["error"])
         return reply["rows"]
