@@ -152,6 +152,7 @@ def test_preset_warm_start_evaluates_as_grpo_validates():
         validate(replace(config, torch_threads=0))
 
 
+@pytest.mark.slow  # an SFT run then a GRPO run, 4-5 s
 def test_one_command_warm_starts_then_trains_grpo_from_that_policy(tiny_model_dir, tmp_path):
     """scripts/train_grpo.py with --warm-start-sft-steps: the SFT run in warm_start/ (validated before and after),
     GRPO started from its policy/, and both gains printed."""

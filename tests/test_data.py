@@ -87,6 +87,7 @@ def test_prompts():
         load_prompt("r2")
 
 
+@pytest.mark.slow  # grades all 8,792 GSM8K answers, 3-4 s
 def test_gsm8k_gold_answers_all_graded_correct():
     for split, size in (("train", 7473), ("test", 1319)):
         path = GSM8K / f"{split}.jsonl"

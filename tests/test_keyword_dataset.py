@@ -144,6 +144,7 @@ def test_loader_refuses_missing_or_empty_files_and_a_template_without_question(t
         load_keyword_dataset(tmp_path, template="no placeholder")
 
 
+@pytest.mark.slow  # the builder script end to end, 3 s; a built dataset trains in tests/test_transformer_lm_policy.py
 def test_script_end_to_end_with_a_tiny_model(tiny_model_dir, tmp_path):
     from scripts import build_keyword_dataset as script
 

@@ -75,6 +75,7 @@ def test_notebook_draws_the_same_figures_from_the_root_and_from_notebooks(tmp_pa
     assert [o.get("data") for o in from_notebooks] == [o.get("data") for o in from_root]  # the same PNGs, bit for bit
 
 
+@pytest.mark.slow  # starts jupyter, 4-7 s: the environment, not the library
 def test_the_dev_environment_has_a_jupyter_front_end():
     """`uv run jupyter lab` opens the notebook: jupyterlab is in the dev dependency group uv installs by default."""
     jupyter = Path(sys.prefix) / "bin" / "jupyter"

@@ -122,6 +122,7 @@ def test_zero_shot_then_best_of_n_reuse_its_generations_for_n1(tiny_qwen3, hub_m
     assert other.exit_code == 2 and "responses to other prompts" in other.output
 
 
+@pytest.mark.slow  # a whole preset run, 10-12 s; its arms are checked in the default suite
 def test_the_grpo_preset_trains_and_writes_its_run_folder(tiny_qwen3, hub_mirror, tmp_path):
     out = tmp_path / "grpo"
     tiny = [

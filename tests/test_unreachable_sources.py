@@ -118,6 +118,7 @@ def test_every_preset_naming_the_hub_ends_in_one_line_offline(offline, tmp_path,
     assert not (tmp_path / "out" / "metrics.jsonl").exists()  # it stopped before anything ran
 
 
+@pytest.mark.slow  # a fresh interpreter, 7-9 s; the same stop is checked in-process in the default suite
 def test_pku_zero_shot_preset_as_a_student_runs_it_offline(tmp_path):
     """The script itself in a fresh process, HF_HUB_OFFLINE=1 and an empty cache: one line on stderr, exit 2."""
     env = {k: v for k, v in os.environ.items() if k != MIRROR_ENV} | {
