@@ -310,7 +310,7 @@ def check_other(words: list[str]) -> None:
             if word == "-k":
                 name = rest[i + 1]
                 assert selected_by_k(name), f"pytest -k {name} selects no test"
-            elif not word.startswith("-") and (i == 0 or rest[i - 1] not in ("-k", "-m")):
+            elif not word.startswith("-") and (i == 0 or rest[i - 1] not in ("-k", "-m", "-n")):
                 path = word.split("::")[0]
                 assert (ROOT / path).exists(), path
                 if "::" in word:
