@@ -128,6 +128,17 @@ def test_gpu_commands_of_the_handout_guides_name_the_vllm_extra():
     assert not missing, "\n".join(missing)
 
 
+def test_ci_runs_exactly_the_readmes_test_command():
+    """README's second command is the suite CI runs; the pages that show it show the same line."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("## The two commands") :].split("```bash\n", 1)[1].split("```", 1)[0]
+    suite = block.splitlines()[1]
+    assert "pytest" in suite, suite
+    assert (ROOT / ".ci" / "run").read_text().rstrip().splitlines()[-1] == suite
+    for page in ("quickstart.md", "installation.md", "index.md"):
+        assert suite in (ROOT / "docs" / page).read_text(), page
+
+
 def test_every_fence_of_every_guide_says_how_it_is_tested():
     for page in GUIDES:
         text = page.read_text()
